@@ -1,0 +1,108 @@
+"""Length-bucketed batches of one translation direction, as padded tensors.
+
+Each direction has its own endless, resumable iterator: epoch `e` is a permutation drawn
+from (seed, e), cut into pools of `pool` batches that are sorted by length before being
+split into batches (little padding, still shuffled). The state is (epoch, position).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from interlingua.data.vocab import BOS, EOS, PAD
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor
+    """(batch, src_len) token ids, PAD-padded."""
+    src_lengths: torch.Tensor
+    """(batch,) real lengths."""
+    tgt_in: torch.Tensor
+    """(batch, tgt_len) BOS + target ids."""
+    tgt_out: torch.Tensor
+    """(batch, tgt_len) target ids + EOS."""
+    src_lang: str
+    tgt_lang: str
+
+    @property
+    def n_src_tokens(self) -> int:
+        return int(self.src_lengths.sum())
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int((self.tgt_out != PAD).sum())
+
+
+def pad_sources(seqs: list[np.ndarray], prefix: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad id sequences into (batch, max_len); `prefix` prepends a token (a language tag)."""
+    extra = 0 if prefix is None else 1
+    lengths = torch.tensor([len(s) + extra for s in seqs], dtype=torch.long)
+    out = torch.full((len(seqs), int(lengths.max()) if len(seqs) else 0), PAD, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if prefix is not None:
+            out[i, 0] = prefix
+        out[i, extra:extra + len(s)] = torch.from_numpy(np.asarray(s, dtype=np.int64))
+    return out, lengths
+
+
+def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str, src_prefix: int | None = None) -> Batch:
+    s, lengths = pad_sources(src, src_prefix)
+    tmax = max(len(t) for t in tgt) + 1
+    tin = torch.full((len(tgt), tmax), PAD, dtype=torch.long)
+    tout = torch.full((len(tgt), tmax), PAD, dtype=torch.long)
+    for i, t in enumerate(tgt):
+        tt = torch.from_numpy(np.asarray(t, dtype=np.int64))
+        tin[i, 0] = BOS
+        tin[i, 1:len(t) + 1] = tt
+        tout[i, :len(t)] = tt
+        tout[i, len(t)] = EOS
+    return Batch(s, lengths, tin, tout, src_lang, tgt_lang)
+
+
+class DirectionBatches:
+    """Endless, seeded, resumable length-bucketed batches for one direction."""
+
+    def __init__(self, src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str,
+                 batch_size: int, seed: int, pool: int = 50, src_prefix: int | None = None):
+        if not src:
+            raise ValueError(f"no training pairs for {src_lang}->{tgt_lang}")
+        self.src, self.tgt = src, tgt
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.batch_size, self.seed, self.pool = batch_size, seed, pool
+        self.src_prefix = src_prefix
+        self.lengths = np.asarray([len(a) + len(b) for a, b in zip(src, tgt)])
+        self.epoch, self.position = 0, 0
+        self._plan = self._epoch_plan(0)
+
+    def _epoch_plan(self, epoch: int) -> list[np.ndarray]:
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(len(self.src))
+        chunk = self.batch_size * self.pool
+        batches = []
+        for start in range(0, len(order), chunk):
+            part = order[start:start + chunk]
+            part = part[np.argsort(self.lengths[part], kind="stable")]
+            batches.extend(part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size))
+        rng.shuffle(batches)
+        return batches
+
+    def __len__(self) -> int:
+        return len(self._plan)
+
+    def next(self) -> Batch:
+        if self.position >= len(self._plan):
+            self.epoch, self.position = self.epoch + 1, 0
+            self._plan = self._epoch_plan(self.epoch)
+        idx = self._plan[self.position]
+        self.position += 1
+        return make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.src_lang, self.tgt_lang, self.src_prefix)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._plan = self._epoch_plan(self.epoch)

@@ -1,0 +1,140 @@
+"""Corpora described in YAML: multi-way parallel files per split, or per-pair files.
+
+A corpus YAML looks like::
+
+    name: multi30k
+    languages: [en, de, fr, cs]
+    splits:                       # multi-way: line i of every file is the same sentence
+      train: {en: train.en.gz, de: train.de.gz, ...}
+      val:   {en: val.en.gz, ...}
+    pairs:                        # optional per-pair files (bitexts)
+      train:
+        de-en: {de: europarl.de, en: europarl.en}
+
+Paths are relative to the YAML's folder. Files may be gzipped. Every group of files that
+belongs together is checked for equal line counts when read.
+"""
+from __future__ import annotations
+
+import gzip
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from interlingua.errors import DataError
+
+_WS = re.compile(r"\s+")
+_LANG = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")
+
+
+@dataclass
+class ParallelGroup:
+    """Files whose lines are aligned: one file per language."""
+
+    name: str
+    files: dict[str, Path]
+
+
+@dataclass
+class Corpus:
+    name: str
+    languages: list[str]
+    splits: dict[str, list[ParallelGroup]] = field(default_factory=dict)
+    source: Path | None = None
+
+    def groups(self, split: str) -> list[ParallelGroup]:
+        if split not in self.splits:
+            raise DataError(f"corpus '{self.name}' has no split '{split}' (it has: {', '.join(sorted(self.splits))})")
+        return self.splits[split]
+
+    def languages_in(self, split: str) -> set[str]:
+        return {lang for g in self.groups(split) for lang in g.files}
+
+
+def load_corpus(path: str | Path) -> Corpus:
+    """Read and check a corpus YAML: languages known, files present."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"corpus file not found: {path}")
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise DataError(f"corpus {path} is not valid YAML: {err}") from None
+    if not isinstance(spec, dict):
+        raise DataError(f"corpus {path}: expected a mapping with 'languages' and 'splits'/'pairs'")
+    unknown = set(spec) - {"name", "languages", "splits", "pairs"}
+    if unknown:
+        raise DataError(f"corpus {path}: unknown key(s) {', '.join(sorted(unknown))}")
+    langs = spec.get("languages")
+    if not isinstance(langs, list) or not langs or not all(isinstance(x, str) and _LANG.match(x) for x in langs):
+        raise DataError(f"corpus {path}: 'languages' must be a non-empty list of language codes")
+    base = path.resolve().parent
+    corpus = Corpus(name=str(spec.get("name", path.stem)), languages=list(langs), source=path)
+
+    def resolve(split: str, group: str, files: object) -> ParallelGroup:
+        if not isinstance(files, dict) or len(files) < 1:
+            raise DataError(f"corpus {path}: {split}/{group} must map language codes to files")
+        out = {}
+        for lang, f in files.items():
+            if lang not in langs:
+                raise DataError(f"corpus {path}: {split}/{group} uses language '{lang}' not in languages {langs}")
+            p = Path(f)
+            p = p if p.is_absolute() else base / p
+            if not p.is_file():
+                raise DataError(f"corpus {path}: file for {split}/{group}/{lang} not found: {p}")
+            out[lang] = p
+        return ParallelGroup(name=group, files=out)
+
+    for split, files in (spec.get("splits") or {}).items():
+        corpus.splits.setdefault(split, []).append(resolve(split, "multiway", files))
+    for split, pairs in (spec.get("pairs") or {}).items():
+        if not isinstance(pairs, dict):
+            raise DataError(f"corpus {path}: pairs/{split} must map 'src-tgt' names to files")
+        for pair, files in pairs.items():
+            corpus.splits.setdefault(split, []).append(resolve(split, str(pair), files))
+    if not corpus.splits:
+        raise DataError(f"corpus {path}: no 'splits' or 'pairs' given")
+    return corpus
+
+
+def normalize_line(line: str, lowercase: bool, normalize: bool) -> str:
+    """NFKC + collapsed whitespace (+ lowercasing), the same for training and inference."""
+    if normalize:
+        line = _WS.sub(" ", unicodedata.normalize("NFKC", line)).strip()
+    else:
+        line = line.strip("\r\n")
+    return line.lower() if lowercase else line
+
+
+def read_lines(path: Path) -> list[str]:
+    """All lines of a (possibly gzipped) UTF-8 file, newline stripped."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except FileNotFoundError:
+        raise DataError(f"file not found: {path}") from None
+    except (UnicodeDecodeError, OSError, EOFError) as err:
+        raise DataError(f"cannot read {path}: {err}") from None
+
+
+def read_group(group: ParallelGroup, limit: int | None = None) -> dict[str, list[str]]:
+    """Read aligned files, insisting that they have the same number of lines."""
+    texts = {lang: read_lines(p) for lang, p in group.files.items()}
+    counts = {lang: len(t) for lang, t in texts.items()}
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"{group.files[lang]} has {n}" for lang, n in counts.items())
+        raise DataError(f"parallel files of '{group.name}' have different line counts: {detail}")
+    if limit is not None:
+        texts = {lang: t[:limit] for lang, t in texts.items()}
+    return texts
+
+
+def write_multiway_corpus_yaml(dest: Path, name: str, languages: list[str], splits: dict[str, dict[str, str]]) -> Path:
+    """Write the corpus YAML for a folder of multi-way parallel files."""
+    out = dest / "corpus.yaml"
+    out.write_text(yaml.safe_dump({"name": name, "languages": languages, "splits": splits}, sort_keys=False), encoding="utf-8")
+    return out

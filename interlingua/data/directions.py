@@ -1,0 +1,88 @@
+"""Which translation directions a run trains, and the seeded scheduler that rotates over them.
+
+The papers cycle through source and target languages batch by batch, uniformly, so that
+the shared bridge never drifts toward one language pair. The scheduler shuffles the list of
+directions once per cycle with a seed derived from (seed, cycle): its whole state is two
+integers, so a resumed run continues with exactly the same sequence.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from interlingua.config import DirectionsConfig
+from interlingua.errors import ConfigError
+
+Direction = tuple[str, str]
+
+
+def build_directions(cfg: DirectionsConfig, corpus_languages: list[str]) -> list[Direction]:
+    """Expand a directions config into the sorted list of trained (src, tgt) pairs."""
+    langs = sorted(cfg.languages or corpus_languages)
+    unknown = sorted(set(langs) - set(corpus_languages))
+    mentioned = {x for p in list(cfg.pairs) + list(cfg.held_out) for x in p} | ({cfg.pivot} if cfg.mode == "pivot" else set())
+    unknown += sorted(mentioned - set(corpus_languages) - set(unknown))
+    if unknown:
+        raise ConfigError(f"invalid config directions: language(s) {', '.join(unknown)} not in the corpus (it has {', '.join(sorted(corpus_languages))})")
+    if cfg.mode == "bilingual":
+        dirs = [tuple(cfg.pairs[0])]
+    elif cfg.mode == "explicit":
+        dirs = [tuple(p) for p in cfg.pairs]
+    elif cfg.mode == "pivot":
+        if cfg.pivot not in langs:
+            raise ConfigError(f"invalid config directions.pivot: '{cfg.pivot}' is not among the languages {langs}")
+        others = [lang for lang in langs if lang != cfg.pivot]
+        dirs = [(x, cfg.pivot) for x in others] + [(cfg.pivot, x) for x in others]
+    else:
+        dirs = [(a, b) for a in langs for b in langs if a != b]
+    for p in dirs:
+        if p[0] == p[1] and not cfg.monolingual:
+            raise ConfigError(f"invalid config directions: {p[0]}->{p[1]} is a copy direction; set monolingual: true instead")
+    if cfg.monolingual:
+        involved = sorted({x for p in dirs for x in p})
+        dirs += [(x, x) for x in involved]
+    held = {tuple(p) for p in cfg.held_out}
+    missing = held - set(dirs)
+    if missing and cfg.mode != "explicit":
+        pretty = ", ".join(f"{a}->{b}" for a, b in sorted(missing))
+        raise ConfigError(f"invalid config directions.held_out: {pretty} would not be trained anyway in mode '{cfg.mode}'")
+    dirs = sorted(set(dirs) - held)
+    if not dirs:
+        raise ConfigError("invalid config directions: no direction left to train")
+    return dirs
+
+
+def zero_shot_directions(trained: list[Direction], languages: list[str]) -> list[Direction]:
+    """Pairs of languages that have an encoder and a decoder but were never trained together."""
+    enc = {s for s, _ in trained}
+    dec = {t for _, t in trained}
+    return [(a, b) for a in sorted(languages) for b in sorted(languages)
+            if a != b and a in enc and b in dec and (a, b) not in trained]
+
+
+@dataclass
+class DirectionScheduler:
+    """Uniform rotation over directions, reshuffled each cycle from (seed, cycle)."""
+
+    directions: list[Direction]
+    seed: int
+    cycle: int = 0
+    position: int = 0
+
+    def _order(self) -> list[Direction]:
+        order = list(self.directions)
+        random.Random(self.seed * 1_000_003 + self.cycle).shuffle(order)
+        return order
+
+    def next(self) -> Direction:
+        d = self._order()[self.position]
+        self.position += 1
+        if self.position == len(self.directions):
+            self.position, self.cycle = 0, self.cycle + 1
+        return d
+
+    def state_dict(self) -> dict:
+        return {"cycle": self.cycle, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cycle, self.position = int(state["cycle"]), int(state["position"])

@@ -1,0 +1,84 @@
+"""Public data sets: download (or copy from a local mirror) with SHA-256 checks."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tqdm import tqdm
+
+from interlingua.data.corpus import write_multiway_corpus_yaml
+from interlingua.errors import DataError
+
+MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{name}"
+MULTI30K_LANGS = ["en", "de", "fr", "cs"]
+MULTI30K_SPLITS = ["train", "val", "test_2016_flickr"]
+MULTI30K_SHA256 = {
+    "test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
+    "train.cs.gz": "a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "val.cs.gz": "b63226e05c4bd5dd6a42897d74b86a1b9d2c31498252c572b1ea7f7996927fcc",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+}
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fetch(url: str, dest: Path) -> None:
+    """Download to a temporary file, then move into place: no half-written files."""
+    tmp = Path(tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".part")[1])
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as out:
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
+                for chunk in iter(lambda: resp.read(1 << 16), b""):
+                    out.write(chunk)
+                    bar.update(len(chunk))
+        tmp.replace(dest)
+    except (urllib.error.URLError, OSError) as err:
+        tmp.unlink(missing_ok=True)
+        raise DataError(f"cannot download {url}: {err} (offline? use --from DIR with a local copy)") from None
+
+
+def get_multi30k(dest: str | Path, source_dir: str | Path | None = None) -> Path:
+    """Put Multi30k task-1 raw files (train, val, test_2016_flickr; en de fr cs) into `dest`.
+
+    Files come from `source_dir` when given (a local mirror), else from the public
+    repository. Every file is checked against its published SHA-256; a corpus YAML is
+    written beside them and its path returned.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, digest in tqdm(sorted(MULTI30K_SHA256.items()), desc="multi30k", unit="file"):
+        target = dest / name
+        if target.is_file() and sha256_of(target) == digest:
+            continue
+        if source_dir is not None:
+            src = Path(source_dir) / name
+            if not src.is_file():
+                raise DataError(f"{src} not found: --from must be a folder holding the Multi30k files ({name}, ...)")
+            shutil.copyfile(src, target)
+        else:
+            _fetch(MULTI30K_URL.format(name=name), target)
+        actual = sha256_of(target)
+        if actual != digest:
+            target.unlink()
+            raise DataError(f"checksum mismatch for {name}: expected {digest}, got {actual}")
+    splits = {s: {lang: f"{s}.{lang}.gz" for lang in MULTI30K_LANGS} for s in MULTI30K_SPLITS}
+    return write_multiway_corpus_yaml(dest, "multi30k", MULTI30K_LANGS, splits)

@@ -1,0 +1,21 @@
+"""The toolkit's own exceptions: the CLI prints their message alone, no traceback."""
+
+
+class InterlinguaError(Exception):
+    """Bad input a user can fix (files, configs, languages, checkpoints)."""
+
+
+class ConfigError(InterlinguaError):
+    """A config key is unknown or has an invalid value."""
+
+
+class DataError(InterlinguaError):
+    """A corpus file is missing, unreadable or misaligned."""
+
+
+class CheckpointError(InterlinguaError):
+    """A checkpoint is missing, truncated or not an interlingua checkpoint."""
+
+
+class LanguageError(InterlinguaError):
+    """A language the model or corpus does not know was asked for."""

@@ -1,0 +1,81 @@
+"""PNG plots of what people would rather look at than read: curves, BLEU matrices, attention."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
+    """Train loss / penalty over steps, and dev BLEU per direction at each validation."""
+    train, valid = [], []
+    for line in metrics_jsonl.read_text().splitlines():
+        rec = json.loads(line)
+        (train if rec.get("type") == "train" else valid).append(rec)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    if train:
+        steps = [r["step"] for r in train]
+        axes[0].plot(steps, [r["loss"] for r in train], label="train token NLL")
+        axes[0].set_title("training loss")
+        axes[1].plot(steps, [r["penalty"] for r in train], color="tab:orange")
+        axes[1].set_title("bridge penalty ||AA^T - I||^2")
+    for ax in axes[:2]:
+        ax.set_xlabel("step")
+    if valid:
+        steps = [r["step"] for r in valid]
+        for name in valid[-1]["directions"]:
+            vals = [r["directions"].get(name, {}).get("bleu", np.nan) for r in valid]
+            axes[2].plot(steps, vals, marker=".", label=name, linestyle="--" if valid[-1]["directions"][name].get("zero_shot") else "-")
+        axes[2].plot(steps, [r["mean_bleu"] for r in valid], color="black", linewidth=2.5, label="mean (selection)")
+        axes[2].set_title("dev BLEU")
+        axes[2].set_xlabel("step")
+        axes[2].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+def plot_score_matrix(matrix: dict[str, dict[str, float | None]], languages: list[str], zero_shot: set[tuple[str, str]],
+                      title: str, out_png: Path) -> None:
+    """Heat map of a source x target score matrix; zero-shot cells are hatched and starred."""
+    data = np.full((len(languages), len(languages)), np.nan)
+    for i, s in enumerate(languages):
+        for j, t in enumerate(languages):
+            v = matrix.get(s, {}).get(t)
+            if v is not None:
+                data[i, j] = v
+    fig, ax = plt.subplots(figsize=(1.2 * len(languages) + 2, 1.1 * len(languages) + 1.5))
+    im = ax.imshow(data, cmap="viridis")
+    ax.set_xticks(range(len(languages)), languages)
+    ax.set_yticks(range(len(languages)), languages)
+    ax.set_xlabel("target")
+    ax.set_ylabel("source")
+    for i, s in enumerate(languages):
+        for j, t in enumerate(languages):
+            if not np.isnan(data[i, j]):
+                star = "*" if (s, t) in zero_shot else ""
+                ax.text(j, i, f"{data[i, j]:.1f}{star}", ha="center", va="center",
+                        color="white" if data[i, j] < np.nanmean(data) else "black", fontsize=9)
+    ax.set_title(title + ("\n(* zero-shot)" if zero_shot else ""), fontsize=10)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+def plot_attention_heads(attention: np.ndarray, tokens: list[str], out_png: Path, title: str = "") -> None:
+    """Bridge attention of one sentence: heads (rows) x subword tokens (columns)."""
+    fig, ax = plt.subplots(figsize=(max(4, 0.45 * len(tokens) + 2), max(2.5, 0.35 * attention.shape[0] + 1.5)))
+    im = ax.imshow(attention, cmap="Blues", aspect="auto", vmin=0, vmax=max(float(attention.max()), 1e-6))
+    ax.set_xticks(range(len(tokens)), tokens, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(attention.shape[0]), [f"head {i + 1}" for i in range(attention.shape[0])], fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(im, ax=ax, fraction=0.03)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)

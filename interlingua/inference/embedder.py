@@ -1,0 +1,76 @@
+"""`Embedder`: fixed-size sentence vectors from the attention bridge, as numpy arrays."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from interlingua.data.vocab import language_tag
+from interlingua.errors import InterlinguaError
+from interlingua.inference.inputs import encode_inputs, length_sorted_batches
+from interlingua.training.checkpoint import LoadedModel, load_model
+
+
+class Embedder:
+    """Sentence vectors: `mean` is the mean of M's k columns (what the papers use downstream),
+    `heads` the k columns themselves (n, k, d). A model without a bridge mean-pools H.
+
+    >>> emb = Embedder("runs/demo/best.pt")
+    >>> emb.encode(["a dog runs."], lang="en").shape
+    (1, 512)
+    """
+
+    def __init__(self, checkpoint: str | Path | LoadedModel):
+        self.loaded = checkpoint if isinstance(checkpoint, LoadedModel) else load_model(checkpoint)
+        self.model = self.loaded.model.eval()
+        self.vocabs = self.loaded.vocabs
+        self.pre = self.loaded.config.preprocess
+
+    @property
+    def languages(self) -> list[str]:
+        return self.model.encoder_langs
+
+    @property
+    def dim(self) -> int:
+        return self.model.cfg.encoder.hidden
+
+    def _prefix(self, lang: str) -> int | None:
+        return self.vocabs[lang].piece_id(language_tag(lang)) if self.model.cfg.shared else None
+
+    @torch.inference_mode()
+    def encode(self, sentences: Sequence[str], lang: str, pooling: str = "mean", batch_size: int = 64) -> np.ndarray:
+        """(n, d) float32 for `mean`, (n, k, d) for `heads`; an empty sentence gets zeros."""
+        if pooling not in ("mean", "heads"):
+            raise InterlinguaError(f"unknown pooling '{pooling}' (use 'mean' or 'heads')")
+        if pooling == "heads" and not self.model.has_bridge:
+            raise InterlinguaError("pooling='heads' needs an attention-bridge model; this one has bridge: none")
+        self.model.encoder_for(lang)
+        seqs = encode_inputs(sentences, self.vocabs[lang], self.pre)
+        k = self.model.cfg.bridge.heads
+        shape = (len(seqs), k, self.dim) if pooling == "heads" else (len(seqs), self.dim)
+        out = np.zeros(shape, dtype=np.float32)
+        for idx, ids, lengths in length_sorted_batches(seqs, batch_size, self._prefix(lang)):
+            bridged = self.model.encode(ids, lengths, lang)
+            mem, mask = bridged.memory.float(), bridged.memory_mask
+            if pooling == "heads":
+                vecs = mem
+            else:
+                m = mask.unsqueeze(-1).float()
+                vecs = (mem * m).sum(1) / m.sum(1).clamp_min(1.0)
+            out[idx] = vecs.numpy()
+        return out
+
+    @torch.inference_mode()
+    def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
+        """Bridge attention A (k, n) of one sentence and its subword pieces (for heat maps)."""
+        if not self.model.has_bridge:
+            raise InterlinguaError("this model has no attention bridge (bridge: none)")
+        seqs = encode_inputs([sentence], self.vocabs[lang], self.pre)
+        if not len(seqs[0]):
+            raise InterlinguaError("cannot show attention for an empty sentence")
+        _, ids, lengths = next(length_sorted_batches(seqs, 1, self._prefix(lang)))
+        bridged = self.model.encode(ids, lengths, lang)
+        pieces = [self.vocabs[lang].sp.id_to_piece(int(i)) for i in ids[0]]
+        return bridged.attention[0].float().numpy(), pieces

@@ -1,0 +1,38 @@
+"""Turn user text into model input the same way training text was prepared."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from interlingua.config import PreprocessConfig
+from interlingua.data.batching import pad_sources
+from interlingua.data.corpus import normalize_line
+from interlingua.data.vocab import Vocab
+
+log = logging.getLogger(__name__)
+
+
+def encode_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig) -> list[np.ndarray]:
+    """Normalise and encode; over-long inputs are truncated to `max_len` with one warning."""
+    texts = [normalize_line(s, pre.lowercase, pre.normalize) for s in sentences]
+    ids = vocab.encode_batch(texts)
+    too_long = sum(len(x) > pre.max_len for x in ids)
+    if too_long:
+        log.warning("%d input line(s) longer than max_len=%d subwords were truncated", too_long, pre.max_len)
+    empty = sum(len(x) == 0 for x in ids)
+    if empty:
+        log.warning("%d empty input line(s): their output is empty", empty)
+    return [np.asarray(x[:pre.max_len], dtype=np.int64) for x in ids]
+
+
+def length_sorted_batches(seqs: list[np.ndarray], batch_size: int, prefix: int | None = None
+                          ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Yield (original indices, padded ids, lengths) over the non-empty sequences, longest first."""
+    order = sorted((i for i, s in enumerate(seqs) if len(s)), key=lambda i: -len(seqs[i]))
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        src, lengths = pad_sources([seqs[i] for i in idx], prefix)
+        yield idx, src, lengths

@@ -1,0 +1,82 @@
+"""`Translator`: text in, text out, for any (src, tgt) the model has modules for, zero-shot too."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from interlingua.data.vocab import language_tag
+from interlingua.errors import LanguageError
+from interlingua.inference.inputs import encode_inputs, length_sorted_batches
+from interlingua.inference.search import beam_search, greedy_search
+from interlingua.training.checkpoint import LoadedModel, load_model
+
+
+class Translator:
+    """Batched translation with greedy or beam search; output is detokenised text.
+
+    >>> tr = Translator("runs/demo/best.pt")
+    >>> tr.translate(["ein hund läuft."], src="de", tgt="fr", beam_size=5)
+    """
+
+    def __init__(self, checkpoint: str | Path | LoadedModel, threads: int | None = None):
+        self.loaded = checkpoint if isinstance(checkpoint, LoadedModel) else load_model(checkpoint)
+        self.model = self.loaded.model.eval()
+        self.vocabs = self.loaded.vocabs
+        self.pre = self.loaded.config.preprocess
+        if threads:
+            torch.set_num_threads(threads)
+
+    @property
+    def source_languages(self) -> list[str]:
+        return self.model.encoder_langs
+
+    @property
+    def target_languages(self) -> list[str]:
+        return self.model.decoder_langs
+
+    @property
+    def trained_directions(self) -> list[tuple[str, str]]:
+        return self.loaded.directions
+
+    def _check(self, src: str, tgt: str) -> None:
+        self.model.encoder_for(src)
+        self.model.decoder_for(tgt)
+
+    @torch.inference_mode()
+    def translate(self, sentences: Sequence[str], src: str, tgt: str, beam_size: int = 1,
+                  length_penalty: float = 1.0, max_len: int | None = None, batch_size: int = 64,
+                  pivot: str | None = None, progress: bool = False) -> list[str]:
+        """Translate `sentences` from `src` to `tgt` (through `pivot` first when given)."""
+        if pivot is not None and pivot not in (src, tgt):
+            self._check(src, pivot)
+            self._check(pivot, tgt)
+            mid = self.translate(sentences, src, pivot, beam_size, length_penalty, max_len, batch_size, progress=progress)
+            return self.translate(mid, pivot, tgt, beam_size, length_penalty, max_len, batch_size, progress=progress)
+        self._check(src, tgt)
+        if beam_size < 1:
+            raise ValueError("beam_size must be at least 1")
+        seqs = encode_inputs(sentences, self.vocabs[src], self.pre)
+        prefix = self.vocabs[src].piece_id(language_tag(tgt)) if self.model.cfg.shared else None
+        decoder = self.model.decoder_for(tgt)
+        out = [""] * len(seqs)
+        n_batches = (sum(1 for s in seqs if len(s)) + batch_size - 1) // batch_size
+        for idx, ids, lengths in tqdm(length_sorted_batches(seqs, batch_size, prefix), total=n_batches,
+                                       desc=f"{src}->{tgt}", unit="batch", disable=not progress, leave=False):
+            limit = max_len or min(int(lengths.max()) * 2 + 10, 4 * self.pre.max_len)
+            bridged = self.model.encode(ids, lengths, src)
+            state = decoder.start(bridged.memory, bridged.memory_mask)
+            if beam_size == 1:
+                hyps = greedy_search(decoder, state, limit)
+            else:
+                hyps = beam_search(decoder, state, limit, beam_size, length_penalty)
+            for i, h in zip(idx, hyps):
+                out[i] = self.vocabs[tgt].decode(h)
+        return out
+
+
+def check_language(lang: str, known: Sequence[str], role: str) -> None:
+    if lang not in known:
+        raise LanguageError(f"unknown {role} language '{lang}' (the model knows: {', '.join(known)})")

@@ -1,0 +1,1 @@
+"""Neural building blocks: encoders, bridges, decoders, and the model that joins them."""

@@ -1,0 +1,96 @@
+"""Language-specific LSTM decoders with Luong ("general") attention over the bridge memory.
+
+Initial state: tanh(W mean(memory)) (paper 001), so the decoder starts from the sentence
+vector itself. Without input feeding the whole target sequence runs through one fused LSTM
+call in training (fast on CPU); with input feeding (`input_feed=True`, OpenNMT-py's default)
+the previous attentional state joins each input and steps run one at a time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from interlingua.data.vocab import PAD
+
+
+@dataclass
+class DecoderState:
+    hidden: torch.Tensor
+    """(layers, batch, hidden)"""
+    cell: torch.Tensor
+    """(layers, batch, hidden)"""
+    feed: torch.Tensor | None
+    """(batch, hidden) previous attentional state (input feeding only)."""
+    keys: torch.Tensor
+    """(batch, mem_len, hidden) W_a applied to the memory, computed once per sentence."""
+    memory: torch.Tensor
+    memory_mask: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> "DecoderState":
+        """Reorder / repeat along the batch (beam search)."""
+        return DecoderState(
+            self.hidden.index_select(1, index), self.cell.index_select(1, index),
+            None if self.feed is None else self.feed.index_select(0, index),
+            self.keys.index_select(0, index), self.memory.index_select(0, index),
+            self.memory_mask.index_select(0, index),
+        )
+
+
+class LSTMDecoder(nn.Module):
+    def __init__(self, vocab_size: int, embed_dim: int, hidden: int, layers: int, memory_dim: int,
+                 dropout: float, input_feed: bool):
+        super().__init__()
+        self.layers, self.hidden_size, self.input_feed = layers, hidden, input_feed
+        self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+        self.lstm = nn.LSTM(embed_dim + (hidden if input_feed else 0), hidden, num_layers=layers,
+                            batch_first=True, dropout=dropout if layers > 1 else 0.0)
+        self.init_proj = nn.Linear(memory_dim, 2 * layers * hidden)
+        self.key_proj = nn.Linear(memory_dim, hidden, bias=False)
+        self.out_proj = nn.Linear(memory_dim + hidden, hidden, bias=False)
+        self.generator = nn.Linear(hidden, vocab_size)
+        self.dropout = nn.Dropout(dropout)
+
+    def start(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> DecoderState:
+        """Initial state from the masked mean of the memory (mean of M's k columns)."""
+        m = memory_mask.unsqueeze(-1).to(memory.dtype)
+        pooled = (memory * m).sum(1) / m.sum(1).clamp_min(1.0)
+        init = torch.tanh(self.init_proj(pooled))                           # (batch, 2*L*H)
+        init = init.view(-1, 2, self.layers, self.hidden_size).permute(1, 2, 0, 3).contiguous()
+        feed = memory.new_zeros(memory.size(0), self.hidden_size) if self.input_feed else None
+        return DecoderState(init[0], init[1], feed, self.key_proj(memory), memory, memory_mask)
+
+    def _attend(self, query: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, torch.Tensor]:
+        """query (batch, T, H) -> attentional states (batch, T, H), weights (batch, T, mem_len)."""
+        scores = query @ state.keys.transpose(1, 2)
+        scores = scores.masked_fill(~state.memory_mask.unsqueeze(1), float("-inf"))
+        weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+        context = weights @ state.memory
+        return torch.tanh(self.out_proj(torch.cat([context, query], dim=-1))), weights
+
+    def forward(self, tgt_in: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: tgt_in (batch, T) -> attentional states (batch, T, H), attention (batch, T, mem_len)."""
+        emb = self.dropout(self.embed(tgt_in))
+        if not self.input_feed:
+            out, _ = self.lstm(emb, (state.hidden, state.cell))
+            att, weights = self._attend(out, state)
+            return self.dropout(att), weights
+        outs, ws = [], []
+        for t in range(emb.size(1)):
+            att, weights, state = self._step(emb[:, t:t + 1], state)
+            outs.append(att)
+            ws.append(weights)
+        return self.dropout(torch.cat(outs, 1)), torch.cat(ws, 1)
+
+    def _step(self, emb: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, torch.Tensor, DecoderState]:
+        inp = emb if state.feed is None else torch.cat([emb, self.dropout(state.feed).unsqueeze(1)], -1)
+        out, (h, c) = self.lstm(inp, (state.hidden, state.cell))
+        att, weights = self._attend(out, state)
+        new = DecoderState(h, c, att[:, 0] if self.input_feed else None, state.keys, state.memory, state.memory_mask)
+        return att, weights, new
+
+    def step(self, prev: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
+        """One inference step: prev (batch,) token ids -> log-probabilities (batch, V), new state."""
+        att, _, state = self._step(self.embed(prev).unsqueeze(1), state)
+        return torch.log_softmax(self.generator(att[:, 0]).float(), dim=-1), state

@@ -1,0 +1,90 @@
+"""The whole model: encoder[src_lang] -> shared bridge -> decoder[tgt_lang].
+
+Language-specific modules live in ModuleDicts keyed by language code; with `shared: true`
+one encoder and one decoder (key "shared") serve every language and the source carries a
+target-language tag (Johnson et al.), the same picture with one module on each side.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from interlingua.config import ModelConfig
+from interlingua.data.vocab import PAD
+from interlingua.errors import LanguageError
+from interlingua.modules.bridges import AttentionBridge, BridgeOutput, NoBridge
+from interlingua.modules.decoders import DecoderState, LSTMDecoder
+from interlingua.modules.encoders import BiLSTMEncoder
+
+SHARED = "shared"
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor
+    """What backward() sees: mean token cross-entropy + lambda * mean penalty."""
+    nll_sum: float
+    n_tokens: int
+    penalty: float
+    """Mean ||A A^T - I||_F^2 per sentence of the batch."""
+
+
+class TranslationModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_sizes: dict[str, int], encoder_langs: list[str], decoder_langs: list[str]):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder_langs, self.decoder_langs = sorted(encoder_langs), sorted(decoder_langs)
+        d_h = cfg.encoder.hidden
+        enc_keys = [SHARED] if cfg.shared else self.encoder_langs
+        dec_keys = [SHARED] if cfg.shared else self.decoder_langs
+        size = (lambda key: next(iter(vocab_sizes.values()))) if cfg.shared else vocab_sizes.__getitem__
+        self.encoders = nn.ModuleDict({
+            k: BiLSTMEncoder(size(k), cfg.embed_dim, d_h, cfg.encoder.layers, cfg.dropout) for k in enc_keys})
+        self.bridge = AttentionBridge(d_h, cfg.bridge.hidden, cfg.bridge.heads) if cfg.bridge.type == "attention" else NoBridge()
+        self.decoders = nn.ModuleDict({
+            k: LSTMDecoder(size(k), cfg.embed_dim, cfg.decoder.hidden, cfg.decoder.layers, d_h,
+                           cfg.dropout, cfg.decoder.input_feed) for k in dec_keys})
+
+    @property
+    def has_bridge(self) -> bool:
+        return isinstance(self.bridge, AttentionBridge)
+
+    def encoder_for(self, lang: str) -> BiLSTMEncoder:
+        if lang not in self.encoder_langs:
+            raise LanguageError(f"the model has no encoder for '{lang}' (source languages: {', '.join(self.encoder_langs)})")
+        return self.encoders[SHARED if self.cfg.shared else lang]
+
+    def decoder_for(self, lang: str) -> LSTMDecoder:
+        if lang not in self.decoder_langs:
+            raise LanguageError(f"the model has no decoder for '{lang}' (target languages: {', '.join(self.decoder_langs)})")
+        return self.decoders[SHARED if self.cfg.shared else lang]
+
+    def encode(self, src: torch.Tensor, lengths: torch.Tensor, src_lang: str) -> BridgeOutput:
+        states, mask = self.encoder_for(src_lang)(src, lengths)
+        return self.bridge(states, mask)
+
+    def start_decoding(self, bridged: BridgeOutput, tgt_lang: str) -> DecoderState:
+        return self.decoder_for(tgt_lang).start(bridged.memory, bridged.memory_mask)
+
+    def loss(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
+             src_lang: str, tgt_lang: str, penalty_weight: float = 0.0, label_smoothing: float = 0.0) -> LossOutput:
+        """Teacher-forced loss of one batch; logits are computed only at real target positions."""
+        bridged = self.encode(src, src_lengths, src_lang)
+        decoder = self.decoder_for(tgt_lang)
+        att, _ = decoder(tgt_in, decoder.start(bridged.memory, bridged.memory_mask))
+        real = tgt_out != PAD
+        logits = decoder.generator(att[real]).float()
+        gold = tgt_out[real]
+        nll_sum = F.cross_entropy(logits, gold, reduction="sum")
+        n = int(real.sum())
+        if label_smoothing > 0:
+            train_loss = F.cross_entropy(logits, gold, label_smoothing=label_smoothing)
+        else:
+            train_loss = nll_sum / max(n, 1)
+        penalty = bridged.penalty.float().mean()
+        if penalty_weight > 0 and bridged.attention is not None:
+            train_loss = train_loss + penalty_weight * penalty
+        return LossOutput(train_loss, float(nll_sum.detach()), n, float(penalty.detach()))

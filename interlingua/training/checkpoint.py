@@ -1,0 +1,95 @@
+"""Self-contained checkpoints: config + vocabularies + weights (+ training state), written atomically.
+
+One file is enough to translate or embed. Writing goes to a temporary file in the same
+folder, is flushed to disk, then renamed over the old file, so a kill mid-write never
+destroys the previous checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interlingua.config import ExperimentConfig, parse_config
+from interlingua.data.vocab import Vocab
+from interlingua.errors import CheckpointError
+from interlingua.modules.model import TranslationModel
+
+FORMAT = "interlingua-checkpoint"
+VERSION = 1
+
+
+def save_atomic(obj: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_payload(cfg: ExperimentConfig, model: TranslationModel, vocabs: dict[str, Vocab],
+                  directions: list[tuple[str, str]], training_state: dict[str, Any] | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": cfg.model_dump(mode="json"),
+        "vocabs": {lang: v.proto for lang, v in vocabs.items()},
+        "encoder_langs": model.encoder_langs,
+        "decoder_langs": model.decoder_langs,
+        "directions": [list(d) for d in directions],
+        "model": model.state_dict(),
+    }
+    if training_state is not None:
+        payload["training"] = training_state
+    return payload
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many kinds for truncated/garbled files
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {str(err).splitlines()[0][:200]}") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not an interlingua checkpoint")
+    if payload.get("version", 0) > VERSION:
+        raise CheckpointError(f"{path} was written by a newer interlingua (format {payload['version']} > {VERSION})")
+    return payload
+
+
+@dataclass
+class LoadedModel:
+    model: TranslationModel
+    vocabs: dict[str, Vocab]
+    config: ExperimentConfig
+    directions: list[tuple[str, str]]
+    payload: dict[str, Any]
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    """Rebuild the model and vocabularies of a checkpoint, in eval mode."""
+    payload = read_checkpoint(path)
+    try:
+        cfg = parse_config(payload["config"], source=f"stored in {path}")
+        protos = payload["vocabs"]
+        cache: dict[bytes, Vocab] = {}
+        vocabs = {lang: cache.setdefault(p, Vocab(p)) for lang, p in protos.items()}
+        model = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
+                                 payload["encoder_langs"], payload["decoder_langs"])
+        model.load_state_dict(payload["model"])
+    except (KeyError, RuntimeError) as err:
+        raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {str(err).splitlines()[0][:200]}") from None
+    model.eval()
+    return LoadedModel(model, vocabs, cfg, [tuple(d) for d in payload["directions"]], payload)
