@@ -8,7 +8,6 @@ import torch
 from tqdm import tqdm
 
 from interlingua.data.vocab import language_tag
-from interlingua.errors import LanguageError
 from interlingua.inference.inputs import encode_inputs, length_sorted_batches
 from interlingua.inference.search import beam_search, greedy_search
 from interlingua.training.checkpoint import LoadedModel, load_model
@@ -75,8 +74,3 @@ class Translator:
             for i, h in zip(idx, hyps):
                 out[i] = self.vocabs[tgt].decode(h)
         return out
-
-
-def check_language(lang: str, known: Sequence[str], role: str) -> None:
-    if lang not in known:
-        raise LanguageError(f"unknown {role} language '{lang}' (the model knows: {', '.join(known)})")

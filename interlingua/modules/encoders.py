@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from interlingua.data.vocab import PAD
 
@@ -13,25 +12,43 @@ def lengths_to_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
 
 
+def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each sequence's real tokens in place of a right-padded batch (padding stays put)."""
+    steps = torch.arange(x.size(1), device=x.device)[None, :]
+    idx = lengths[:, None] - 1 - steps
+    idx = torch.where(idx >= 0, idx, steps)
+    return x.gather(1, idx.unsqueeze(-1).expand_as(x))
+
+
 class BiLSTMEncoder(nn.Module):
     """Stacked bidirectional LSTM (the papers: 2 layers, d_h = 512, 256 per direction).
 
-    Sequences are packed, so a sentence's states do not depend on how much padding its
-    batch carries.
+    Each direction is a plain unidirectional LSTM over a right-padded batch; the backward one
+    reads every sentence reversed in place, so it starts on the sentence's last real token,
+    never on padding. Real positions are therefore exact whatever the padding, and both
+    directions run on the fused (oneDNN) kernels, several times faster on CPU than
+    packed sequences.
     """
 
     def __init__(self, vocab_size: int, embed_dim: int, hidden: int, layers: int, dropout: float):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
-        self.lstm = nn.LSTM(embed_dim, hidden // 2, num_layers=layers, batch_first=True,
-                            bidirectional=True, dropout=dropout if layers > 1 else 0.0)
+        half = hidden // 2
+        self.forward_layers = nn.ModuleList(
+            nn.LSTM(embed_dim if i == 0 else hidden, half, batch_first=True) for i in range(layers))
+        self.backward_layers = nn.ModuleList(
+            nn.LSTM(embed_dim if i == 0 else hidden, half, batch_first=True) for i in range(layers))
         self.dropout = nn.Dropout(dropout)
         self.output_dim = hidden
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src (batch, src_len), lengths (batch,) -> H (batch, src_len, d_h), mask (batch, src_len)."""
+        mask = lengths_to_mask(lengths, src.size(1))
         x = self.dropout(self.embed(src))
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, _ = self.lstm(packed)
-        states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
-        return self.dropout(states), lengths_to_mask(lengths, src.size(1))
+        for i, (fwd, bwd) in enumerate(zip(self.forward_layers, self.backward_layers)):
+            if i > 0:
+                x = self.dropout(x)
+            ahead, _ = fwd(x)
+            behind, _ = bwd(reverse_padded(x, lengths))
+            x = torch.cat([ahead, reverse_padded(behind, lengths)], dim=-1)
+        return self.dropout(x) * mask.unsqueeze(-1).to(x.dtype), mask

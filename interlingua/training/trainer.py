@@ -67,7 +67,7 @@ class Trainer:
         self.model = TranslationModel(cfg.model, {lang: len(v) for lang, v in self.data.vocabs.items()},
                                       self.encoder_langs, self.decoder_langs)
         self.optimizer = (torch.optim.SGD(self.model.parameters(), lr=tc.lr) if tc.optimizer == "sgd"
-                          else torch.optim.Adam(self.model.parameters(), lr=tc.lr))
+                          else torch.optim.Adam(self.model.parameters(), lr=tc.lr, fused=True))
         self.scheduler = DirectionScheduler(self.directions, tc.seed)
         self.batches = {d: self._direction_batches(d) for d in self.directions}
         self.devsets = self._devsets()

@@ -1,0 +1,208 @@
+"""The `interlingua` command. It only parses arguments and calls library functions."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from interlingua.errors import InterlinguaError
+
+log = logging.getLogger("interlingua")
+
+
+def _read_lines(path: str | None) -> list[str]:
+    if path in (None, "-"):
+        return [line.rstrip("\r\n") for line in sys.stdin]
+    p = Path(path)
+    if not p.is_file():
+        raise InterlinguaError(f"input file not found: {p}")
+    return p.read_text(encoding="utf-8").splitlines()
+
+
+def cmd_data(args: argparse.Namespace) -> None:
+    if args.dataset == "multi30k":
+        from interlingua.data.download import get_multi30k
+        path = get_multi30k(args.dest, args.source)
+        print(f"multi30k ready: {path}")
+    else:
+        from interlingua.data.senteval_download import download_senteval_probing
+        files = download_senteval_probing(Path(args.dest))
+        print(f"{len(files)} SentEval probing files in {args.dest}")
+
+
+def cmd_prepare(args: argparse.Namespace) -> None:
+    from interlingua.config import load_config
+    from interlingua.data.prepare import prepare
+    cfg = load_config(args.config, args.set)
+    data = prepare(cfg, force=args.force)
+    sizes = {lang: len(v) for lang, v in data.vocabs.items()}
+    counts = {split: sum(len(g) for g in groups) for split, groups in data.splits.items()}
+    print(f"prepared {cfg.work_dir / 'data'}: vocabularies {sizes}; lines per split {counts}")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from interlingua.config import load_config
+    from interlingua.training.trainer import train
+    cfg = load_config(args.config, args.set)
+    result = train(cfg, resume=args.resume)
+    best = "n/a" if result.best_bleu is None else f"{result.best_bleu:.2f}"
+    print(f"trained {result.steps} steps; best dev mean BLEU {best}; "
+          f"checkpoints: {result.best_checkpoint}, {result.last_checkpoint}")
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    from interlingua.inference.translator import Translator
+    tr = Translator(args.model, threads=args.threads)
+    lines = _read_lines(args.input)
+    out = tr.translate(lines, args.src, args.tgt, beam_size=args.beam, length_penalty=args.length_penalty,
+                       max_len=args.max_len, batch_size=args.batch_size, pivot=args.pivot, progress=True)
+    text = "".join(s + "\n" for s in out)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_embed(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from interlingua.inference.embedder import Embedder
+    emb = Embedder(args.model)
+    vecs = emb.encode(_read_lines(args.input), args.lang, pooling=args.pooling, batch_size=args.batch_size)
+    if args.output:
+        np.save(args.output, vecs)
+    else:
+        np.save(sys.stdout.buffer, vecs)
+    log.info("wrote %s float32 vectors", "x".join(map(str, vecs.shape)))
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    if args.suite == "bleu":
+        from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
+        from interlingua.inference.translator import Translator
+        tr = Translator(args.model, threads=args.threads)
+        corpus = args.corpus or tr.loaded.config.corpus
+        res = bleu_matrix(tr, corpus, split=args.split, beam_size=args.beam, batch_size=args.batch_size,
+                          pivot=args.pivot, max_sentences=args.max_sentences)
+        out_dir = Path(args.out or Path(args.model).parent / "eval")
+        stem = f"bleu_{args.split}_beam{args.beam}" + (f"_pivot-{args.pivot}" if args.pivot else "")
+        files = write_matrix(res, out_dir, stem, title=f"{Path(args.model).name} on {args.split}")
+        print(res.to_markdown(f"{Path(args.model).name} on {args.split}"))
+        print("\nwritten: " + ", ".join(str(f) for f in files))
+        return
+    from interlingua.evaluation.sentence_suite import run_sentence_suite
+    out = run_sentence_suite(args.suite, args.model, data_root=Path(args.data_root), out_dir=args.out,
+                             quick=args.quick, references=not args.no_references)
+    print(json.dumps(out, indent=1)[:4000])
+
+
+def cmd_attention(args: argparse.Namespace) -> None:
+    from interlingua.evaluation.plots import plot_attention_heads
+    from interlingua.inference.embedder import Embedder
+    emb = Embedder(args.model)
+    att, pieces = emb.attention(args.sentence, args.lang)
+    plot_attention_heads(att, pieces, Path(args.output), title=f"bridge attention ({args.lang}): {args.sentence}")
+    print(f"written {args.output}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from interlingua.demo import run_demo
+    run_demo(Path(args.work), minutes=args.minutes, data_from=args.source)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="interlingua", description="Multilingual NMT through a shared attention bridge.")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("data", help="download (or copy) a public data set")
+    d.add_argument("dataset", choices=["multi30k", "senteval-probing"])
+    d.add_argument("--dest", required=True, help="folder to put the files in")
+    d.add_argument("--from", dest="source", default=None, help="copy from this local folder instead of downloading")
+    d.set_defaults(func=cmd_data)
+
+    for name, func, helptext in (("prepare", cmd_prepare, "train sentencepiece and cache the encoded corpus"),
+                                 ("train", cmd_train, "train a model from a YAML config")):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("config", help="experiment YAML")
+        c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config value, e.g. --set train.max_steps=500")
+        if name == "prepare":
+            c.add_argument("--force", action="store_true", help="re-prepare even if the cache is current")
+        else:
+            c.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
+        c.set_defaults(func=func)
+
+    t = sub.add_parser("translate", help="translate lines from stdin (or -i) to stdout (or -o)")
+    t.add_argument("--model", required=True)
+    t.add_argument("--src", required=True)
+    t.add_argument("--tgt", required=True)
+    t.add_argument("--pivot", default=None, help="translate through this language (src -> pivot -> tgt)")
+    t.add_argument("--beam", type=int, default=5)
+    t.add_argument("--length-penalty", type=float, default=1.0)
+    t.add_argument("--max-len", type=int, default=None)
+    t.add_argument("--batch-size", type=int, default=64)
+    t.add_argument("--threads", type=int, default=None)
+    t.add_argument("-i", "--input", default=None)
+    t.add_argument("-o", "--output", default=None)
+    t.set_defaults(func=cmd_translate)
+
+    e = sub.add_parser("embed", help="sentence vectors (.npy) for lines from stdin (or -i)")
+    e.add_argument("--model", required=True)
+    e.add_argument("--lang", required=True)
+    e.add_argument("--pooling", choices=["mean", "heads"], default="mean")
+    e.add_argument("--batch-size", type=int, default=64)
+    e.add_argument("-i", "--input", default=None)
+    e.add_argument("-o", "--output", default=None, help=".npy file (default: stdout)")
+    e.set_defaults(func=cmd_embed)
+
+    v = sub.add_parser("evaluate", help="BLEU/chrF matrix, or a sentence-vector suite")
+    v.add_argument("suite", choices=["bleu", "downstream", "similarity", "nli", "probing", "crosslingual", "retrieval", "all"])
+    v.add_argument("--model", required=True)
+    v.add_argument("--split", default="test_2016_flickr")
+    v.add_argument("--corpus", default=None, help="corpus YAML (default: the one the model was trained on)")
+    v.add_argument("--beam", type=int, default=1)
+    v.add_argument("--pivot", default=None)
+    v.add_argument("--batch-size", type=int, default=64)
+    v.add_argument("--max-sentences", type=int, default=None)
+    v.add_argument("--threads", type=int, default=None)
+    v.add_argument("--data-root", default=str(Path("..") / "shared" / "data"), help="folder with senteval_downstream/, xnli/, multi30k/")
+    v.add_argument("--quick", action="store_true", help="subsample data sets (smoke runs)")
+    v.add_argument("--no-references", action="store_true", help="skip the bag-of-words and untrained reference points")
+    v.add_argument("--out", default=None, help="output folder (default: <model folder>/eval)")
+    v.set_defaults(func=cmd_evaluate)
+
+    a = sub.add_parser("attention", help="heat map of the bridge attention of one sentence")
+    a.add_argument("--model", required=True)
+    a.add_argument("--lang", required=True)
+    a.add_argument("--output", default="attention.png")
+    a.add_argument("sentence")
+    a.set_defaults(func=cmd_attention)
+
+    m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")
+    m.add_argument("--work", default="demo_run")
+    m.add_argument("--minutes", type=float, default=8.0, help="training budget")
+    m.add_argument("--from", dest="source", default=None, help="local Multi30k folder (default: ../shared/data/multi30k if present, else download)")
+    m.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        args.func(args)
+    except InterlinguaError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""`interlingua evaluate bleu`: the full source x target BLEU / chrF matrix of a model on a split.
+
+Hypotheses are detokenised text scored against the raw reference files with lowercased
+sacreBLEU (13a), the papers' signature; directions never trained are marked zero-shot.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sacrebleu.metrics import BLEU, CHRF
+
+from interlingua.data.corpus import load_corpus, read_group
+from interlingua.errors import DataError
+from interlingua.evaluation.plots import plot_score_matrix
+from interlingua.inference.translator import Translator
+
+BLEU_SIGNATURE_NOTE = "sacreBLEU, lowercased, tokenize 13a (signature nrefs:1|case:lc|eff:no|tok:13a|smooth:exp)"
+
+
+@dataclass
+class MatrixResult:
+    split: str
+    languages: list[str]
+    bleu: dict[str, dict[str, float]]
+    chrf: dict[str, dict[str, float]]
+    zero_shot: list[tuple[str, str]]
+    beam_size: int
+    pivot: str | None
+    seconds: dict[str, float] = field(default_factory=dict)
+    signature: str = ""
+
+    def to_json(self) -> dict:
+        return {"split": self.split, "languages": self.languages, "bleu": self.bleu, "chrf": self.chrf,
+                "zero_shot": [f"{s}-{t}" for s, t in self.zero_shot], "beam_size": self.beam_size,
+                "pivot": self.pivot, "seconds": self.seconds, "signature": self.signature}
+
+    def to_markdown(self, title: str = "") -> str:
+        zs = set(self.zero_shot)
+        out = [f"# {title or 'BLEU matrix'}", "",
+               f"Split `{self.split}`, beam {self.beam_size}{', pivot ' + self.pivot if self.pivot else ''}. "
+               f"{self.signature}. Rows: source, columns: target; *italic* = zero-shot (direction never trained).", ""]
+        for name, table in (("BLEU", self.bleu), ("chrF", self.chrf)):
+            out += [f"## {name}", "", "| src \\ tgt | " + " | ".join(self.languages) + " |",
+                    "|---" * (len(self.languages) + 1) + "|"]
+            for s in self.languages:
+                cells = []
+                for t in self.languages:
+                    v = table.get(s, {}).get(t)
+                    cells.append("-" if v is None else (f"*{v:.2f}*" if (s, t) in zs else f"{v:.2f}"))
+                out.append(f"| **{s}** | " + " | ".join(cells) + " |")
+            out.append("")
+        return "\n".join(out)
+
+
+def load_split_texts(corpus_path: Path, split: str, max_sentences: int | None = None) -> list[dict[str, list[str]]]:
+    corpus = load_corpus(corpus_path)
+    return [read_group(g, limit=max_sentences) for g in corpus.groups(split)]
+
+
+def parallel_texts(groups: list[dict[str, list[str]]], src: str, tgt: str) -> tuple[list[str], list[str]]:
+    srcs, refs = [], []
+    for g in groups:
+        if src in g and tgt in g:
+            for a, b in zip(g[src], g[tgt]):
+                if a.strip() and b.strip():
+                    srcs.append(a)
+                    refs.append(b)
+    return srcs, refs
+
+
+def bleu_matrix(translator: Translator, corpus_path: str | Path, split: str = "test_2016_flickr", beam_size: int = 1,
+                length_penalty: float = 1.0, batch_size: int = 64, pivot: str | None = None,
+                languages: list[str] | None = None, max_sentences: int | None = None, progress: bool = True) -> MatrixResult:
+    groups = load_split_texts(Path(corpus_path), split, max_sentences)
+    langs = sorted(languages or set(translator.source_languages) | set(translator.target_languages))
+    trained = set(translator.trained_directions)
+    bleu: dict[str, dict[str, float]] = {}
+    chrf: dict[str, dict[str, float]] = {}
+    zero_shot, seconds = [], {}
+    bleu_metric, chrf_metric = BLEU(lowercase=True, tokenize="13a"), CHRF(lowercase=True)
+    signature = ""
+    for s in langs:
+        for t in langs:
+            if s == t or s not in translator.source_languages or t not in translator.target_languages:
+                continue
+            if pivot and (pivot not in translator.target_languages or pivot not in translator.source_languages):
+                raise DataError(f"pivot '{pivot}' needs both an encoder and a decoder in the model")
+            srcs, refs = parallel_texts(groups, s, t)
+            if not srcs:
+                continue
+            t0 = time.perf_counter()
+            hyps = translator.translate(srcs, s, t, beam_size=beam_size, length_penalty=length_penalty,
+                                        batch_size=batch_size, pivot=pivot, progress=progress)
+            seconds[f"{s}-{t}"] = round(time.perf_counter() - t0, 2)
+            b = bleu_metric.corpus_score(hyps, [refs])
+            signature = str(bleu_metric.get_signature())
+            bleu.setdefault(s, {})[t] = round(b.score, 2)
+            chrf.setdefault(s, {})[t] = round(chrf_metric.corpus_score(hyps, [refs]).score, 2)
+            if (s, t) not in trained:
+                zero_shot.append((s, t))
+    if not bleu:
+        raise DataError(f"split '{split}' has no parallel text for any direction of the model ({', '.join(langs)})")
+    return MatrixResult(split, langs, bleu, chrf, zero_shot, beam_size, pivot, seconds, signature)
+
+
+def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", title: str = "") -> list[Path]:
+    """Markdown + JSON + BLEU and chrF heat maps."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, js = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
+    md.write_text(result.to_markdown(title))
+    js.write_text(json.dumps(result.to_json(), indent=1))
+    zs = set(result.zero_shot)
+    pngs = []
+    for name, table in (("bleu", result.bleu), ("chrf", result.chrf)):
+        png = out_dir / f"{stem}_{name}.png"
+        plot_score_matrix(table, result.languages, zs, f"{name.upper() if name == 'bleu' else 'chrF'} on {result.split}", png)
+        pngs.append(png)
+    return [md, js, *pngs]

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (idempotent) and run the test suite on the CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+.venv/bin/python -m pytest tests "$@"

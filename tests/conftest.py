@@ -1,0 +1,52 @@
+"""Shared fixtures: real Multi30k from ../shared/data, and one tiny trained model per session."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from interlingua.config import parse_config
+from interlingua.data.download import get_multi30k
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+MULTI30K = SHARED_DATA / "multi30k"
+
+torch.set_num_threads(2)
+
+
+def tiny_config(corpus: Path, work_dir: Path, **sections) -> dict:
+    """A model small enough to train for seconds; sections override parts of it."""
+    cfg = {
+        "name": "tiny",
+        "corpus": str(corpus),
+        "work_dir": str(work_dir),
+        "preprocess": {"vocab_size": 400, "max_train_sentences": 200, "max_valid_sentences": 40, "max_len": 40},
+        "directions": {"mode": "bilingual", "pairs": [["en", "de"]]},
+        "model": {"embed_dim": 48, "encoder": {"hidden": 64, "layers": 1}, "bridge": {"heads": 4, "hidden": 32},
+                  "decoder": {"hidden": 64, "layers": 1}, "dropout": 0.0},
+        "train": {"max_steps": 30, "valid_every": 1000, "log_every": 10, "batch_size": 20, "lr": 0.005, "seed": 7},
+    }
+    for key, value in sections.items():
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def multi30k_corpus(tmp_path_factory) -> Path:
+    if not (MULTI30K / "train.en.gz").is_file():
+        pytest.skip("../shared/data/multi30k is not available")
+    return get_multi30k(tmp_path_factory.mktemp("m30k"), MULTI30K)
+
+
+@pytest.fixture(scope="session")
+def trained_model(multi30k_corpus, tmp_path_factory) -> Path:
+    """en<->de + de->de tiny bridge model, overfitted on 200 lines (about 20 s on 2 cores)."""
+    from interlingua.training.trainer import Trainer
+    work = tmp_path_factory.mktemp("trained")
+    cfg = parse_config(tiny_config(multi30k_corpus, work,
+                                   directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]], "monolingual": True},
+                                   train={"max_steps": 600, "valid_every": 600, "batch_size": 25, "lr": 0.01}))
+    result = Trainer(cfg).train()
+    return result.best_checkpoint

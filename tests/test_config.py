@@ -1,0 +1,48 @@
+import pytest
+
+from interlingua.config import load_config, parse_config
+from interlingua.errors import ConfigError
+
+
+def test_unknown_key_names_its_path():
+    with pytest.raises(ConfigError, match=r"model\.bridge\.head: unknown key"):
+        parse_config({"corpus": "c.yaml", "model": {"bridge": {"head": 10}}})
+
+
+def test_bad_value_names_key_and_reason():
+    with pytest.raises(ConfigError, match=r"train\.optimizer: .*'sgd' or 'adam'"):
+        parse_config({"corpus": "c.yaml", "train": {"optimizer": "rmsprop"}})
+    with pytest.raises(ConfigError, match=r"model\.encoder\.hidden: .*even"):
+        parse_config({"corpus": "c.yaml", "model": {"encoder": {"hidden": 511}}})
+    with pytest.raises(ConfigError, match=r"directions: .*exactly one"):
+        parse_config({"corpus": "c.yaml", "directions": {"mode": "bilingual"}})
+    with pytest.raises(ConfigError, match=r"corpus: Field required"):
+        parse_config({})
+
+
+def test_yaml_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_overrides_and_relative_corpus(tmp_path):
+    f = tmp_path / "exp.yaml"
+    f.write_text("corpus: data/corpus.yaml\ntrain: {max_steps: 5}\n")
+    cfg = load_config(f, ["train.max_steps=9", "model.bridge.heads=25", "directions.held_out=[[de, fr]]"])
+    assert cfg.train.max_steps == 9 and cfg.model.bridge.heads == 25
+    assert cfg.directions.held_out == [("de", "fr")]
+    assert cfg.corpus == (tmp_path / "data" / "corpus.yaml").resolve()
+    with pytest.raises(ConfigError, match="key.path=value"):
+        load_config(f, ["nonsense"])
+
+
+def test_shipped_recipes_are_valid():
+    from pathlib import Path
+    recipes = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+    assert recipes
+    for r in recipes:
+        load_config(r)

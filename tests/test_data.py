@@ -1,0 +1,113 @@
+import gzip
+import logging
+
+import pytest
+
+from interlingua.config import parse_config
+from interlingua.data.batching import DirectionBatches, make_batch
+from interlingua.data.corpus import load_corpus, normalize_line, read_group
+from interlingua.data.download import get_multi30k
+from interlingua.data.prepare import direction_pairs, prepare
+from interlingua.data.vocab import BOS, EOS, PAD
+from interlingua.errors import DataError
+
+from conftest import MULTI30K, tiny_config
+
+
+def write_corpus(tmp_path, en_lines, de_lines):
+    (tmp_path / "a.en").write_text("".join(x + "\n" for x in en_lines))
+    with gzip.open(tmp_path / "a.de.gz", "wt") as f:
+        f.write("".join(x + "\n" for x in de_lines))
+    (tmp_path / "corpus.yaml").write_text(
+        "languages: [en, de]\nsplits:\n  train: {en: a.en, de: a.de.gz}\n  val: {en: a.en, de: a.de.gz}\n")
+    return tmp_path / "corpus.yaml"
+
+
+def test_mismatched_line_counts_name_files_and_counts(tmp_path):
+    path = write_corpus(tmp_path, ["a", "b", "c"], ["x", "y"])
+    group = load_corpus(path).groups("train")[0]
+    with pytest.raises(DataError, match=r"a\.en has 3.*a\.de\.gz has 2"):
+        read_group(group)
+
+
+def test_missing_file_and_unknown_language(tmp_path):
+    (tmp_path / "c.yaml").write_text("languages: [en, de]\nsplits:\n  train: {en: missing.en, de: x.de}\n")
+    with pytest.raises(DataError, match="train/multiway/en not found"):
+        load_corpus(tmp_path / "c.yaml")
+    (tmp_path / "d.yaml").write_text("languages: [en]\nsplits:\n  train: {fr: x.fr}\n")
+    with pytest.raises(DataError, match="language 'fr' not in languages"):
+        load_corpus(tmp_path / "d.yaml")
+    with pytest.raises(DataError, match="corpus file not found"):
+        load_corpus(tmp_path / "none.yaml")
+
+
+def test_empty_lines_skipped_and_long_lines_truncated_with_warnings(tmp_path, caplog):
+    en = ["a small dog runs", "", "the cat sleeps"] * 20 + ["word " * 300]
+    de = ["ein kleiner hund rennt", "leer", ""] * 20 + ["wort " * 300]
+    path = write_corpus(tmp_path, en, de)
+    cfg = parse_config(tiny_config(path, tmp_path / "w", preprocess={"max_len": 30, "vocab_size": 60, "max_train_sentences": None}))
+    with caplog.at_level(logging.WARNING):
+        data = prepare(cfg)
+    text = caplog.text
+    assert "20 empty line(s) will be skipped" in text
+    assert "1 line(s) longer than max_len=30 subwords were truncated" in text
+    src, tgt = direction_pairs(data, "train", "en", "de")
+    assert len(src) == 21  # 20 complete pairs + the long one; pairs with an empty side are gone
+    assert max(len(s) for s in src) == 30
+
+
+def test_normalisation():
+    assert normalize_line("  Ａ  Dog\t runs ", lowercase=True, normalize=True) == "a dog runs"
+    assert normalize_line("A Dog", lowercase=False, normalize=True) == "A Dog"
+
+
+def test_multi30k_copy_is_checksummed(tmp_path):
+    if not (MULTI30K / "train.en.gz").is_file():
+        pytest.skip("no local Multi30k")
+    corpus = get_multi30k(tmp_path / "m", MULTI30K)
+    c = load_corpus(corpus)
+    assert set(c.splits) == {"train", "val", "test_2016_flickr"} and sorted(c.languages) == ["cs", "de", "en", "fr"]
+    # a damaged local mirror is refused
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in MULTI30K.glob("*.gz"):
+        (bad / f.name).write_bytes(f.read_bytes())
+    (bad / "val.fr.gz").write_bytes(b"garbage")
+    with pytest.raises(DataError, match="checksum mismatch for val.fr.gz"):
+        get_multi30k(tmp_path / "m2", bad)
+    with pytest.raises(DataError, match="not found"):
+        get_multi30k(tmp_path / "m3", tmp_path / "empty")
+
+
+def test_batches_are_bucketed_seeded_and_resumable():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 50, rng.integers(1, 30)) for _ in range(500)]
+    tgt = [rng.integers(4, 50, len(s) + rng.integers(0, 3)) for s in src]  # lengths correlate, as in real bitext
+    it = DirectionBatches(src, tgt, "en", "de", batch_size=16, seed=5, pool=10)
+    b = it.next()
+    assert b.src.shape[0] == 16 and (b.tgt_in[:, 0] == BOS).all()
+    assert ((b.tgt_out == EOS).sum(1) == 1).all()
+    # bucketing keeps padding far below that of random batches
+    pad = sum(int((it.next().src == PAD).sum()) for _ in range(10))
+    order = rng.permutation(500)
+    random_pad = sum(max(len(src[i]) for i in order[k:k + 16]) * 16 - sum(len(src[i]) for i in order[k:k + 16])
+                     for k in range(0, 160, 16))
+    assert pad < random_pad / 4
+    state = it.state_dict()
+    ahead = [it.next().src for _ in range(40)]  # crosses an epoch boundary (32 batches per epoch)
+    again = DirectionBatches(src, tgt, "en", "de", batch_size=16, seed=5, pool=10)
+    again.load_state_dict(state)
+    assert all(torch_equal(a, again.next().src) for a in ahead)
+
+
+def torch_equal(a, b):
+    return a.shape == b.shape and bool((a == b).all())
+
+
+def test_make_batch_layout():
+    import numpy as np
+    b = make_batch([np.array([5, 6, 7]), np.array([8])], [np.array([9]), np.array([10, 11])], "en", "de", src_prefix=4)
+    assert b.src.tolist() == [[4, 5, 6, 7], [4, 8, 0, 0]] and b.src_lengths.tolist() == [4, 2]
+    assert b.tgt_in.tolist() == [[BOS, 9, PAD], [BOS, 10, 11]]
+    assert b.tgt_out.tolist() == [[9, EOS, PAD], [10, 11, EOS]]

@@ -1,0 +1,52 @@
+"""Sentence vectors and encoder states must not depend on how a batch is padded."""
+import numpy as np
+import torch
+
+from interlingua.config import ModelConfig
+from interlingua.modules.encoders import BiLSTMEncoder, reverse_padded
+from interlingua.modules.model import TranslationModel
+
+
+def test_reverse_padded_keeps_padding_in_place():
+    x = torch.arange(10.0).view(2, 5, 1)
+    out = reverse_padded(x, torch.tensor([5, 3]))
+    assert out[0, :, 0].tolist() == [4, 3, 2, 1, 0]
+    assert out[1, :, 0].tolist() == [7, 6, 5, 8, 9]
+
+
+def test_encoder_states_independent_of_padding():
+    torch.manual_seed(0)
+    enc = BiLSTMEncoder(50, 8, 12, layers=2, dropout=0.0).eval()
+    sent = torch.randint(4, 50, (1, 5))
+    alone, _ = enc(sent, torch.tensor([5]))
+    batch = torch.zeros(3, 11, dtype=torch.long)
+    batch[0, :5] = sent[0]
+    batch[1] = torch.randint(4, 50, (11,))
+    batch[2, :2] = torch.randint(4, 50, (2,))
+    padded, mask = enc(batch, torch.tensor([5, 11, 2]))
+    assert torch.allclose(alone[0], padded[0, :5], atol=1e-5)
+    assert (padded[0, 5:] == 0).all() and mask[0].sum() == 5
+
+
+def test_pooled_bridge_vector_independent_of_padding():
+    torch.manual_seed(1)
+    cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 12}, "bridge": {"heads": 3, "hidden": 6},
+                                      "decoder": {"hidden": 8, "layers": 1}, "dropout": 0.0})
+    model = TranslationModel(cfg, {"en": 40}, ["en"], ["en"]).eval()
+    sent = torch.randint(4, 40, (1, 6))
+    a = model.encode(sent, torch.tensor([6]), "en").memory
+    batch = torch.cat([torch.cat([sent, torch.zeros(1, 14, dtype=torch.long)], 1), torch.randint(4, 40, (1, 20))])
+    b = model.encode(batch, torch.tensor([6, 20]), "en").memory
+    assert torch.allclose(a[0], b[0], atol=1e-5)
+
+
+def test_embedder_vectors_independent_of_batching(trained_model):
+    from interlingua.inference.embedder import Embedder
+    emb = Embedder(trained_model)
+    sents = ["a dog.", "two young men are playing soccer on a green field near a big old tree in the park .", "a woman sings"]
+    together = emb.encode(sents, "en", batch_size=3)
+    alone = np.stack([emb.encode([s], "en")[0] for s in sents])
+    assert np.allclose(together, alone, atol=1e-5)
+    heads = emb.encode(sents, "en", pooling="heads", batch_size=2)
+    assert heads.shape == (3, 4, 64)
+    assert np.allclose(heads.mean(1), together, atol=1e-5)
