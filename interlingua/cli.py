@@ -198,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     except InterlinguaError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # unwritable folders, full disks, unreadable files
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

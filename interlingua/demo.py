@@ -31,7 +31,7 @@ DEMO_CONFIG = {
     "model": {"embed_dim": 256, "encoder": {"layers": 2, "hidden": 256},
               "bridge": {"type": "attention", "heads": 10, "hidden": 256},
               "decoder": {"layers": 2, "hidden": 256}, "dropout": 0.2},
-    "train": {"optimizer": "adam", "lr": 0.001, "batch_size": 64, "max_steps": 100_000, "valid_every": 1000,
+    "train": {"optimizer": "adam", "lr": 0.002, "batch_size": 64, "max_steps": 100_000, "valid_every": 1000,
               "log_every": 50, "penalty_weight": 1.0},
 }
 

@@ -111,3 +111,19 @@ def test_make_batch_layout():
     assert b.src.tolist() == [[4, 5, 6, 7], [4, 8, 0, 0]] and b.src_lengths.tolist() == [4, 2]
     assert b.tgt_in.tolist() == [[BOS, 9, PAD], [BOS, 10, 11]]
     assert b.tgt_out.tolist() == [[9, EOS, PAD], [10, 11, EOS]]
+
+
+def test_per_pair_corpus_trains_both_pairs(tmp_path):
+    """A corpus of bitexts (`pairs:`), not multi-way files: each direction reads its own pair."""
+    (tmp_path / "p.de").write_text("ein hund\nzwei katzen\n" * 10)
+    (tmp_path / "p.en").write_text("a dog\ntwo cats\n" * 10)
+    (tmp_path / "q.fr").write_text("un chien\ndeux chats\nun oiseau\n" * 10)
+    (tmp_path / "q.en").write_text("a dog\ntwo cats\na bird\n" * 10)
+    (tmp_path / "c.yaml").write_text(
+        "languages: [de, en, fr]\npairs:\n  train:\n    de-en: {de: p.de, en: p.en}\n    fr-en: {fr: q.fr, en: q.en}\n")
+    cfg = parse_config(tiny_config(tmp_path / "c.yaml", tmp_path / "w", preprocess={"vocab_size": 50},
+                                   directions={"mode": "pivot", "pivot": "en"}))
+    data = prepare(cfg)
+    assert len(direction_pairs(data, "train", "de", "en")[0]) == 20
+    assert len(direction_pairs(data, "train", "en", "fr")[0]) == 30
+    assert direction_pairs(data, "train", "de", "fr")[0] == []  # no de-fr bitext: zero-shot only

@@ -186,7 +186,11 @@ class Trainer:
         window_tokens, window_time = 0, 0.0
         total_tokens, total_time = 0, 0.0
         acc = {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0}
-        bar = tqdm(total=tc.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True, mininterval=2)
+        # With a wall-clock budget the bar counts seconds of training, otherwise steps.
+        by_time = tc.max_minutes is not None
+        bar = tqdm(total=round(tc.max_minutes * 60) if by_time else tc.max_steps,
+                   initial=round(self.elapsed) if by_time else self.step,
+                   desc="train", unit="s" if by_time else "step", dynamic_ncols=True, mininterval=2)
         try:
             while self.step < tc.max_steps and not self._budget_spent() and not self._stop_requested:
                 t0 = time.perf_counter()
@@ -209,13 +213,16 @@ class Trainer:
                 acc["tok"] += out.n_tokens
                 acc["pen"] += out.penalty
                 acc["n"] += 1
-                bar.update(1)
+                if by_time:
+                    bar.update(max(0, min(round(self.elapsed), bar.total) - bar.n))
+                else:
+                    bar.update(1)
                 if self.step % tc.log_every == 0:
                     rec = {"type": "train", "step": self.step, "loss": acc["nll"] / max(acc["tok"], 1),
                            "penalty": acc["pen"] / acc["n"], "tokens_per_s": window_tokens / max(window_time, 1e-9),
                            "lr": self.optimizer.param_groups[0]["lr"], "elapsed_s": round(self.elapsed, 2)}
                     self._log(rec)
-                    bar.set_postfix(loss=f"{rec['loss']:.3f}", pen=f"{rec['penalty']:.2f}", tok_s=f"{rec['tokens_per_s']:.0f}")
+                    bar.set_postfix(step=self.step, loss=f"{rec['loss']:.3f}", pen=f"{rec['penalty']:.2f}", tok_s=f"{rec['tokens_per_s']:.0f}")
                     acc = {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0}
                     window_tokens, window_time = 0, 0.0
                 if self.step % tc.valid_every == 0:
