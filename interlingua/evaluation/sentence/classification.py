@@ -1,0 +1,121 @@
+"""SentEval's classification protocol on frozen vectors: logistic regression, L2 tuned without test data.
+
+- no split (MR, CR, SUBJ, MPQA): 10-fold cross-validation; C chosen by inner k-fold on each
+  outer training part (SentEval's InnerKFoldClassifier);
+- train + test (TREC): C chosen by k-fold on train, refit on all of train (KFoldClassifier);
+- train + dev + test (SST2, SICK-E): C chosen on dev (SplitClassifier).
+The C grid is SentEval's scikit-learn grid, 2^-2 .. 2^3. Unlike SentEval, features are
+standardised (fit on the training part only) so one C grid suits embedders of any scale.
+Accuracies are percentages, as SentEval reports them.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, StratifiedKFold
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from interlingua.evaluation.sentence.compute import single_thread
+from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.tasks import ClassificationTask
+
+C_GRID = tuple(2.0 ** t for t in range(-2, 4))
+
+
+def logreg(C: float = 1.0, seed: int = 0) -> Pipeline:
+    """Standardise, then multinomial L2 logistic regression."""
+    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=seed))
+
+
+def _check(X: np.ndarray, y: Sequence) -> np.ndarray:
+    y = np.asarray(y)
+    if X.ndim != 2 or len(X) != len(y):
+        raise EvaluationError(f"features must be (n, d) with one label per row, got {X.shape} and {len(y)} labels")
+    if len(np.unique(y)) < 2:
+        raise EvaluationError("a classifier needs at least two classes in its training labels")
+    return y
+
+
+def _folds(y: np.ndarray, k: int, seed: int) -> StratifiedKFold:
+    smallest = min(Counter(y.tolist()).values())
+    return StratifiedKFold(n_splits=max(2, min(k, smallest)), shuffle=True, random_state=seed)
+
+
+def tuned_logreg(X: np.ndarray, y: Sequence, *, folds: int = 5, seed: int = 0) -> GridSearchCV:
+    """Logistic regression with C picked by stratified k-fold accuracy on (X, y), refit on all of it."""
+    y = _check(X, y)
+    search = GridSearchCV(logreg(seed=seed), {"logisticregression__C": list(C_GRID)},
+                          cv=_folds(y, folds, seed), scoring="accuracy", refit=True, n_jobs=1)
+    with single_thread():
+        return search.fit(X, y)
+
+
+def cv_accuracy(X: np.ndarray, y: Sequence, *, folds: int = 10, inner_folds: int = 5, seed: int = 0) -> dict:
+    """Mean test accuracy over outer folds, C tuned on inner folds of each outer training part."""
+    y = _check(X, y)
+    accs, devs, cs = [], [], []
+    for tr, te in _folds(y, folds, seed).split(X, y):
+        search = tuned_logreg(X[tr], y[tr], folds=inner_folds, seed=seed)
+        accs.append(100.0 * search.score(X[te], y[te]))
+        devs.append(100.0 * search.best_score_)
+        cs.append(search.best_params_["logisticregression__C"])
+    return {"acc": float(np.mean(accs)), "acc_std": float(np.std(accs)), "dev_acc": float(np.mean(devs)),
+            "C": cs, "n": int(len(y)), "protocol": f"{len(accs)}-fold CV, C by inner {inner_folds}-fold"}
+
+
+def train_test_accuracy(X_train: np.ndarray, y_train: Sequence, X_test: np.ndarray, y_test: Sequence,
+                        *, folds: int = 10, seed: int = 0) -> dict:
+    """C tuned by k-fold on the training set, then refit on all of it and scored on test."""
+    search = tuned_logreg(X_train, y_train, folds=folds, seed=seed)
+    return {"acc": 100.0 * float(search.score(X_test, np.asarray(y_test))), "dev_acc": 100.0 * float(search.best_score_),
+            "C": search.best_params_["logisticregression__C"], "n_train": len(X_train), "n_test": len(X_test),
+            "protocol": f"C by {folds}-fold CV on train"}
+
+
+def train_dev_test_accuracy(X_train: np.ndarray, y_train: Sequence, X_dev: np.ndarray, y_dev: Sequence,
+                            X_test: np.ndarray, y_test: Sequence, *, seed: int = 0) -> dict:
+    """C chosen by dev accuracy; the model trained with it is scored on test."""
+    y_train = _check(X_train, y_train)
+    best = None
+    for C in C_GRID:
+        with single_thread():
+            model = logreg(C, seed).fit(X_train, y_train)
+        dev = 100.0 * model.score(X_dev, np.asarray(y_dev))
+        if best is None or dev > best[0]:
+            best = (dev, C, model)
+    dev, C, model = best
+    return {"acc": 100.0 * float(model.score(X_test, np.asarray(y_test))), "dev_acc": float(dev), "C": C,
+            "n_train": len(X_train), "n_dev": len(X_dev), "n_test": len(X_test), "protocol": "C by dev accuracy"}
+
+
+def majority_accuracy(train_labels: Sequence, test_labels: Sequence) -> float:
+    """Accuracy (%) of always answering the most frequent training class: the floor to beat."""
+    top = Counter(train_labels).most_common(1)[0][0]
+    return 100.0 * float(np.mean([label == top for label in test_labels]))
+
+
+def evaluate_classification(task: ClassificationTask, encoder: Encoder, *, folds: int = 10, inner_folds: int = 5,
+                            seed: int = 0) -> dict:
+    """Run one SentEval classification set for one embedder (English side)."""
+    X = encoder.mean(task.train.texts, "en")
+    if task.protocol == "cv":
+        return cv_accuracy(X, task.train.labels, folds=folds, inner_folds=inner_folds, seed=seed)
+    X_test = encoder.mean(task.test.texts, "en")
+    if task.protocol == "train_test":
+        return train_test_accuracy(X, task.train.labels, X_test, task.test.labels, folds=folds, seed=seed)
+    if task.protocol == "train_dev_test":
+        X_dev = encoder.mean(task.dev.texts, "en")
+        return train_dev_test_accuracy(X, task.train.labels, X_dev, task.dev.labels, X_test, task.test.labels, seed=seed)
+    raise EvaluationError(f"task {task.name}: unknown protocol '{task.protocol}'")
+
+
+def task_majority(task: ClassificationTask, *, folds: int = 10, seed: int = 0) -> float:
+    """Majority-class accuracy under the same protocol as the embedders (CV sets: mean over folds)."""
+    if task.protocol != "cv":
+        return majority_accuracy(task.train.labels, task.test.labels)
+    y = np.asarray(task.train.labels)
+    return float(np.mean([majority_accuracy(y[tr], y[te]) for tr, te in _folds(y, folds, seed).split(y, y)]))

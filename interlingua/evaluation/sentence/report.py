@@ -1,0 +1,109 @@
+"""Suite reports: `<suite>.json` (everything) and `<suite>.md` (tables with one column per embedder).
+
+Putting every embedder in its own column keeps the reference points (bag of subwords,
+untrained model, majority class) beside the model, so a number is never read alone.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Table:
+    """A markdown table: one row per task or setting, one column per embedder (plus reference columns)."""
+
+    title: str
+    columns: list[str]
+    rows: list[tuple[str, list]] = field(default_factory=list)
+    label: str = "task"
+    note: str = ""
+    digits: int = 2
+    reference_columns: list[str] = field(default_factory=list)  # not candidates for the bold "best"
+
+    def add(self, label: str, cells: list) -> None:
+        if len(cells) != len(self.columns):
+            raise ValueError(f"table '{self.title}': row '{label}' has {len(cells)} cells for {len(self.columns)} columns")
+        self.rows.append((label, cells))
+
+    def _cell(self, value, best: bool) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "–"
+        text = f"{value:.{self.digits}f}" if isinstance(value, (float, np.floating)) else str(value)
+        return f"**{text}**" if best else text
+
+    def to_markdown(self) -> str:
+        out = [f"### {self.title}", ""]
+        if self.note:
+            out += [self.note, ""]
+        out += ["| " + " | ".join([self.label, *self.columns]) + " |", "|" + "---|" * (len(self.columns) + 1)]
+        for label, cells in self.rows:
+            numeric = [v for c, v in zip(self.columns, cells)
+                       if c not in self.reference_columns and isinstance(v, (int, float, np.number)) and not math.isnan(v)]
+            top = max(numeric) if len(numeric) > 1 else None
+            out.append("| " + " | ".join([label] + [self._cell(v, top is not None and c not in self.reference_columns
+                                                                and v == top)
+                                                     for c, v in zip(self.columns, cells)]) + " |")
+        return "\n".join(out) + "\n"
+
+
+def jsonable(obj):
+    """Plain JSON types for numpy scalars/arrays, tuples, Paths and dataclasses."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, Table):
+        return jsonable(asdict(obj))
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    return obj
+
+
+def render_markdown(result: dict) -> str:
+    """The human-readable report of one suite result."""
+    lines = [f"# Sentence-vector evaluation: {result['suite']}", ""]
+    settings = result.get("settings", {})
+    if settings:
+        lines += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
+    lines += [f"Embedders: {', '.join(result.get('embedders', []))}. Bold: best embedder in the row.", ""]
+    for table in result.get("tables", []):
+        lines.append((table if isinstance(table, Table) else Table(**table)).to_markdown())
+    if result.get("notes"):
+        lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
+    if result.get("skipped"):
+        lines += ["## Not run", ""] + [f"- **{k}**: {v}" for k, v in result["skipped"].items()] + [""]
+    elapsed = result.get("elapsed_s", {})
+    if elapsed:
+        names = result.get("embedders", [])
+        timing = Table("Time (seconds, encoding included)", names, digits=1)
+        for task, per in elapsed.items():
+            timing.add(task, [per.get(n) if isinstance(per, dict) else None for n in names])
+        lines.append(timing.to_markdown().replace("**", ""))
+    if "total_elapsed_s" in result:
+        lines.append(f"Total: {result['total_elapsed_s']:.1f} s\n")
+    return "\n".join(lines)
+
+
+def write_report(result: dict, out_dir: Path) -> tuple[Path, Path]:
+    """Write `<suite>.json` and `<suite>.md` into `out_dir`; returns both paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / f"{result['suite']}.json"
+    md_path = out_dir / f"{result['suite']}.md"
+    data = jsonable(result)
+    tmp = json_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False))
+    tmp.replace(json_path)
+    md_path.write_text(render_markdown(result), encoding="utf-8")
+    return md_path, json_path

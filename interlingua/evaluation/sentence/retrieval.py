@@ -1,0 +1,73 @@
+"""Translation retrieval on a multi-way parallel set: find sentence i's translation among all candidates.
+
+Two scores: plain cosine nearest neighbour, and LASER's ratio margin (Artetxe & Schwenk,
+2019), which divides the cosine by the mean similarity of both sides to their k nearest
+neighbours, so "hub" sentences close to everything stop winning. Accuracy in percent.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+
+
+def cosine_matrix(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """All-pairs cosine similarity (n, m); zero vectors give 0."""
+    if X.ndim != 2 or Y.ndim != 2 or X.shape[1] != Y.shape[1]:
+        raise EvaluationError(f"need (n, d) and (m, d) arrays of one width, got {X.shape} and {Y.shape}")
+
+    def unit(A: np.ndarray) -> np.ndarray:
+        A = A.astype(np.float64)
+        norms = np.linalg.norm(A, axis=1, keepdims=True)
+        return np.divide(A, norms, out=np.zeros_like(A), where=norms > 0)
+
+    return unit(X) @ unit(Y).T
+
+
+def _knn_mean(sim: np.ndarray, k: int, axis: int) -> np.ndarray:
+    """Mean of the k largest similarities along `axis`."""
+    top = -np.partition(-sim, k - 1, axis=axis)
+    return np.take(top, np.arange(k), axis=axis).mean(axis=axis)
+
+
+def ratio_margin(sim: np.ndarray, k: int = 4) -> np.ndarray:
+    """margin(x, y) = cos(x, y) / (knn_mean(x)/2 + knn_mean(y)/2) over a source x target cosine matrix."""
+    if not 1 <= k <= min(sim.shape):
+        raise EvaluationError(f"margin needs 1 <= k <= {min(sim.shape)} (the smaller side), got k={k}")
+    fwd = _knn_mean(sim, k, axis=1)  # each source's k nearest targets
+    bwd = _knn_mean(sim, k, axis=0)  # each target's k nearest sources
+    denom = (fwd[:, None] + bwd[None, :]) / 2.0
+    return np.divide(sim, denom, out=np.zeros_like(sim), where=denom != 0)
+
+
+def retrieval_accuracy(src: np.ndarray, tgt: np.ndarray, *, method: str = "cosine", k: int = 4) -> float:
+    """Share (%) of source rows i whose best-scoring target row is row i."""
+    if len(src) != len(tgt):
+        raise EvaluationError(f"retrieval needs aligned sets of one size, got {len(src)} sources and {len(tgt)} targets")
+    sim = cosine_matrix(src, tgt)
+    if method == "margin":
+        sim = ratio_margin(sim, k)
+    elif method != "cosine":
+        raise EvaluationError(f"unknown retrieval method '{method}' (use 'cosine' or 'margin')")
+    return 100.0 * float(np.mean(sim.argmax(axis=1) == np.arange(len(src))))
+
+
+def multiway_retrieval(encoder: Encoder, texts: Mapping[str, list[str]], *, k: int = 4) -> dict:
+    """Both accuracies for every ordered pair of the languages the embedder has: {method: {src: {tgt: acc}}}."""
+    langs = [lang for lang in texts if encoder.has(lang)]
+    missing = [lang for lang in texts if not encoder.has(lang)]
+    sizes = {len(v) for v in texts.values()}
+    if len(sizes) != 1:
+        raise EvaluationError(f"multi-way retrieval needs the same number of sentences per language, got {sorted(sizes)}")
+    vecs = {lang: encoder.mean(texts[lang], lang) for lang in langs}
+    out: dict = {"cosine": {}, "margin": {}, "languages": langs, "missing_languages": missing, "k": k,
+                 "n": sizes.pop()}
+    for s in langs:
+        for method in ("cosine", "margin"):
+            out[method][s] = {t: retrieval_accuracy(vecs[s], vecs[t], method=method, k=k) for t in langs if t != s}
+    for method in ("cosine", "margin"):
+        cells = [v for row in out[method].values() for v in row.values()]
+        out[f"{method}_mean"] = float(np.mean(cells)) if cells else None
+    return out
