@@ -1,0 +1,50 @@
+"""Translation retrieval: identical vectors give 100%; the ratio margin removes a hub that fools cosine."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_sentence_eval_fakes import LookupEmbedder, RandomEmbedder, need_data
+
+from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.retrieval import multiway_retrieval, ratio_margin, retrieval_accuracy
+from interlingua.evaluation.sentence.tasks import MULTI30K_LANGS, load_multi30k
+
+
+def test_identical_vectors_are_found_by_both_scores():
+    X = np.random.default_rng(0).normal(size=(1000, 64))
+    assert retrieval_accuracy(X, X.copy(), method="cosine") == 100.0
+    assert retrieval_accuracy(X, X.copy(), method="margin", k=4) == 100.0
+
+
+def test_margin_beats_cosine_on_a_hub():
+    # target 2 is a hub: closest to every source by cosine; the margin discounts it
+    sim = np.array([[0.70, 0.20, 0.75],
+                    [0.20, 0.70, 0.75],
+                    [0.10, 0.10, 0.90]])
+    assert list(sim.argmax(axis=1)) == [2, 2, 2]
+    assert list(ratio_margin(sim, k=1).argmax(axis=1)) == [0, 1, 2]
+
+
+def test_margin_formula_on_a_tiny_matrix():
+    sim = np.array([[0.9, 0.5], [0.4, 0.8]])
+    m = ratio_margin(sim, k=1)
+    # k=1: denominators (max of row i + max of column j) / 2
+    assert m[0, 1] == pytest.approx(0.5 / ((0.9 + 0.8) / 2))
+    with pytest.raises(EvaluationError, match="k="):
+        ratio_margin(sim, k=3)
+
+
+def test_multiway_on_multi30k_test():
+    root = need_data("multi30k").parent
+    texts = {lang: load_multi30k(root, "test_2016_flickr", lang) for lang in MULTI30K_LANGS}
+    assert {len(v) for v in texts.values()} == {1000}
+    # the same vector for line i in every language: a perfect cross-lingual space
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(1000, 32)).astype(np.float32)
+    table = {t: vecs[i] for lang in ("en", "de", "fr") for i, t in enumerate(texts[lang])}
+    res = multiway_retrieval(Encoder("perfect", LookupEmbedder(table, ["en", "de", "fr"])), texts)
+    assert res["missing_languages"] == ["cs"] and res["n"] == 1000
+    assert all(v == 100.0 for row in res["cosine"].values() for v in row.values())
+    assert len([v for row in res["margin"].values() for v in row.values()]) == 6
+    rand = multiway_retrieval(Encoder("random", RandomEmbedder()), texts)
+    assert rand["cosine_mean"] < 2.0
