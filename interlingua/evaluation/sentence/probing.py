@@ -1,7 +1,7 @@
 """Probing classifiers: SentEval's MLP probe (200 sigmoid hidden units, dropout 0.1) on frozen vectors.
 
 The probe is SentEval's `MLP` (Linear -> Dropout -> Sigmoid -> Linear, Adam, batch 64,
-early stopping on dev accuracy, L2 chosen on dev from 1e-5..1e-2). Features are
+4 passes between dev checks, stop after 5 checks without gain, L2 chosen on dev from 1e-5..1e-2). Features are
 standardised on the training split. Per-head probing (paper 000, Sec. 5.3) trains the same
 probe on each bridge head's d-vector alone, with the L2 value chosen for the mean vector,
 so k heads cost k fits rather than 4k.
@@ -29,8 +29,9 @@ class ProbeConfig:
     hidden: int = 200
     dropout: float = 0.1
     batch_size: int = 64
-    max_epochs: int = 40
-    tenacity: int = 3
+    epoch_size: int = 4  # passes over the training data between two dev checks
+    max_epochs: int = 50  # dev checks at most
+    tenacity: int = 5  # dev checks without improvement before stopping
     l2_grid: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)
     lr: float = 1e-3
 
@@ -48,7 +49,7 @@ def _accuracy(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> float
 
 def train_probe(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_dev: torch.Tensor, n_classes: int,
                 *, l2: float, cfg: ProbeConfig, seed: int) -> tuple[torch.nn.Module, float, int]:
-    """One probe with early stopping on dev accuracy; returns (best model, its dev accuracy, epochs run)."""
+    """One probe with early stopping on dev accuracy; returns (best model, its dev accuracy, dev checks run)."""
     with torch.random.fork_rng(), single_thread():
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
@@ -57,11 +58,12 @@ def train_probe(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_d
         best, best_state, bad, epoch = -1.0, None, 0, 0
         while epoch < cfg.max_epochs and bad <= cfg.tenacity:
             model.train()
-            for idx in torch.randperm(len(X_tr), generator=gen).split(cfg.batch_size):
-                loss = torch.nn.functional.cross_entropy(model(X_tr[idx]), y_tr[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+            for _ in range(cfg.epoch_size):
+                for idx in torch.randperm(len(X_tr), generator=gen).split(cfg.batch_size):
+                    loss = torch.nn.functional.cross_entropy(model(X_tr[idx]), y_tr[idx])
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
             epoch += 1
             acc = _accuracy(model, X_dev, y_dev)
             if acc > best:

@@ -1,0 +1,137 @@
+"""Probing: the locally built sets have the stated label distributions; the MLP probe learns what is there."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from test_sentence_eval_fakes import HashedBagOfWords, RandomEmbedder, need_data
+
+from interlingua.evaluation.sentence.probing import ProbeConfig, probe_accuracy, run_probe
+from interlingua.evaluation.sentence.probing_sets import (LENGTH_BINS, ProbingTask, Sentence, SplitSizes,
+                                                          build_bigram_shift, build_sentence_length, build_subject_number,
+                                                          build_tense, build_word_content, length_bin, load_tagger,
+                                                          main_clauses, official_probing_tasks, probing_corpus,
+                                                          read_probing_file, tokenize)
+from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.tasks import Labelled
+
+SIZES = SplitSizes(600, 120, 120)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    root = need_data("multi30k").parent
+    sentences, notes = probing_corpus(root)
+    rng = np.random.default_rng(0)
+    return [sentences[i] for i in rng.choice(len(sentences), 12000, replace=False)]
+
+
+def test_tokenizer_and_length_bins():
+    assert tokenize("It's a dog, isn't it?") == ["It", "'s", "a", "dog", ",", "is", "n't", "it", "?"]
+    assert [length_bin(n) for n in (4, 5, 8, 9, 25, 26, 28, 29)] == [None, 0, 0, 1, 4, 5, 5, None]
+    assert len(LENGTH_BINS) == 6
+
+
+def test_sentence_length_is_balanced_over_six_bins(pool):
+    task = build_sentence_length(pool, SIZES, seed=0)
+    for split in ("train", "dev", "test"):
+        counts = task.label_counts(split)
+        assert set(counts) == {"0", "1", "2", "3", "4", "5"} and len(set(counts.values())) == 1
+    for text, label in zip(task.test.texts, task.test.labels):
+        assert length_bin(len(text.split())) == int(label)
+    # classes balanced within each text source too, so the source cannot stand in for the length
+    sources = {s.text: s.source for s in pool}
+    per_source = Counter((sources[t], lab) for t, lab in zip(task.train.texts, task.train.labels))
+    for src in {s for s, _ in per_source}:
+        assert len({per_source[(src, str(b))] for b in range(6)}) == 1
+
+
+def test_word_content_has_one_target_per_sentence_and_equal_counts(pool):
+    task = build_word_content(pool, SIZES, seed=0, n_words=50)
+    words = set(task.train.labels)
+    assert len(words) == 50 and set(task.test.labels) == words
+    assert len(set(task.label_counts("train").values())) == 1 and len(set(task.label_counts("test").values())) == 1
+    for text, word in zip(task.train.texts + task.test.texts, task.train.labels + task.test.labels):
+        toks = [t.lower() for t in text.split()]
+        assert toks.count(word) == 1 and sum(t in words for t in toks) == 1 and len(word) >= 4
+    assert not set(task.train.texts) & set(task.test.texts)
+
+
+def test_bigram_shift_swaps_one_adjacent_pair_in_half(pool):
+    task = build_bigram_shift(pool, SIZES, seed=0)
+    assert task.label_counts("train") == {"I": 300, "O": 300}
+    originals = {s.text for s in pool}
+    for text, label in zip(task.train.texts, task.train.labels):
+        if label == "O":
+            assert text in originals
+        else:
+            toks = text.split()
+            swaps = [i for i in range(1, len(toks) - 1)
+                     if " ".join(toks[:i] + [toks[i + 1], toks[i]] + toks[i + 2:]) in originals]
+            assert swaps, text
+
+
+def test_tagger_tasks_keep_forms_in_one_split(pool):
+    nlp, reason = load_tagger()
+    if nlp is None:
+        pytest.skip(reason)
+    parsed = pool[:2500]
+    clauses = main_clauses(parsed, nlp)
+    first, second = main_clauses([Sentence(tokenize("The dogs ran home ."), "x"),
+                                  Sentence(tokenize("A man is running ."), "x")], nlp)
+    assert (first.tense, first.verb, first.subj_number, first.subject) == ("PAST", "ran", "NNS", "dogs")
+    assert (second.tense, second.subj_number) == (None, "NN")  # main verb VBG: no tense label, as in SentEval
+    for build, attr in ((build_tense, "verb"), (build_subject_number, "subject")):
+        task = build(parsed, clauses, SplitSizes(300, 60, 60), seed=0)
+        for split in ("train", "dev", "test"):
+            counts = task.label_counts(split)
+            assert len(counts) == 2 and len(set(counts.values())) == 1
+        form = {s.text: getattr(c, attr) for s, c in zip(parsed, clauses)}
+        train_forms = {form[t] for t in task.train.texts}
+        assert not train_forms & {form[t] for t in task.test.texts}
+
+
+def test_official_file_reader(tmp_path):
+    lines = [f"{sp}\t{'PAST' if i % 2 else 'PRES'}\tsentence number {i} ." for sp, n in (("tr", 40), ("va", 10), ("te", 10))
+             for i in range(n)]
+    (tmp_path / "past_present.txt").write_text("\n".join(lines) + "\n")
+    task = read_probing_file(tmp_path / "past_present.txt", limits=SplitSizes(20, 10, 4))
+    assert task.name == "Tense" and task.sizes() == {"train": 20, "dev": 10, "test": 4}
+    assert any("20 of 40" in n for n in task.notes)
+    tasks, missing = official_probing_tasks(tmp_path)
+    assert [t.name for t in tasks] == ["Tense"] and len(missing) == 9
+    (tmp_path / "bad.txt").write_text("xx\tA\n")
+    with pytest.raises(EvaluationError, match="bad.txt:1"):
+        read_probing_file(tmp_path / "bad.txt")
+    written = task.write(tmp_path / "again.txt")
+    assert read_probing_file(written).sizes() == task.sizes()
+
+
+def test_mlp_probe_learns_a_signal_and_not_noise():
+    rng = np.random.default_rng(0)
+
+    def make(n):
+        X = rng.normal(size=(n, 20)).astype(np.float32)
+        return X, np.array(["low", "mid", "high"])[np.digitize(X[:, 0] + 0.5 * X[:, 1], [-0.5, 0.5])]
+
+    (a, b), (c, d), (e, f) = make(1500), make(300), make(300)
+    res = probe_accuracy(a, b, c, d, e, f, l2_grid=[1e-5])
+    assert res["acc"] > 85.0 and res["n_classes"] == 3
+    noise = probe_accuracy(a, rng.permutation(b), c, d, e, f, l2_grid=[1e-5])
+    assert noise["acc"] < 50.0  # the largest class holds about 38%
+    assert ProbeConfig().hidden == 200 and ProbeConfig().dropout == 0.1
+
+
+def test_per_head_probing_gives_one_score_per_head(pool):
+    task = build_sentence_length(pool, SplitSizes(300, 60, 60), seed=0)
+    res = run_probe(Encoder("heads", HashedBagOfWords(dim=16, heads=3)), task, per_head=True, per_head_train=150)
+    assert len(res["per_head"]["acc"]) == 3 and res["per_head"]["n_train"] == 150
+    assert all(0.0 <= a <= 100.0 for a in res["per_head"]["acc"])
+    plain = run_probe(Encoder("random", RandomEmbedder(dim=16)), task, per_head=True)
+    assert "not (n, k, d)" in plain["per_head"]["skipped"]  # this fake ignores pooling='heads'
+    no_heads = run_probe(Encoder("bow", HashedBagOfWords(dim=8)), task, per_head=True)
+    assert "not available" in no_heads["per_head"]["skipped"]
+    labels = ProbingTask("toy", "test", Labelled(["a"] * 3, ["x"] * 3), Labelled([], []), Labelled([], []))
+    with pytest.raises(EvaluationError, match="two classes"):
+        run_probe(Encoder("random", RandomEmbedder(dim=4)), labels)

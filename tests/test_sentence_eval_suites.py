@@ -1,0 +1,77 @@
+"""run_suite end to end on small data: report files, one column per embedder, skips instead of crashes."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_sentence_eval_fakes import HashedBagOfWords, RandomEmbedder, need_data
+
+from interlingua.evaluation.sentence import SUITES, run_suite
+from interlingua.evaluation.sentence.protocol import EvaluationError
+from interlingua.evaluation.sentence.report import Table, render_markdown
+
+
+@pytest.fixture(scope="module")
+def data_root():
+    return need_data("senteval_downstream").parent
+
+
+def test_suite_names():
+    assert set(SUITES) == {"downstream", "similarity", "nli", "probing", "crosslingual", "retrieval", "all"}
+
+
+def test_nli_and_retrieval_reports(data_root, tmp_path):
+    embedders = {"bow": HashedBagOfWords(dim=32), "random": RandomEmbedder(dim=16, languages=["en", "de"])}
+    res = run_suite("retrieval", embedders, data_root, tmp_path, quick=True, max_examples=200)
+    md = (tmp_path / "retrieval.md").read_text()
+    assert "| source → target | bow | random |" in md
+    saved = json.loads((tmp_path / "retrieval.json").read_text())
+    assert saved["results"]["Multi30k"]["bow"]["n"] == 200
+    assert saved["results"]["Multi30k"]["random"]["missing_languages"] == ["fr", "cs"]
+    assert res["results"]["Multi30k"]["bow"]["cosine"]["en"]["de"] == saved["results"]["Multi30k"]["bow"]["cosine"]["en"]["de"]
+    assert saved["elapsed_s"]["Multi30k"]["bow"] >= 0 and "total_elapsed_s" in saved
+
+    res = run_suite("nli", embedders, data_root, tmp_path, quick=True)
+    assert set(res["results"]) == {"SICK-E", "XNLI-en"}
+    assert "| task | bow | random | majority |" in (tmp_path / "nli.md").read_text()
+
+
+def test_probing_suite_with_heads(data_root, tmp_path):
+    res = run_suite("probing", {"heads": HashedBagOfWords(dim=16, heads=2), "plain": RandomEmbedder(dim=16)},
+                    data_root, tmp_path, quick=True)
+    assert {"Length (local)", "WC (local)", "BShift (local)"} <= set(res["results"])
+    assert len(res["results"]["Length (local)"]["heads"]["per_head"]["acc"]) == 2
+    assert "per-head probing (plain)" in res["skipped"] and "official probing" in res["skipped"]
+    assert (tmp_path / "probing_sets" / "Length.txt").is_file() and (tmp_path / "probing_heads_heads.png").is_file()
+    assert "Per-head probing, heads" in (tmp_path / "probing.md").read_text()
+
+
+def test_missing_data_is_skipped_with_a_note(tmp_path):
+    empty = tmp_path / "data"
+    empty.mkdir()
+    res = run_suite("downstream", {"bow": HashedBagOfWords()}, empty, tmp_path / "out", quick=True)
+    assert set(res["skipped"]) == {"MR", "CR", "SUBJ", "MPQA", "TREC", "SST2"}
+    assert "rt-polarity.pos" in res["skipped"]["MR"]
+    assert "## Not run" in (tmp_path / "out" / "downstream.md").read_text()
+
+
+def test_bad_arguments_are_single_line_errors(data_root, tmp_path):
+    with pytest.raises(EvaluationError, match="unknown suite 'sts'"):
+        run_suite("sts", {"b": HashedBagOfWords()}, data_root, tmp_path)
+    with pytest.raises(EvaluationError, match="no embedders"):
+        run_suite("nli", {}, data_root, tmp_path)
+    with pytest.raises(EvaluationError, match="is not a folder"):
+        run_suite("nli", {"b": HashedBagOfWords()}, tmp_path / "nowhere", tmp_path)
+    with pytest.raises(EvaluationError, match="pair_features"):
+        run_suite("nli", {"b": HashedBagOfWords()}, data_root, tmp_path, pair_features="concat")
+
+
+def test_table_bolds_the_best_embedder_only():
+    t = Table("demo", ["model", "bow", "majority"], reference_columns=["majority"])
+    t.add("MR", [70.0, 60.0, 90.0])
+    t.add("CR", [None, 61.0, 50.0])
+    md = t.to_markdown()
+    assert "| MR | **70.00** | 60.00 | 90.00 |" in md and "| CR | – | 61.00 | 50.00 |" in md
+    with pytest.raises(ValueError, match="2 cells for 3 columns"):
+        t.add("X", [1.0, 2.0])
+    assert "# Sentence-vector evaluation: x" in render_markdown({"suite": "x", "embedders": ["a"], "tables": [t]})
