@@ -27,8 +27,11 @@ C_GRID = tuple(2.0 ** t for t in range(-2, 4))
 
 
 def logreg(C: float = 1.0, seed: int = 0) -> Pipeline:
-    """Standardise, then multinomial L2 logistic regression."""
-    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=seed))
+    """Standardise, then multinomial L2 logistic regression.
+
+    tol=1e-3 (scikit-learn's default is 1e-4) halves the fit time here with test accuracy
+    unchanged to the second decimal (measured on XNLI pair features)."""
+    return make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=1e-3, max_iter=2000, random_state=seed))
 
 
 def _check(X: np.ndarray, y: Sequence) -> np.ndarray:

@@ -90,6 +90,8 @@ def render_markdown(result: dict) -> str:
         for task, per in elapsed.items():
             timing.add(task, [per.get(n) if isinstance(per, dict) else None for n in names])
         lines.append(timing.to_markdown().replace("**", ""))
+    for what, secs in result.get("setup_s", {}).items():
+        lines.append(f"Setup, {what}: {secs:.1f} s\n")
     if "total_elapsed_s" in result:
         lines.append(f"Total: {result['total_elapsed_s']:.1f} s\n")
     return "\n".join(lines)

@@ -42,12 +42,13 @@ class Budget:
 
     cv_folds: int = 10
     inner_folds: int = 5
-    xnli_folds: int = 10
+    xnli_folds: int = 5
+    xnli_inner_folds: int = 3
     sst_train: int | None = 20000
     probe_sizes: SplitSizes = SplitSizes(10000, 2000, 2000)
     official_probe_limits: SplitSizes | None = SplitSizes(20000, 2000, 2000)
     wc_words: int = 1000
-    per_head_train: int | None = 4000
+    per_head_train: int | None = 3000
     parse_limit: int | None = 40000
     max_examples: int | None = None  # cap on every split of every data set (seeded subsets)
 
@@ -57,8 +58,8 @@ class Budget:
         if not quick:
             return cls(max_examples=max_examples)
         small = SplitSizes(400, 120, 120)
-        return cls(cv_folds=3, inner_folds=2, xnli_folds=3, sst_train=500, probe_sizes=small, official_probe_limits=small,
-                   wc_words=40, per_head_train=300, parse_limit=1500, max_examples=max_examples or 400)
+        return cls(cv_folds=3, inner_folds=2, xnli_folds=3, xnli_inner_folds=2, sst_train=500, probe_sizes=small,
+                   official_probe_limits=small, wc_words=40, per_head_train=300, parse_limit=1500, max_examples=max_examples or 400)
 
 
 @dataclass
@@ -209,7 +210,8 @@ def run_nli(ctx: Context) -> dict:
     try:
         xnli = ctx.cap(load_xnli(ctx.data_root, "en"), 7)
         _run_each(result, "XNLI-en", ctx, ("en",), lambda enc: xnli_english(
-            enc, xnli, folds=ctx.budget.xnli_folds, inner_folds=ctx.budget.inner_folds, features=ctx.features, seed=ctx.seed))
+            enc, xnli, folds=ctx.budget.xnli_folds, inner_folds=ctx.budget.xnli_inner_folds, features=ctx.features,
+            seed=ctx.seed))
         result["reference"]["XNLI-en"] = {"majority": 100.0 * max(xnli.gold.count(c) for c in set(xnli.gold)) / len(xnli)}
         table.add("XNLI-en", _cells(result, "XNLI-en", names, lambda r: r["acc"]) + [result["reference"]["XNLI-en"]["majority"]])
     except MissingDataError as err:
@@ -257,7 +259,10 @@ def run_probing(ctx: Context) -> dict:
     table = Table(f"Probing (accuracy %, MLP {ctx.probe.hidden} sigmoid units, dropout {ctx.probe.dropout})",
                   names + ["chance"], reference_columns=["chance"])
     per_head: dict[str, dict[str, list[float]]] = {}
-    for task in _probing_tasks(ctx, result):
+    start = time.perf_counter()
+    tasks = _probing_tasks(ctx, result)
+    result["setup_s"] = {"reading and building probing sets": round(time.perf_counter() - start, 2)}
+    for task in tasks:
         for note in task.notes:
             result["notes"].append(f"{task.name}: {note}")
         _run_each(result, task.name, ctx, (task.lang,), lambda enc: run_probe(
@@ -281,8 +286,8 @@ def run_probing(ctx: Context) -> dict:
         result["tables"].append(head_table)
         png = plot_per_head_accuracy(accs, ctx.out_dir / f"probing_heads_{_slug(name)}.png", title=f"per-head probing: {name}")
         result["notes"].append(f"per-head accuracy plot for {name}: {png}")
-    result["notes"].append(f"per-head probes: training split capped at {ctx.budget.per_head_train} sentences, "
-                           "L2 fixed to the value chosen for the mean vector")
+    result["notes"].append(f"per-head probes: training split capped at {ctx.budget.per_head_train} sentences, at most "
+                           "10 dev checks, L2 fixed to the value chosen for the mean vector")
     return result
 
 
@@ -310,7 +315,8 @@ def run_crosslingual(ctx: Context) -> dict:
     if not data:
         return result
     _run_each(result, "XNLI", ctx, (), lambda enc: xnli_transfer(
-        enc, data, folds=ctx.budget.xnli_folds, inner_folds=ctx.budget.inner_folds, features=ctx.features, seed=ctx.seed))
+        enc, data, folds=ctx.budget.xnli_folds, inner_folds=ctx.budget.xnli_inner_folds, features=ctx.features,
+        seed=ctx.seed))
     table = Table(f"XNLI transfer (accuracy %, {ctx.budget.xnli_folds}-fold over dev; chance 33.3)", names,
                   label="train → test")
     rows: dict[str, list] = {}
