@@ -57,6 +57,13 @@ def tuned_logreg(X: np.ndarray, y: Sequence, *, folds: int = 5, seed: int = 0) -
         return search.fit(X, y)
 
 
+def fixed_logreg(X: np.ndarray, y: Sequence, *, C: float, seed: int = 0) -> Pipeline:
+    """Logistic regression with a given C, fit on (X, y)."""
+    y = _check(X, y)
+    with single_thread():
+        return logreg(C, seed).fit(X, y)
+
+
 def cv_accuracy(X: np.ndarray, y: Sequence, *, folds: int = 10, inner_folds: int = 5, seed: int = 0) -> dict:
     """Mean test accuracy over outer folds, C tuned on inner folds of each outer training part."""
     y = _check(X, y)

@@ -45,10 +45,10 @@ class Budget:
     xnli_folds: int = 5
     xnli_inner_folds: int = 3
     sst_train: int | None = 20000
-    probe_sizes: SplitSizes = SplitSizes(10000, 2000, 2000)
-    official_probe_limits: SplitSizes | None = SplitSizes(20000, 2000, 2000)
+    probe_sizes: SplitSizes = SplitSizes(6000, 1000, 1000)
+    official_probe_limits: SplitSizes | None = SplitSizes(10000, 1000, 1000)
     wc_words: int = 1000
-    per_head_train: int | None = 3000
+    per_head_train: int | None = 2000
     parse_limit: int | None = 40000
     max_examples: int | None = None  # cap on every split of every data set (seeded subsets)
 
@@ -416,12 +416,13 @@ def _write_all(result: dict, out_dir: Path) -> None:
 
 def run_suite(name: str, embedders: Mapping[str, EmbedderLike], data_root: Path, out_dir: Path, *, quick: bool = False,
               seed: int = 0, max_examples: int | None = None, probing_dir: Path | None = None,
-              pair_features: str = "full", batch_size: int = 64) -> dict:
+              pair_features: str = "full", batch_size: int = 64, encode_threads: int | None = 1) -> dict:
     """Evaluate `embedders` (name -> embedder) on suite `name`; writes out_dir/<name>.md and .json.
 
     `data_root` holds senteval_downstream/, xnli/, multi30k/ (and webis_cls10/ for probing
     text); `quick` and `max_examples` subsample for smoke runs; `probing_dir` holds official
-    SentEval probing files (default: data_root/senteval_probing)."""
+    SentEval probing files (default: data_root/senteval_probing). `encode_threads` torch
+    threads while an embedder encodes (None: leave as set); fits run on one thread."""
     if name not in SUITES:
         raise EvaluationError(f"unknown suite '{name}' (choose from {', '.join(SUITES)})")
     if not embedders:
@@ -435,7 +436,7 @@ def run_suite(name: str, embedders: Mapping[str, EmbedderLike], data_root: Path,
         raise EvaluationError(f"data root {data_root} is not a folder (expected senteval_downstream/, xnli/, multi30k/ in it)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = Context(encoders={n: Encoder(n, e, batch_size) for n, e in embedders.items()}, data_root=data_root,
+    ctx = Context(encoders={n: Encoder(n, e, batch_size, encode_threads) for n, e in embedders.items()}, data_root=data_root,
                   out_dir=out_dir, budget=Budget.make(quick, max_examples), seed=seed, features=pair_features,
                   probing_dir=Path(probing_dir) if probing_dir else None)
     return _run_and_write(name, ctx)
