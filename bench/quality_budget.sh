@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Quality per CPU budget, en->de at the papers' bilingual sizes: OpenNMT-py, interlingua with
-# the attention bridge, interlingua without it, each trained for BUDGET_MIN minutes on this
-# machine one after the other, then scored on test_2016_flickr (lowercased BLEU / chrF, greedy
-# and beam 5) with translation speed. Results: bench/results/quality_budget.jsonl and the
-# peer's $PEER_DIR/results/eval.txt.
+# Quality per CPU budget, en->de at the papers' bilingual sizes. Three runs share the machine
+# at the same time, one thread each, for the same wall-clock budget: OpenNMT-py (the peer's
+# own script with its thread count set to 1), interlingua with the attention bridge, and
+# interlingua without it. Running them side by side gives each the same share of the CPU,
+# whatever else the machine is doing. Then each is scored on test_2016_flickr (lowercased
+# BLEU / chrF, greedy and beam 5) with translation speed, one after the other, 2 threads.
 #
-# Usage (from the project root): BUDGET_MIN=40 bash bench/quality_budget.sh [peer] [ours]
+# Usage (from the project root): BUDGET_MIN=40 bash bench/quality_budget.sh
+# Results: bench/results/quality_budget.jsonl (ours), bench/results/opennmt_eval_*.txt (peer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET_MIN="${BUDGET_MIN:-40}"
@@ -13,22 +15,26 @@ PEER_DIR="${PEER_DIR:-$HOME/.cache/interlingua-peers}"
 DATA="${DATA:-$(cd .. && pwd)/shared/data/multi30k}"
 OUT=bench/results/quality_budget.jsonl
 WORK=runs/bench_quality_${BUDGET_MIN}min
-export OMP_NUM_THREADS=2
-STAGES="${*:-peer ours}"
+PEER1=$(mktemp --suffix=.sh)
+sed 's/OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2/OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1/' \
+  ../shared/peers/opennmt.sh > "$PEER1"
+cp ../shared/peers/opennmt.sh "$(dirname "$PEER1")/"  # nothing else is read from the script's folder
 
-if [[ " $STAGES " == *" peer "* ]]; then
-  PEER_DIR="$PEER_DIR" BUDGET_S=$((BUDGET_MIN * 60)) DATA="$DATA" bash ../shared/peers/opennmt.sh train eval
-  cp "$PEER_DIR/results/eval.txt" "bench/results/opennmt_eval_${BUDGET_MIN}min_$(date +%F).txt"
-fi
-
-if [[ " $STAGES " == *" ours "* ]]; then
-  .venv/bin/interlingua data multi30k --dest "$WORK/multi30k" --from "$DATA"
-  for bridge in attention none; do
-    rm -rf "$WORK/$bridge"
-    .venv/bin/interlingua train recipes/paper_bilingual_en_de.yaml \
-      --set corpus="$(pwd)/$WORK/multi30k/corpus.yaml" --set work_dir="$WORK/$bridge" \
-      --set model.bridge.type=$bridge --set train.max_minutes="$BUDGET_MIN" \
-      --set train.valid_every=500 --set preprocess.max_valid_sentences=300 --set train.threads=2
-    .venv/bin/python bench/translate_speed.py --model "$WORK/$bridge/best.pt" --data "$DATA" --out "$OUT"
-  done
-fi
+.venv/bin/interlingua data multi30k --dest "$WORK/multi30k" --from "$DATA"
+train_ours() {
+  rm -rf "$WORK/$1"
+  OMP_NUM_THREADS=1 .venv/bin/interlingua train recipes/paper_bilingual_en_de.yaml \
+    --set corpus="$(pwd)/$WORK/multi30k/corpus.yaml" --set work_dir="$WORK/$1" \
+    --set model.bridge.type="$1" --set train.max_minutes="$BUDGET_MIN" \
+    --set train.valid_every=500 --set preprocess.max_valid_sentences=300 --set train.threads=1 \
+    > "$WORK.$1.log" 2>&1
+}
+PEER_DIR="$PEER_DIR" BUDGET_S=$((BUDGET_MIN * 60)) DATA="$DATA" bash "$PEER1" train > "$WORK.peer.log" 2>&1 &
+train_ours attention &
+train_ours none &
+wait
+PEER_DIR="$PEER_DIR" DATA="$DATA" bash ../shared/peers/opennmt.sh eval >> "$WORK.peer.log" 2>&1
+cp "$PEER_DIR/results/eval.txt" "bench/results/opennmt_eval_${BUDGET_MIN}min_$(date +%F).txt"
+for bridge in attention none; do
+  .venv/bin/python bench/translate_speed.py --model "$WORK/$bridge/best.pt" --data "$DATA" --out "$OUT"
+done

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -92,10 +91,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         print(res.to_markdown(f"{Path(args.model).name} on {args.split}"))
         print("\nwritten: " + ", ".join(str(f) for f in files))
         return
-    from interlingua.evaluation.sentence_suite import run_sentence_suite
-    out = run_sentence_suite(args.suite, args.model, data_root=Path(args.data_root), out_dir=args.out,
-                             quick=args.quick, references=not args.no_references)
-    print(json.dumps(out, indent=1)[:4000])
+    from interlingua.evaluation.vectors import evaluate_sentence_vectors
+    out_dir = Path(args.out or Path(args.model).parent / "eval")
+    evaluate_sentence_vectors(args.suite, args.model, data_root=Path(args.data_root), out_dir=out_dir,
+                              quick=args.quick, references=not args.no_references)
+    print((out_dir / f"{args.suite}.md").read_text())
+    print(f"written: {out_dir / (args.suite + '.md')}, {out_dir / (args.suite + '.json')}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
@@ -105,6 +106,13 @@ def cmd_attention(args: argparse.Namespace) -> None:
     att, pieces = emb.attention(args.sentence, args.lang)
     plot_attention_heads(att, pieces, Path(args.output), title=f"bridge attention ({args.lang}): {args.sentence}")
     print(f"written {args.output}")
+
+
+def cmd_experiment(args: argparse.Namespace) -> None:
+    from interlingua.experiment import run_experiments
+    runs = run_experiments([Path(r) for r in args.recipes], args.set, Path(args.out), beam=args.beam,
+                           max_test=args.max_test_sentences)
+    print(f"{len(runs)} run(s); table in {args.out}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -180,6 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--output", default="attention.png")
     a.add_argument("sentence")
     a.set_defaults(func=cmd_attention)
+
+    x = sub.add_parser("experiment", help="train recipes, evaluate on test, write a paper-style results table")
+    x.add_argument("recipes", nargs="+", help="recipe YAML files, e.g. recipes/multi30k/cpu/*.yaml")
+    x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every recipe")
+    x.add_argument("--out", default="docs/results/multi30k.md")
+    x.add_argument("--beam", type=int, default=1)
+    x.add_argument("--max-test-sentences", type=int, default=None)
+    x.set_defaults(func=cmd_experiment)
 
     m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")
     m.add_argument("--work", default="demo_run")

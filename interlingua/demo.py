@@ -25,13 +25,16 @@ from interlingua.training.trainer import Trainer
 log = logging.getLogger(__name__)
 
 DEMO_CONFIG = {
+    # Small enough to learn something real in minutes on 2 CPU cores: three languages,
+    # one-layer BiLSTM/LSTM of 256, k = 10 bridge heads, 2k BPE per language.
     "name": "demo_m2m_mono",
-    "preprocess": {"lowercase": True, "vocab_size": 4000, "max_len": 60, "max_valid_sentences": 200},
-    "directions": {"mode": "many2many", "monolingual": True, "held_out": [["de", "fr"], ["fr", "de"]]},
-    "model": {"embed_dim": 256, "encoder": {"layers": 2, "hidden": 256},
-              "bridge": {"type": "attention", "heads": 10, "hidden": 256},
-              "decoder": {"layers": 2, "hidden": 256}, "dropout": 0.2},
-    "train": {"optimizer": "adam", "lr": 0.002, "batch_size": 64, "max_steps": 100_000, "valid_every": 1000,
+    "preprocess": {"lowercase": True, "vocab_size": 2000, "max_len": 50, "max_valid_sentences": 200},
+    "directions": {"mode": "many2many", "languages": ["de", "en", "fr"], "monolingual": True,
+                   "held_out": [["de", "fr"], ["fr", "de"]]},
+    "model": {"embed_dim": 256, "encoder": {"layers": 1, "hidden": 256},
+              "bridge": {"type": "attention", "heads": 10, "hidden": 128},
+              "decoder": {"layers": 1, "hidden": 256}, "dropout": 0.1},
+    "train": {"optimizer": "adam", "lr": 0.003, "batch_size": 64, "max_steps": 100_000, "valid_every": 1000,
               "log_every": 50, "penalty_weight": 1.0},
 }
 
@@ -45,7 +48,9 @@ def _find_local_multi30k(explicit: str | None) -> Path | None:
     return None
 
 
-def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max_steps: int | None = None) -> dict:
+def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max_steps: int | None = None,
+             test_sentences: int | None = None) -> dict:
+    """Run the demo; `max_steps` and `test_sentences` shrink it (for smoke tests)."""
     work = Path(work)
     source = _find_local_multi30k(data_from)
     print(f"== 1/5 data: Multi30k into {work / 'multi30k'} ({'copied from ' + str(source) if source else 'downloaded'})")
@@ -58,17 +63,17 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
         cfg_dict["train"]["valid_every"] = max_steps
     cfg = parse_config(cfg_dict, source="demo")
     resume = (cfg.work_dir / "last.pt").exists()
-    print(f"== 2/5 train: many-to-many + monolingual, de<->fr held out, {minutes:g} min budget"
+    print(f"== 2/5 train: en/de/fr many-to-many + monolingual, de<->fr held out, {minutes:g} min budget"
           f"{' (resuming)' if resume else ''}; log {cfg.work_dir / 'metrics.jsonl'}, curves {cfg.work_dir / 'curves.png'}")
     result = Trainer(cfg, resume=resume).train()
     loaded = load_model(result.best_checkpoint or result.last_checkpoint)
     translator, embedder = Translator(loaded), Embedder(loaded)
 
     corpus = load_corpus(corpus_yaml)
-    test = read_group(corpus.groups("test_2016_flickr")[0])
+    test = read_group(corpus.groups("test_2016_flickr")[0], limit=test_sentences)
     langs = translator.source_languages
     print("== 3/5 translate (beam 5); * = zero-shot direction")
-    picks = [5, 42]
+    picks = [i for i in (5, 42) if i < len(test["en"])] or [0]
     for s in langs:
         for t in langs:
             if s == t:
@@ -78,14 +83,15 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
             for i, h in zip(picks, hyps):
                 print(f"  {s}->{t}{mark} {test[s][i]!r}\n         -> {h!r}")
     print("== 4/5 BLEU matrix on test_2016_flickr (greedy)")
-    matrix = bleu_matrix(translator, corpus_yaml, "test_2016_flickr", beam_size=1, progress=False)
+    matrix = bleu_matrix(translator, corpus_yaml, "test_2016_flickr", beam_size=1, progress=False,
+                         max_sentences=test_sentences)
     files = write_matrix(matrix, work / "eval", "bleu_test_2016_flickr", title="demo model")
     print(matrix.to_markdown("demo model").split("## chrF")[0])
     print(f"  written: {', '.join(str(f) for f in files)}")
 
     print("== 5/5 sentence vectors: cosine similarity of one caption across languages, and retrieval")
     sent = {lang: test[lang][7] for lang in langs}
-    other = test["en"][300]
+    other = test["en"][len(test["en"]) // 2 + 3]
     vecs = {lang: embedder.encode([sent[lang]], lang)[0] for lang in langs}
     vecs["en(other)"] = embedder.encode([other], "en")[0]
 
@@ -99,7 +105,7 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
     for a in names:
         print(f"  {a:>9}" + " ".join(f"{cos(vecs[a], vecs[b]):9.3f}" for b in names))
     acc = retrieval_accuracy(embedder, {lang: test[lang] for lang in langs})
-    print("  translation retrieval among 1,000 test captions (cosine nearest neighbour), src -> tgt accuracy:")
+    print(f"  translation retrieval among {len(test['en']):,} test captions (cosine nearest neighbour), src -> tgt accuracy:")
     for (s, t), a in sorted(acc.items()):
         print(f"    {s}->{t}: {a:.1%}")
     return {"bleu": matrix.bleu, "retrieval": {f"{s}-{t}": a for (s, t), a in acc.items()}, "steps": result.steps}

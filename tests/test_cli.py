@@ -75,3 +75,23 @@ def test_console_script_is_installed():
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "interlingua.cli"]
     res = subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "translate" in res.stdout and "embed" in res.stdout
+
+
+def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys):
+    from interlingua.demo import run_demo
+    out = run_demo(tmp_path / "demo", minutes=5, data_from=str(multi30k_corpus.parent), max_steps=3, test_sentences=30)
+    text = capsys.readouterr().out
+    assert "de->fr*" in text and "fr->de*" in text  # the zero-shot directions are shown and marked
+    assert "== 5/5 sentence vectors" in text and "de->en:" in text
+    assert set(out["bleu"]) == {"de", "en", "fr"} and out["steps"] == 3
+
+
+def test_evaluate_sentence_suite_through_cli(trained_model, tmp_path, capsys):
+    from conftest import SHARED_DATA
+    if not (SHARED_DATA / "multi30k").is_dir():
+        pytest.skip("no shared data")
+    code, out = run(["evaluate", "retrieval", "--model", str(trained_model), "--quick", "--data-root", str(SHARED_DATA),
+                     "--out", str(tmp_path / "ev")], capsys=capsys)
+    assert code == 0, out.err
+    text = (tmp_path / "ev" / "retrieval.md").read_text()
+    assert "model" in text and "untrained" in text and "bow-subword" in text

@@ -48,10 +48,10 @@ class PreparedData:
         return self.splits[split]
 
 
-def _fingerprint(corpus: Corpus, pre: PreprocessConfig) -> str:
+def _fingerprint(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(pre.model_dump(mode="json"), sort_keys=True).encode())
-    h.update(json.dumps(corpus.languages).encode())
+    h.update(json.dumps(langs).encode())
     for split in sorted(corpus.splits):
         for g in corpus.splits[split]:
             for lang in sorted(g.files):
@@ -85,9 +85,12 @@ def prepare(cfg: ExperimentConfig, force: bool = False) -> PreparedData:
     """Prepare (or load from cache) the encoded corpus of an experiment."""
     corpus = load_corpus(cfg.corpus)
     pre = cfg.preprocess
-    langs = sorted(corpus.languages)
+    langs = sorted(cfg.directions.languages or corpus.languages)
+    unknown = sorted(set(langs) - set(corpus.languages))
+    if unknown:
+        raise DataError(f"directions.languages: {', '.join(unknown)} not in corpus {corpus.source} (it has {', '.join(corpus.languages)})")
     cache_dir = Path(cfg.work_dir) / "data"
-    fp = _fingerprint(corpus, pre)
+    fp = _fingerprint(corpus, pre, langs)
     meta_path = cache_dir / "meta.json"
     if not force and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -100,8 +103,11 @@ def prepare(cfg: ExperimentConfig, force: bool = False) -> PreparedData:
         limit = pre.max_train_sentences if split == "train" else None
         raw[split] = []
         for g in groups:
+            if not set(g.files) & set(langs):
+                continue
             texts = read_group(g, limit=limit)
-            texts = {lang: [normalize_line(s, pre.lowercase, pre.normalize) for s in t] for lang, t in texts.items()}
+            texts = {lang: [normalize_line(s, pre.lowercase, pre.normalize) for s in t]
+                     for lang, t in texts.items() if lang in langs}
             raw[split].append((g.name, texts))
     if "train" not in raw:
         raise DataError(f"corpus {corpus.source} has no 'train' split to learn vocabularies from")

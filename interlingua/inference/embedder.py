@@ -28,6 +28,18 @@ class Embedder:
         self.vocabs = self.loaded.vocabs
         self.pre = self.loaded.config.preprocess
 
+    @classmethod
+    def untrained_like(cls, checkpoint: str | Path | LoadedModel, seed: int = 0) -> "Embedder":
+        """The same architecture and vocabularies with freshly initialised weights: the
+        reference point that shows what training bought."""
+        loaded = load_model(checkpoint) if not isinstance(checkpoint, LoadedModel) else checkpoint
+        fresh = load_model(loaded.payload_path) if loaded.payload_path else loaded
+        torch.manual_seed(seed)
+        for module in fresh.model.modules():
+            if module is not fresh.model and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+        return cls(fresh)
+
     @property
     def languages(self) -> list[str]:
         return self.model.encoder_langs

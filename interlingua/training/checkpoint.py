@@ -76,6 +76,7 @@ class LoadedModel:
     config: ExperimentConfig
     directions: list[tuple[str, str]]
     payload: dict[str, Any]
+    payload_path: Path | None = None
 
 
 def load_model(path: str | Path) -> LoadedModel:
@@ -92,4 +93,4 @@ def load_model(path: str | Path) -> LoadedModel:
     except (KeyError, RuntimeError) as err:
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {str(err).splitlines()[0][:200]}") from None
     model.eval()
-    return LoadedModel(model, vocabs, cfg, [tuple(d) for d in payload["directions"]], payload)
+    return LoadedModel(model, vocabs, cfg, [tuple(d) for d in payload["directions"]], payload, Path(path))

@@ -262,7 +262,7 @@ def run_probing(ctx: Context) -> dict:
     start = time.perf_counter()
     tasks = _probing_tasks(ctx, result)
     result["setup_s"] = {"reading and building probing sets": round(time.perf_counter() - start, 2)}
-    for task in tasks:
+    for task in tqdm(tasks, desc="probing"):
         for note in task.notes:
             result["notes"].append(f"{task.name}: {note}")
         _run_each(result, task.name, ctx, (task.lang,), lambda enc: run_probe(

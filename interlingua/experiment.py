@@ -1,0 +1,105 @@
+"""`interlingua experiment`: train recipes, select on dev, score test, write a paper-style table.
+
+Each recipe is trained (or resumed, or skipped when already finished), its best checkpoint
+translated in every direction of test_2016_flickr, and the results gathered into one
+markdown report: source rows x target columns, our BLEU with the paper's beside it, zero-shot
+cells marked, and the compute each run took.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interlingua.config import load_config
+from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
+from interlingua.evaluation.paper_numbers import paper_bleu
+from interlingua.inference.translator import Translator
+from interlingua.training.checkpoint import read_checkpoint
+from interlingua.training.trainer import Trainer
+
+
+def paper_setting(recipe_name: str) -> str | None:
+    """Map a recipe name to its Table 1 block (None when the paper has no such block)."""
+    name = re.sub(r"^(cpu|paper)_", "", recipe_name)
+    if re.fullmatch(r"bilingual_nobridge_[a-z]+_[a-z]+", name):
+        return "bilingual_nobridge"
+    if re.fullmatch(r"bilingual_[a-z]+_[a-z]+", name):
+        return "bilingual"
+    return name if name in ("pivot_en", "pivot_en_mono", "m2m", "m2m_mono") else None
+
+
+def _finished(cfg_work: Path, max_steps: int, max_minutes: float | None) -> bool:
+    last = cfg_work / "last.pt"
+    if not last.exists():
+        return False
+    st = read_checkpoint(last).get("training", {})
+    return st.get("step", 0) >= max_steps or (max_minutes is not None and st.get("elapsed", 0) >= max_minutes * 60)
+
+
+def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | None) -> dict[str, Any]:
+    cfg = load_config(recipe, overrides)
+    work = Path(cfg.work_dir)
+    if not _finished(work, cfg.train.max_steps, cfg.train.max_minutes):
+        Trainer(cfg, resume=(work / "last.pt").exists()).train()
+    best = work / "best.pt"
+    state = read_checkpoint(work / "last.pt")["training"]
+    t0 = time.perf_counter()
+    matrix = bleu_matrix(Translator(best), cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
+    write_matrix(matrix, work / "eval", f"bleu_test_2016_flickr_beam{beam}", title=recipe.stem)
+    history = json.loads(state["history"])
+    return {
+        "recipe": recipe.stem, "name": cfg.name, "setting": paper_setting(cfg.name),
+        "matrix": matrix.to_json(),
+        "compute": {"train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"],
+                    "best_dev_bleu": state["best_bleu"], "validations": len(history),
+                    "eval_seconds": round(time.perf_counter() - t0, 1), "threads": torch.get_num_threads(),
+                    "machine": f"{platform.machine()} {platform.processor() or ''}".strip()},
+    }
+
+
+def _cell(ours: float | None, paper: float | None, zero_shot: bool) -> str:
+    if ours is None:
+        return "-"
+    text = f"{ours:.1f}" + (f" ({paper:.1f})" if paper is not None else "")
+    return f"*{text}*" if zero_shot else text
+
+
+def results_markdown(runs: list[dict[str, Any]], title: str = "Multi30k results") -> str:
+    out = [f"# {title}", "",
+           "test_2016_flickr, lowercased sacreBLEU (13a). Each cell: ours (paper, journal Table 1). "
+           "*Italic* = zero-shot (never trained). Rows: source, columns: target.", ""]
+    for run in runs:
+        m = MatrixResult(**{k: run["matrix"][k] for k in ("split", "languages", "bleu", "chrf", "beam_size", "pivot")},
+                         zero_shot=[tuple(x.split("-")) for x in run["matrix"]["zero_shot"]])
+        c = run["compute"]
+        out += [f"## {run['recipe']}", "",
+                f"Compute: {c['train_minutes']} min of training, {c['steps']} steps, {c['threads']} CPU threads ({c['machine']}); "
+                f"best mean dev BLEU {c['best_dev_bleu'] if c['best_dev_bleu'] is None else round(c['best_dev_bleu'], 2)}; beam {m.beam_size}.", ""]
+        zs = set(m.zero_shot)
+        out += ["| src \\ tgt | " + " | ".join(m.languages) + " |", "|---" * (len(m.languages) + 1) + "|"]
+        for s in m.languages:
+            cells = [_cell(m.bleu.get(s, {}).get(t), paper_bleu(run["setting"] or "", s, t), (s, t) in zs) if s != t else "-"
+                     for t in m.languages]
+            out.append(f"| **{s}** | " + " | ".join(cells) + " |")
+        if zs:
+            mean_zs = sum(m.bleu[s][t] for s, t in zs) / len(zs)
+            out += ["", f"Mean zero-shot BLEU: {mean_zs:.2f}"]
+        out.append("")
+    return "\n".join(out)
+
+
+def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: int = 1,
+                    max_test: int | None = None) -> list[dict[str, Any]]:
+    runs = []
+    for recipe in recipes:
+        runs.append(run_recipe(Path(recipe), overrides, beam, max_test))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(results_markdown(runs))
+        out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    return runs
