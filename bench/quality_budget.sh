@@ -18,7 +18,6 @@ WORK=runs/bench_quality_${BUDGET_MIN}min
 PEER1=$(mktemp --suffix=.sh)
 sed 's/OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2/OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1/' \
   ../shared/peers/opennmt.sh > "$PEER1"
-cp ../shared/peers/opennmt.sh "$(dirname "$PEER1")/"  # nothing else is read from the script's folder
 
 .venv/bin/interlingua data multi30k --dest "$WORK/multi30k" --from "$DATA"
 train_ours() {
