@@ -100,11 +100,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
-    from interlingua.evaluation.plots import plot_attention_heads
+    from interlingua.evaluation.sentence.heads import plot_head_heatmap
     from interlingua.inference.embedder import Embedder
     emb = Embedder(args.model)
     att, pieces = emb.attention(args.sentence, args.lang)
-    plot_attention_heads(att, pieces, Path(args.output), title=f"bridge attention ({args.lang}): {args.sentence}")
+    plot_head_heatmap(att, pieces, Path(args.output), title=f"bridge attention ({args.lang}): {args.sentence}")
     print(f"written {args.output}")
 
 

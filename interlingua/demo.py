@@ -16,7 +16,7 @@ from interlingua.config import parse_config
 from interlingua.data.corpus import read_group, load_corpus
 from interlingua.data.download import get_multi30k
 from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
-from interlingua.evaluation.retrieval_quick import retrieval_accuracy
+from interlingua.evaluation.sentence.retrieval import retrieval_accuracy
 from interlingua.inference.embedder import Embedder
 from interlingua.inference.translator import Translator
 from interlingua.training.checkpoint import load_model
@@ -104,8 +104,9 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
     print("           " + " ".join(f"{n:>9}" for n in names))
     for a in names:
         print(f"  {a:>9}" + " ".join(f"{cos(vecs[a], vecs[b]):9.3f}" for b in names))
-    acc = retrieval_accuracy(embedder, {lang: test[lang] for lang in langs})
+    test_vecs = {lang: embedder.encode(test[lang], lang) for lang in langs}
+    acc = {(s, t): retrieval_accuracy(test_vecs[s], test_vecs[t]) for s in langs for t in langs if s != t}
     print(f"  translation retrieval among {len(test['en']):,} test captions (cosine nearest neighbour), src -> tgt accuracy:")
     for (s, t), a in sorted(acc.items()):
-        print(f"    {s}->{t}: {a:.1%}")
+        print(f"    {s}->{t}: {a:.1f}%")
     return {"bleu": matrix.bleu, "retrieval": {f"{s}-{t}": a for (s, t), a in acc.items()}, "steps": result.steps}

@@ -66,16 +66,3 @@ def plot_score_matrix(matrix: dict[str, dict[str, float | None]], languages: lis
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
     plt.close(fig)
-
-
-def plot_attention_heads(attention: np.ndarray, tokens: list[str], out_png: Path, title: str = "") -> None:
-    """Bridge attention of one sentence: heads (rows) x subword tokens (columns)."""
-    fig, ax = plt.subplots(figsize=(max(4, 0.45 * len(tokens) + 2), max(2.5, 0.35 * attention.shape[0] + 1.5)))
-    im = ax.imshow(attention, cmap="Blues", aspect="auto", vmin=0, vmax=max(float(attention.max()), 1e-6))
-    ax.set_xticks(range(len(tokens)), tokens, rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(attention.shape[0]), [f"head {i + 1}" for i in range(attention.shape[0])], fontsize=8)
-    ax.set_title(title, fontsize=10)
-    fig.colorbar(im, ax=ax, fraction=0.03)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
