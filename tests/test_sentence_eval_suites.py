@@ -29,7 +29,8 @@ def test_nli_and_retrieval_reports(data_root, tmp_path):
     assert saved["results"]["Multi30k"]["bow"]["n"] == 200
     assert saved["results"]["Multi30k"]["random"]["missing_languages"] == ["fr", "cs"]
     assert res["results"]["Multi30k"]["bow"]["cosine"]["en"]["de"] == saved["results"]["Multi30k"]["bow"]["cosine"]["en"]["de"]
-    assert saved["elapsed_s"]["Multi30k"]["bow"] >= 0 and "total_elapsed_s" in saved
+    assert saved["elapsed_s"]["Multi30k"]["bow"] >= saved["encode_s"]["Multi30k"]["bow"] > 0 and "total_elapsed_s" in saved
+    assert "Time in seconds: total (of which encoding)" in md
 
     res = run_suite("nli", embedders, data_root, tmp_path, quick=True)
     assert set(res["results"]) == {"SICK-E", "XNLI-en"}
@@ -37,10 +38,12 @@ def test_nli_and_retrieval_reports(data_root, tmp_path):
 
 
 def test_probing_suite_with_heads(data_root, tmp_path):
-    res = run_suite("probing", {"heads": HashedBagOfWords(dim=16, heads=2), "plain": RandomEmbedder(dim=16)},
-                    data_root, tmp_path, quick=True)
+    embedders = {"heads": HashedBagOfWords(dim=16, heads=2), "plain": RandomEmbedder(dim=16),
+                 "heads-not-probed": HashedBagOfWords(dim=8, heads=2)}
+    res = run_suite("probing", embedders, data_root, tmp_path, quick=True, per_head_embedders=["heads", "plain"])
     assert {"Length (local)", "WC (local)", "BShift (local)"} <= set(res["results"])
     assert len(res["results"]["Length (local)"]["heads"]["per_head"]["acc"]) == 2
+    assert "per_head" not in res["results"]["Length (local)"]["heads-not-probed"]
     assert "per-head probing (plain)" in res["skipped"] and "official probing" in res["skipped"]
     assert (tmp_path / "probing_sets" / "Length.txt").is_file() and (tmp_path / "probing_heads_heads.png").is_file()
     assert "Per-head probing, heads" in (tmp_path / "probing.md").read_text()

@@ -83,12 +83,13 @@ def render_markdown(result: dict) -> str:
         lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
     if result.get("skipped"):
         lines += ["## Not run", ""] + [f"- **{k}**: {v}" for k, v in result["skipped"].items()] + [""]
-    elapsed = result.get("elapsed_s", {})
+    elapsed, encoding = result.get("elapsed_s", {}), result.get("encode_s", {})
     if elapsed:
         names = result.get("embedders", [])
-        timing = Table("Time (seconds, encoding included)", names, digits=1)
+        timing = Table("Time in seconds: total (of which encoding)", names, digits=1)
         for task, per in elapsed.items():
-            timing.add(task, [per.get(n) if isinstance(per, dict) else None for n in names])
+            enc = encoding.get(task, {})
+            timing.add(task, [f"{per[n]:.1f} ({enc[n]:.1f})" if n in per and n in enc else per.get(n) for n in names])
         lines.append(timing.to_markdown().replace("**", ""))
     for what, secs in result.get("setup_s", {}).items():
         lines.append(f"Setup, {what}: {secs:.1f} s\n")

@@ -41,7 +41,7 @@ class Budget:
     """Sizes and fold counts; the defaults keep `all` on a real model inside 30 minutes on 2 cores."""
 
     cv_folds: int = 10
-    inner_folds: int = 5
+    inner_folds: int = 3
     xnli_folds: int = 5
     xnli_inner_folds: int = 3
     sst_train: int | None = 20000
@@ -74,6 +74,7 @@ class Context:
     features: str = "full"
     probing_dir: Path | None = None
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    per_head_embedders: list[str] | None = None  # None: every embedder that has heads
 
     def cap(self, items, salt: int = 0):
         return subsample(items, self.budget.max_examples, self.seed + salt)
@@ -81,7 +82,7 @@ class Context:
 
 def _new_result(suite: str, ctx: Context) -> dict:
     return {"suite": suite, "embedders": list(ctx.encoders), "settings": {"seed": ctx.seed, **_budget_settings(ctx)},
-            "results": {}, "reference": {}, "tables": [], "notes": [], "skipped": {}, "elapsed_s": {}}
+            "results": {}, "reference": {}, "tables": [], "notes": [], "skipped": {}, "elapsed_s": {}, "encode_s": {}}
 
 
 def _budget_settings(ctx: Context) -> dict:
@@ -96,16 +97,18 @@ def _run_each(result: dict, task: str, ctx: Context, needs: tuple[str, ...], fn:
     """Run `fn` for every embedder that has the languages in `needs`; record results and seconds."""
     result["results"].setdefault(task, {})
     result["elapsed_s"].setdefault(task, {})
+    result["encode_s"].setdefault(task, {})
     for name, enc in ctx.encoders.items():
         lacking = [lang for lang in needs if not enc.has(lang)]
         if lacking:
             result["results"][task][name] = None
             result["notes"].append(f"{task}: '{name}' skipped, no encoder for {', '.join(lacking)}")
             continue
-        start = time.perf_counter()
+        start, encoding = time.perf_counter(), enc.encode_seconds
         log.info("%s: %s", task, name)
         result["results"][task][name] = fn(enc)
         result["elapsed_s"][task][name] = round(time.perf_counter() - start, 2)
+        result["encode_s"][task][name] = round(enc.encode_seconds - encoding, 2)
 
 
 def _cells(result: dict, task: str, names: list[str], getter: Callable[[dict], float | None]) -> list:
@@ -266,7 +269,8 @@ def run_probing(ctx: Context) -> dict:
         for note in task.notes:
             result["notes"].append(f"{task.name}: {note}")
         _run_each(result, task.name, ctx, (task.lang,), lambda enc: run_probe(
-            enc, task, cfg=ctx.probe, seed=ctx.seed, per_head=True, per_head_train=ctx.budget.per_head_train))
+            enc, task, cfg=ctx.probe, seed=ctx.seed, per_head_train=ctx.budget.per_head_train,
+            per_head=ctx.per_head_embedders is None or enc.name in ctx.per_head_embedders))
         chance = majority_accuracy(task.train.labels, task.test.labels)
         result["reference"][task.name] = {"chance": chance, "sizes": task.sizes(), "source": task.source}
         table.add(task.name, _cells(result, task.name, names, lambda r: r["acc"]) + [chance])
@@ -416,13 +420,15 @@ def _write_all(result: dict, out_dir: Path) -> None:
 
 def run_suite(name: str, embedders: Mapping[str, EmbedderLike], data_root: Path, out_dir: Path, *, quick: bool = False,
               seed: int = 0, max_examples: int | None = None, probing_dir: Path | None = None,
-              pair_features: str = "full", batch_size: int = 64, encode_threads: int | None = 1) -> dict:
+              pair_features: str = "full", batch_size: int = 64, encode_threads: int | None = 1,
+              per_head_embedders: list[str] | None = None) -> dict:
     """Evaluate `embedders` (name -> embedder) on suite `name`; writes out_dir/<name>.md and .json.
 
     `data_root` holds senteval_downstream/, xnli/, multi30k/ (and webis_cls10/ for probing
     text); `quick` and `max_examples` subsample for smoke runs; `probing_dir` holds official
     SentEval probing files (default: data_root/senteval_probing). `encode_threads` torch
-    threads while an embedder encodes (None: leave as set); fits run on one thread."""
+    threads while an embedder encodes (None: leave as set); fits run on one thread.
+    `per_head_embedders` limits per-head probing to those names (None: all with heads)."""
     if name not in SUITES:
         raise EvaluationError(f"unknown suite '{name}' (choose from {', '.join(SUITES)})")
     if not embedders:
@@ -438,6 +444,7 @@ def run_suite(name: str, embedders: Mapping[str, EmbedderLike], data_root: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = Context(encoders={n: Encoder(n, e, batch_size, encode_threads) for n, e in embedders.items()}, data_root=data_root,
                   out_dir=out_dir, budget=Budget.make(quick, max_examples), seed=seed, features=pair_features,
-                  probing_dir=Path(probing_dir) if probing_dir else None)
+                  probing_dir=Path(probing_dir) if probing_dir else None,
+                  per_head_embedders=None if per_head_embedders is None else list(per_head_embedders))
     return _run_and_write(name, ctx)
 
