@@ -62,8 +62,8 @@ def xnli_transfer(encoder: Encoder, data: Mapping[str, Pairs], *, train_sets: Se
                 C = float(np.median(single_cs))
                 model = fixed_logreg(X_tr, y_tr, C=C, seed=seed)
             else:
-                search = tuned_logreg(X_tr, y_tr, folds=inner_folds, seed=seed)
-                model, C = search, search.best_params_["logisticregression__C"]
+                tuned = tuned_logreg(X_tr, y_tr, folds=inner_folds, seed=seed)
+                model, C = tuned.model, tuned.C
             chosen_C["+".join(ts)].append(C)
             for lang in langs:
                 scores["+".join(ts)][lang].append(100.0 * model.score(X[lang][te], y[te]))
