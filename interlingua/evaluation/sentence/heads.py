@@ -30,7 +30,7 @@ def check_attention(attention: np.ndarray, n_tokens: int | None = None) -> np.nd
     if not np.isfinite(A).all() or (A < 0).any():
         raise EvaluationError("attention weights must be finite and non-negative")
     sums = A.sum(axis=1)
-    if not np.allclose(sums, 1.0, atol=1e-3):
+    if not np.allclose(sums, 1.0, atol=2e-2):  # loose enough for attention computed in bf16
         raise EvaluationError(f"each head's attention must sum to 1 over the tokens (got row sums {sums.min():.3f}"
                               f"..{sums.max():.3f}); pass the sentence's real tokens only, no padding")
     return A
