@@ -17,6 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _results import append_result  # noqa: E402
+
 from interlingua.config import load_config  # noqa: E402
 from interlingua.data.download import get_multi30k  # noqa: E402
 from interlingua.training.trainer import Trainer  # noqa: E402
@@ -57,10 +59,7 @@ def main() -> None:
               "src_plus_tgt_tokens_per_s_median": round(statistics.median(rates)),
               "peak_rss_gib": round(peak_gib, 2), "wall_s": round(wall, 1),
               "command": " ".join(sys.argv)}
-    print(json.dumps(result))
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(json.dumps(result) + "\n")
+    append_result(args.out, result)
 
 
 if __name__ == "__main__":

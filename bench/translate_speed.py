@@ -7,7 +7,6 @@ loading excluded) and lowercased BLEU / chrF of each output.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -18,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from _results import append_result  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.inference.translator import Translator  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
@@ -48,10 +48,7 @@ def main() -> None:
                "model": args.model, "direction": f"{args.src}-{args.tgt}", "beam": beam,
                "sent_per_s_best": round(len(src) / min(times), 1), "seconds": [round(t, 2) for t in times],
                "bleu_lc": round(bleu, 2), "chrf_lc": round(chrf, 2), "command": " ".join(sys.argv)}
-        print(json.dumps(res))
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(json.dumps(res) + "\n")
+        append_result(args.out, res)
 
 
 if __name__ == "__main__":

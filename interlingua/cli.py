@@ -93,10 +93,13 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         return
     from interlingua.evaluation.vectors import evaluate_sentence_vectors
     out_dir = Path(args.out or Path(args.model).parent / "eval")
-    evaluate_sentence_vectors(args.suite, args.model, data_root=Path(args.data_root), out_dir=out_dir,
-                              quick=args.quick, references=not args.no_references)
+    result = evaluate_sentence_vectors(args.suite, args.model, data_root=Path(args.data_root), out_dir=out_dir,
+                                       quick=args.quick, references=not args.no_references,
+                                       probing_dir=Path(args.probing_dir) if args.probing_dir else None)
     print((out_dir / f"{args.suite}.md").read_text())
     print(f"written: {out_dir / (args.suite + '.md')}, {out_dir / (args.suite + '.json')}")
+    print(f"wall clock: suite {result['total_elapsed_s']:.1f} s, loading model and references "
+          f"{result['setup_elapsed_s']:.1f} s")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
@@ -177,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-sentences", type=int, default=None)
     v.add_argument("--threads", type=int, default=None)
     v.add_argument("--data-root", default=str(Path("..") / "shared" / "data"), help="folder with senteval_downstream/, xnli/, multi30k/")
+    v.add_argument("--probing-dir", default=None, metavar="DIR",
+                   help="official SentEval probing files (default: <data-root>/senteval_probing)")
     v.add_argument("--quick", action="store_true", help="subsample data sets (smoke runs)")
     v.add_argument("--no-references", action="store_true", help="skip the bag-of-words and untrained reference points")
     v.add_argument("--out", default=None, help="output folder (default: <model folder>/eval)")

@@ -95,3 +95,21 @@ def test_evaluate_sentence_suite_through_cli(trained_model, tmp_path, capsys):
     assert code == 0, out.err
     text = (tmp_path / "ev" / "retrieval.md").read_text()
     assert "model" in text and "untrained" in text and "bow-subword" in text
+
+
+def test_evaluate_passes_probing_dir_through(tmp_path, capsys, monkeypatch):
+    import interlingua.evaluation.vectors as vectors
+    seen = {}
+
+    def fake(suite, checkpoint, data_root, out_dir, **kwargs):
+        seen.update(suite=suite, **kwargs)
+        (out_dir / f"{suite}.md").parent.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"{suite}.md").write_text("# report\n")
+        return {"total_elapsed_s": 12.5, "setup_elapsed_s": 3.0}
+
+    monkeypatch.setattr(vectors, "evaluate_sentence_vectors", fake)
+    code, out = run(["evaluate", "probing", "--model", str(tmp_path / "x.pt"), "--data-root", str(tmp_path),
+                     "--probing-dir", str(tmp_path / "probing"), "--out", str(tmp_path / "ev")], capsys=capsys)
+    assert code == 0, out.err
+    assert seen["suite"] == "probing" and seen["probing_dir"] == tmp_path / "probing"
+    assert "suite 12.5 s" in out.out

@@ -135,3 +135,10 @@ def test_per_head_probing_gives_one_score_per_head(pool):
     labels = ProbingTask("toy", "test", Labelled(["a"] * 3, ["x"] * 3), Labelled([], []), Labelled([], []))
     with pytest.raises(EvaluationError, match="two classes"):
         run_probe(Encoder("random", RandomEmbedder(dim=4)), labels)
+
+
+def test_without_spacy_tense_and_subjnum_say_how_to_install(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "spacy", None)  # import spacy -> ImportError
+    nlp, reason = load_tagger()
+    assert nlp is None and "interlingua[probing]" in reason

@@ -78,3 +78,33 @@ def test_table_bolds_the_best_embedder_only():
     with pytest.raises(ValueError, match="2 cells for 3 columns"):
         t.add("X", [1.0, 2.0])
     assert "# Sentence-vector evaluation: x" in render_markdown({"suite": "x", "embedders": ["a"], "tables": [t]})
+
+
+def test_checkpoint_evaluation_keeps_the_fast_options(tmp_path, monkeypatch):
+    """Per-head probing for the trained model only; the bag-of-subwords reference cached under the output folder."""
+    import interlingua.evaluation.vectors as vectors
+
+    class FakeEmbedder:
+        def __init__(self, checkpoint):
+            self.checkpoint = checkpoint
+
+        @classmethod
+        def untrained_like(cls, checkpoint):
+            return cls(checkpoint)
+
+    seen = {}
+    monkeypatch.setattr(vectors, "Embedder", FakeEmbedder)
+    monkeypatch.setattr(vectors, "reference_embedders",
+                        lambda root, **kw: seen.update(refs=kw) or {"bow-subword": object()})
+
+    def fake_run_suite(name, embedders, data_root, out, **kw):
+        seen.update(embedders=list(embedders), out=out, **kw)
+        return {"total_elapsed_s": 1.0}
+
+    monkeypatch.setattr(vectors, "run_suite", fake_run_suite)
+    res = vectors.evaluate_sentence_vectors("probing", tmp_path / "best.pt", tmp_path, out_dir=tmp_path / "ev",
+                                            quick=True, probing_dir=tmp_path / "senteval")
+    assert seen["embedders"] == ["model", "untrained", "bow-subword"] and seen["per_head_embedders"] == ["model"]
+    assert seen["probing_dir"] == tmp_path / "senteval" and seen["out"] == tmp_path / "ev"
+    assert seen["refs"]["cache_dir"] == tmp_path / "ev" / "cache" / "bow-subword-2000" and seen["refs"]["max_lines"] == 2000
+    assert res["setup_elapsed_s"] >= 0

@@ -104,7 +104,7 @@ class BagOfSubwords:
         """Train on Multi30k (the papers' small-data setting): the text the translation models see."""
         texts = {lang: load_multi30k(data_root, split, lang)[:max_lines] for lang in languages}
         bow = cls.train(texts, **kwargs)
-        bow.info.update(corpus=f"multi30k/{split}", max_lines=max_lines)
+        bow.info.update(corpus=f"multi30k/{split}", max_lines=max_lines, data_root=str(Path(data_root).resolve()))
         return bow
 
     def save(self, folder: Path) -> Path:
@@ -165,11 +165,15 @@ class FunctionEmbedder:
 
 def reference_embedders(data_root: Path, *, languages: Sequence[str] = MULTI30K_LANGS, cache_dir: Path | None = None,
                         max_lines: int | None = None, seed: int = 0) -> dict[str, BagOfSubwords]:
-    """The suite's own reference points by name, trained on Multi30k (or loaded from `cache_dir`)."""
+    """The suite's own reference points by name, trained on Multi30k (or loaded from `cache_dir`).
+
+    A cached reference is reused only when it was trained on the same data root with the same
+    `max_lines` and `seed` and has every language asked for; otherwise it is retrained and saved."""
     bow = None
     if cache_dir is not None and (Path(cache_dir) / "bag_of_subwords.json").is_file():
         bow = BagOfSubwords.load(cache_dir)
-        same = bow.info.get("max_lines") == max_lines and bow.info.get("seed") == seed
+        same = (bow.info.get("max_lines") == max_lines and bow.info.get("seed") == seed
+                and bow.info.get("data_root") == str(Path(data_root).resolve()))
         if not same or not set(languages) <= set(bow.languages):
             bow = None  # saved with other settings: train afresh
     if bow is None:

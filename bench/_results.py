@@ -1,0 +1,33 @@
+"""What the benchmark scripts share: appending a result line, describing the machine."""
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+
+def append_result(path: str | Path | None, record: dict) -> None:
+    """Print `record` as one JSON line and, when `path` is given, append it there (folders created)."""
+    line = json.dumps(record)
+    print(line)
+    if path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (platform's guess where that file is missing)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    """Host, OS, architecture and CPU model, e.g. 'box Linux-6.1.0-x86_64 / Intel(R) Xeon(R) ...'."""
+    return f"{platform.node()} {platform.system()}-{platform.release()}-{platform.machine()} / {cpu_model()}"

