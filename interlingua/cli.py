@@ -111,6 +111,44 @@ def cmd_attention(args: argparse.Namespace) -> None:
     print(f"written {args.output}")
 
 
+def _named_models(specs: list[str]) -> dict[str, Path]:
+    """`NAME=CKPT` or `CKPT` (named after its run folder) -> {name: checkpoint}."""
+    out: dict[str, Path] = {}
+    for spec in specs:
+        name, _, path = spec.rpartition("=")
+        out[name or Path(path).parent.name] = Path(path)
+    return out
+
+
+def cmd_analyze(args: argparse.Namespace) -> None:
+    from interlingua.evaluation.bleu_matrix import load_split_texts, parallel_texts
+    from interlingua.inference.translator import Translator
+    models = _named_models(args.model)
+    first = next(iter(models.values()))
+    if args.what == "heads":
+        from interlingua.evaluation.penalty_analysis import penalty_analysis
+        from interlingua.inference.embedder import Embedder
+        embedders = {name: Embedder(path) for name, path in models.items()}
+        corpus = args.corpus or next(iter(embedders.values())).loaded.config.corpus
+        sentences = _read_lines(args.input) if args.input else \
+            [s for g in load_split_texts(Path(corpus), args.split) for s in g.get(args.lang, [])]
+        example = args.sentence or sentences[0]
+        out = Path(args.out or first.parent / "analysis")
+        penalty_analysis(embedders, sentences, args.lang, example, out)
+        print((out / "heads.md").read_text())
+        print(f"written: {out}/heads.md, heads.json, heads_*.png")
+    else:
+        from interlingua.evaluation.length_analysis import bleu_by_length, write_length_report
+        translators = {name: Translator(path) for name, path in models.items()}
+        corpus = args.corpus or next(iter(translators.values())).loaded.config.corpus
+        src, ref = parallel_texts(load_split_texts(Path(corpus), args.split), args.src, args.tgt)
+        result = bleu_by_length(translators, src, ref, args.src, args.tgt, beam_size=args.beam)
+        out = Path(args.out or first.parent / "analysis")
+        write_length_report(result, out, f"BLEU by source length, {args.src}->{args.tgt} ({args.split})")
+        print((out / "length_buckets.md").read_text())
+        print(f"written: {out}/length_buckets.md, .json, .png")
+
+
 def cmd_experiment(args: argparse.Namespace) -> None:
     from interlingua.experiment import run_experiments
     runs = run_experiments([Path(r) for r in args.recipes], args.set, Path(args.out), beam=args.beam,
@@ -193,6 +231,20 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--output", default="attention.png")
     a.add_argument("sentence")
     a.set_defaults(func=cmd_attention)
+
+    y = sub.add_parser("analyze", help="bridge head entropy and heat maps (penalty study), or BLEU by source length")
+    y.add_argument("what", choices=["heads", "lengths"])
+    y.add_argument("--model", action="append", required=True, metavar="[NAME=]CKPT", help="repeat to compare models")
+    y.add_argument("--lang", default="en", help="heads: language of the sentences")
+    y.add_argument("--src", default="en", help="lengths: source language")
+    y.add_argument("--tgt", default="de", help="lengths: target language")
+    y.add_argument("--split", default="test_2016_flickr")
+    y.add_argument("--corpus", default=None, help="corpus YAML (default: the first model's)")
+    y.add_argument("-i", "--input", default=None, help="heads: sentences from this file instead of the corpus split")
+    y.add_argument("--sentence", default=None, help="heads: the sentence to draw (default: the first one)")
+    y.add_argument("--beam", type=int, default=1)
+    y.add_argument("--out", default=None, help="output folder (default: <first model folder>/analysis)")
+    y.set_defaults(func=cmd_analyze)
 
     x = sub.add_parser("experiment", help="train recipes, evaluate on test, write a paper-style results table")
     x.add_argument("recipes", nargs="+", help="recipe YAML files, e.g. recipes/multi30k/cpu/*.yaml")

@@ -1,6 +1,7 @@
 """The experiment runner and the shipped recipes."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -54,3 +55,32 @@ def test_runner_trains_evaluates_and_writes_paper_table(multi30k_corpus, tmp_pat
     again = run_experiments([recipe], [], out, max_test=20)
     assert again[0]["compute"]["steps"] == 8
     assert results_markdown(again) == text
+
+
+CPU_RECIPES = sorted((RECIPES / "multi30k" / "cpu").glob("*.yaml"))
+PAPER_RECIPES = sorted((RECIPES / "multi30k" / "paper").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", CPU_RECIPES, ids=lambda p: p.stem)
+def test_every_cpu_recipe_trains_a_few_steps(recipe, multi30k_corpus, tmp_path):
+    """Each shipped CPU recipe runs as written; only the data and the budget are shrunk."""
+    from interlingua.training.trainer import Trainer
+    cfg = load_config(recipe, [f"corpus={multi30k_corpus}", f"work_dir={tmp_path}", "preprocess.vocab_size=300",
+                               "preprocess.max_train_sentences=150", "preprocess.max_valid_sentences=4",
+                               "train.max_steps=2", "train.valid_every=2", "train.batch_size=8"])
+    result = Trainer(cfg).train()
+    assert result.steps == 2 and result.best_checkpoint is not None and result.best_checkpoint.exists()
+    assert all(np.isfinite(r["mean_bleu"]) for r in result.history)
+
+
+@pytest.mark.parametrize("recipe", PAPER_RECIPES, ids=lambda p: p.stem)
+def test_every_paper_recipe_builds_its_model(recipe, multi30k_corpus, tmp_path):
+    """Paper-scale recipes share the CPU code path; here their configs and model sizes are checked."""
+    from interlingua.data.directions import build_directions
+    from interlingua.modules.model import TranslationModel
+    cfg = load_config(recipe, [f"corpus={multi30k_corpus}"])
+    directions = build_directions(cfg.directions, ["cs", "de", "en", "fr"])
+    assert directions
+    model = TranslationModel(cfg.model, {lang: cfg.preprocess.vocab_size for lang in ["cs", "de", "en", "fr"]},
+                             [s for s, _ in directions], [t for _, t in directions])
+    assert sum(p.numel() for p in model.parameters()) > 10_000_000

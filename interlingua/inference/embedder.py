@@ -75,14 +75,24 @@ class Embedder:
         return out
 
     @torch.inference_mode()
-    def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
-        """Bridge attention A (k, n) of one sentence and its subword pieces (for heat maps)."""
+    def attentions(self, sentences: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
+        """Bridge attention A (k, n_i) of each sentence over its n_i subwords (empty: (k, 0))."""
         if not self.model.has_bridge:
             raise InterlinguaError("this model has no attention bridge (bridge: none)")
-        seqs = encode_inputs([sentence], self.vocabs[lang], self.pre)
-        if not len(seqs[0]):
+        self.model.encoder_for(lang)
+        seqs = encode_inputs(sentences, self.vocabs[lang], self.pre)
+        k = self.model.cfg.bridge.heads
+        out = [np.zeros((k, 0), dtype=np.float32) for _ in seqs]
+        for idx, ids, lengths in length_sorted_batches(seqs, batch_size, self._prefix(lang)):
+            att = self.model.encode(ids, lengths, lang).attention.float().numpy()
+            for row, i in enumerate(idx):
+                out[i] = att[row, :, : int(lengths[row])]
+        return out
+
+    def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
+        """Bridge attention A (k, n) of one sentence and its subword pieces (for heat maps)."""
+        att = self.attentions([sentence], lang)[0]
+        if not att.shape[1]:
             raise InterlinguaError("cannot show attention for an empty sentence")
-        _, ids, lengths = next(length_sorted_batches(seqs, 1, self._prefix(lang)))
-        bridged = self.model.encode(ids, lengths, lang)
-        pieces = [self.vocabs[lang].sp.id_to_piece(int(i)) for i in ids[0]]
-        return bridged.attention[0].float().numpy(), pieces
+        ids = encode_inputs([sentence], self.vocabs[lang], self.pre)[0]
+        return att, [self.vocabs[lang].sp.id_to_piece(int(i)) for i in ids]
