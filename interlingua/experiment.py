@@ -43,17 +43,27 @@ def _finished(cfg_work: Path, max_steps: int, max_minutes: float | None) -> bool
 
 
 def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | None) -> dict[str, Any]:
+    """Train (or resume, or skip) one recipe and score its best checkpoint on test_2016_flickr.
+
+    The scored run is cached in <work_dir>/eval/experiment.json, keyed by the checkpoint's
+    modification time and the search settings, so gathering finished runs into a table is cheap."""
     cfg = load_config(recipe, overrides)
     work = Path(cfg.work_dir)
     if not _finished(work, cfg.train.max_steps, cfg.train.max_minutes):
         Trainer(cfg, resume=(work / "last.pt").exists()).train()
     best = work / "best.pt"
+    key = {"best_mtime": best.stat().st_mtime, "beam": beam, "max_test": max_test, "recipe": recipe.stem}
+    cache = work / "eval" / "experiment.json"
+    if cache.is_file():
+        cached = json.loads(cache.read_text())
+        if cached.get("key") == key:
+            return cached["run"]
     state = read_checkpoint(work / "last.pt")["training"]
     t0 = time.perf_counter()
     matrix = bleu_matrix(Translator(best), cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
     write_matrix(matrix, work / "eval", f"bleu_test_2016_flickr_beam{beam}", title=recipe.stem)
     history = json.loads(state["history"])
-    return {
+    run = {
         "recipe": recipe.stem, "name": cfg.name, "setting": paper_setting(cfg.name),
         "matrix": matrix.to_json(),
         "compute": {"train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"],
@@ -61,6 +71,8 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
                     "eval_seconds": round(time.perf_counter() - t0, 1), "threads": torch.get_num_threads(),
                     "machine": f"{platform.machine()} {platform.processor() or ''}".strip()},
     }
+    cache.write_text(json.dumps({"key": key, "run": run}, indent=1))
+    return run
 
 
 def _cell(ours: float | None, paper: float | None, zero_shot: bool) -> str:
@@ -94,12 +106,63 @@ def results_markdown(runs: list[dict[str, Any]], title: str = "Multi30k results"
     return "\n".join(out)
 
 
+def summary_markdown(runs: list[dict[str, Any]]) -> list[str]:
+    """The comparisons the papers draw: multilingual vs bilingual on supervised pairs, zero-shot means."""
+    def cell(run: dict[str, Any], s: str, t: str) -> float | None:
+        return run["matrix"]["bleu"].get(s, {}).get(t)
+
+    def scored_pairs(run: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(s, t) for s, row in run["matrix"]["bleu"].items() for t, v in row.items() if v is not None and s != t]
+
+    bilingual = {scored_pairs(r)[0]: r for r in runs if r["setting"] == "bilingual" and scored_pairs(r)}
+    multi = [r for r in runs if r["setting"] in ("pivot_en", "pivot_en_mono", "m2m", "m2m_mono")]
+    lines: list[str] = []
+    if bilingual and multi:
+        lines += ["## Multilingual vs bilingual (same steps per direction)", "",
+                  "| pair | bilingual | " + " | ".join(r["recipe"] for r in multi) + " |", "|---" * (len(multi) + 2) + "|"]
+        for (s, t), run in sorted(bilingual.items()):
+            base = cell(run, s, t)
+            cells = []
+            for r in multi:
+                v = cell(r, s, t)
+                cells.append("-" if v is None else f"{v:.1f} ({v - base:+.1f})")
+            lines.append(f"| {s}->{t} | {base:.1f} | " + " | ".join(cells) + " |")
+        lines.append("")
+    zs = [(r["recipe"], sum(cell(r, *p.split("-")) for p in r["matrix"]["zero_shot"]) / len(r["matrix"]["zero_shot"]))
+          for r in runs if r["matrix"]["zero_shot"]]
+    if zs:
+        lines += ["## Mean zero-shot BLEU", "", "| run | mean zero-shot BLEU |", "|---|---|"]
+        lines += [f"| {name} | {v:.2f} |" for name, v in zs] + [""]
+    return lines
+
+
+def _write(runs: list[dict[str, Any]], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(results_markdown(runs) + "\n".join(summary_markdown(runs)))
+    out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
+
+
+def _run_one_thread(recipe: Path, overrides: list[str], beam: int, max_test: int | None) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    return run_recipe(recipe, overrides, beam, max_test)
+
+
 def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: int = 1,
-                    max_test: int | None = None) -> list[dict[str, Any]]:
-    runs = []
-    for recipe in recipes:
-        runs.append(run_recipe(Path(recipe), overrides, beam, max_test))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(results_markdown(runs))
-        out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
-    return runs
+                    max_test: int | None = None, jobs: int = 1) -> list[dict[str, Any]]:
+    """Run recipes (in `jobs` processes of one thread each when jobs > 1); the table is
+    rewritten as runs finish and always lists them in the order given."""
+    recipes = [Path(r) for r in recipes]
+    done: dict[int, dict[str, Any]] = {}
+    if jobs <= 1:
+        for i, recipe in enumerate(recipes):
+            done[i] = run_recipe(recipe, overrides, beam, max_test)
+            _write([done[j] for j in sorted(done)], out)
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test): i for i, r in enumerate(recipes)}
+            for fut in as_completed(futures):
+                done[futures[fut]] = fut.result()
+                _write([done[j] for j in sorted(done)], out)
+    return [done[i] for i in range(len(recipes))]

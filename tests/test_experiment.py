@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from interlingua.config import load_config
-from interlingua.experiment import paper_setting, results_markdown, run_experiments
+from interlingua.experiment import paper_setting, run_experiments, summary_markdown
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -52,9 +52,10 @@ def test_runner_trains_evaluates_and_writes_paper_table(multi30k_corpus, tmp_pat
     assert "*" in text and "Mean zero-shot BLEU" in text  # de<->fr cells are zero-shot
     assert runs[0]["matrix"]["zero_shot"] == ["de-fr", "fr-de"]
     # a finished recipe is not trained again
-    again = run_experiments([recipe], [], out, max_test=20)
+    again = run_experiments([recipe], [], out, max_test=20)  # cached: neither trained nor translated again
     assert again[0]["compute"]["steps"] == 8
-    assert results_markdown(again) == text
+    assert out.read_text() == text
+    assert "| cpu_pivot_en |" in text  # the mean zero-shot summary
 
 
 CPU_RECIPES = sorted((RECIPES / "multi30k" / "cpu").glob("*.yaml"))
@@ -84,3 +85,36 @@ def test_every_paper_recipe_builds_its_model(recipe, multi30k_corpus, tmp_path):
     model = TranslationModel(cfg.model, {lang: cfg.preprocess.vocab_size for lang in ["cs", "de", "en", "fr"]},
                              [s for s, _ in directions], [t for _, t in directions])
     assert sum(p.numel() for p in model.parameters()) > 10_000_000
+
+
+def _fake_run(recipe, setting, bleu, zero_shot=()):
+    return {"recipe": recipe, "setting": setting, "matrix": {"bleu": bleu, "zero_shot": list(zero_shot)}}
+
+
+def test_summary_compares_multilingual_with_bilingual_and_zero_shot():
+    runs = [_fake_run("bilingual_en_de", "bilingual", {"en": {"en": None, "de": 20.0}, "de": {"en": None, "de": None}}),
+            _fake_run("m2m_mono", "m2m_mono", {"en": {"de": 23.5, "fr": 30.0}, "de": {"en": 25.0, "fr": 10.0},
+                                               "fr": {"en": 28.0, "de": 12.0}}, ["de-fr", "fr-de"])]
+    text = "\n".join(summary_markdown(runs))
+    assert "| en->de | 20.0 | 23.5 (+3.5) |" in text
+    assert "| m2m_mono | 11.00 |" in text
+
+
+def test_runner_runs_recipes_in_parallel_processes(multi30k_corpus, tmp_path):
+    recipes = []
+    for name, pair in (("cpu_bilingual_en_de", ["en", "de"]), ("cpu_bilingual_de_en", ["de", "en"])):
+        recipe = tmp_path / f"{name}.yaml"
+        recipe.write_text(yaml.safe_dump({
+            "name": name, "corpus": str(multi30k_corpus), "work_dir": str(tmp_path / name),
+            "preprocess": {"vocab_size": 300, "max_train_sentences": 100, "max_valid_sentences": 10, "max_len": 30},
+            "directions": {"mode": "bilingual", "pairs": [pair]},
+            "model": {"embed_dim": 32, "encoder": {"hidden": 32, "layers": 1}, "bridge": {"heads": 2, "hidden": 16},
+                      "decoder": {"hidden": 32, "layers": 1}},
+            "train": {"max_steps": 6, "valid_every": 6, "batch_size": 10}}))
+        recipes.append(recipe)
+    out = tmp_path / "res.md"
+    runs = run_experiments(recipes, [], out, max_test=10, jobs=2)
+    assert [r["recipe"] for r in runs] == ["cpu_bilingual_en_de", "cpu_bilingual_de_en"]
+    assert all(r["compute"]["steps"] == 6 and r["compute"]["threads"] == 1 for r in runs)
+    text = out.read_text()
+    assert text.index("## cpu_bilingual_en_de") < text.index("## cpu_bilingual_de_en")
