@@ -152,7 +152,8 @@ def cmd_analyze(args: argparse.Namespace) -> None:
 def cmd_experiment(args: argparse.Namespace) -> None:
     from interlingua.experiment import run_experiments
     runs = run_experiments([Path(r) for r in args.recipes], args.set, Path(args.out), beam=args.beam,
-                           max_test=args.max_test_sentences, jobs=args.jobs)
+                           max_test=args.max_test_sentences, jobs=args.jobs,
+                           notes=Path(args.notes) if args.notes else None)
     print(f"{len(runs)} run(s); table in {args.out}")
 
 
@@ -253,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--beam", type=int, default=1)
     x.add_argument("--max-test-sentences", type=int, default=None)
     x.add_argument("--jobs", type=int, default=1, help="recipes trained at once, one thread each (e.g. one per core)")
+    x.add_argument("--notes", default=None, help="markdown file appended to the report (discussion of the numbers)")
     x.set_defaults(func=cmd_experiment)
 
     m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")

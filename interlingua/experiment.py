@@ -136,9 +136,12 @@ def summary_markdown(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _write(runs: list[dict[str, Any]], out: Path) -> None:
+def _write(runs: list[dict[str, Any]], out: Path, notes: Path | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(results_markdown(runs) + "\n".join(summary_markdown(runs)))
+    text = results_markdown(runs) + "\n".join(summary_markdown(runs))
+    if notes is not None and notes.is_file():
+        text += "\n" + notes.read_text()
+    out.write_text(text)
     out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
 
 
@@ -148,15 +151,16 @@ def _run_one_thread(recipe: Path, overrides: list[str], beam: int, max_test: int
 
 
 def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: int = 1,
-                    max_test: int | None = None, jobs: int = 1) -> list[dict[str, Any]]:
+                    max_test: int | None = None, jobs: int = 1, notes: Path | None = None) -> list[dict[str, Any]]:
     """Run recipes (in `jobs` processes of one thread each when jobs > 1); the table is
-    rewritten as runs finish and always lists them in the order given."""
+    rewritten as runs finish and always lists them in the order given. `notes` (markdown,
+    e.g. a discussion of the numbers) is appended to the report."""
     recipes = [Path(r) for r in recipes]
     done: dict[int, dict[str, Any]] = {}
     if jobs <= 1:
         for i, recipe in enumerate(recipes):
             done[i] = run_recipe(recipe, overrides, beam, max_test)
-            _write([done[j] for j in sorted(done)], out)
+            _write([done[j] for j in sorted(done)], out, notes)
     else:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -164,5 +168,5 @@ def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: 
             futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test): i for i, r in enumerate(recipes)}
             for fut in as_completed(futures):
                 done[futures[fut]] = fut.result()
-                _write([done[j] for j in sorted(done)], out)
+                _write([done[j] for j in sorted(done)], out, notes)
     return [done[i] for i in range(len(recipes))]

@@ -48,3 +48,16 @@ def test_multiway_on_multi30k_test():
     assert len([v for row in res["margin"].values() for v in row.values()]) == 6
     rand = multiway_retrieval(Encoder("random", RandomEmbedder()), texts)
     assert rand["cosine_mean"] < 2.0
+
+
+def test_centering_removes_a_shared_language_offset():
+    # both languages = shared meaning + a large offset of their own: cosine is swamped by the
+    # offsets, centering each side on its own mean recovers the pairing
+    rng = np.random.default_rng(1)
+    meaning = rng.normal(size=(300, 32))
+    src = meaning + 0.5 * rng.normal(size=(300, 32)) + 20 * rng.normal(size=(1, 32))
+    tgt = meaning + 0.5 * rng.normal(size=(300, 32)) + 20 * rng.normal(size=(1, 32))
+    assert retrieval_accuracy(src, tgt, method="cosine") < 50.0
+    assert retrieval_accuracy(src, tgt, method="centered") > 95.0
+    with pytest.raises(EvaluationError, match="centered"):
+        retrieval_accuracy(src, tgt, method="nearest")

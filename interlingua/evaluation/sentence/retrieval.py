@@ -2,7 +2,10 @@
 
 Two scores: plain cosine nearest neighbour, and LASER's ratio margin (Artetxe & Schwenk,
 2019), which divides the cosine by the mean similarity of both sides to their k nearest
-neighbours, so "hub" sentences close to everything stop winning. Accuracy in percent.
+neighbours, so "hub" sentences close to everything stop winning. A third, `centered`, is cosine
+after subtracting each language's mean vector over the candidate set: mean-pooled recurrent
+states share a large language-specific component, and removing it (no labels needed) shows
+how much of the remaining geometry is shared across languages. Accuracy in percent.
 """
 from __future__ import annotations
 
@@ -42,15 +45,20 @@ def ratio_margin(sim: np.ndarray, k: int = 4) -> np.ndarray:
     return np.divide(sim, denom, out=np.zeros_like(sim), where=denom != 0)
 
 
+METHODS = ("cosine", "margin", "centered")
+
+
 def retrieval_accuracy(src: np.ndarray, tgt: np.ndarray, *, method: str = "cosine", k: int = 4) -> float:
     """Share (%) of source rows i whose best-scoring target row is row i."""
     if len(src) != len(tgt):
         raise EvaluationError(f"retrieval needs aligned sets of one size, got {len(src)} sources and {len(tgt)} targets")
+    if method not in METHODS:
+        raise EvaluationError(f"unknown retrieval method '{method}' (use {', '.join(map(repr, METHODS))})")
+    if method == "centered":
+        src, tgt = src - src.mean(axis=0, keepdims=True), tgt - tgt.mean(axis=0, keepdims=True)
     sim = cosine_matrix(src, tgt)
     if method == "margin":
         sim = ratio_margin(sim, k)
-    elif method != "cosine":
-        raise EvaluationError(f"unknown retrieval method '{method}' (use 'cosine' or 'margin')")
     return 100.0 * float(np.mean(sim.argmax(axis=1) == np.arange(len(src))))
 
 
@@ -62,12 +70,12 @@ def multiway_retrieval(encoder: Encoder, texts: Mapping[str, list[str]], *, k: i
     if len(sizes) != 1:
         raise EvaluationError(f"multi-way retrieval needs the same number of sentences per language, got {sorted(sizes)}")
     vecs = {lang: encoder.mean(texts[lang], lang) for lang in langs}
-    out: dict = {"cosine": {}, "margin": {}, "languages": langs, "missing_languages": missing, "k": k,
+    out: dict = {**{m: {} for m in METHODS}, "languages": langs, "missing_languages": missing, "k": k,
                  "n": sizes.pop()}
     for s in langs:
-        for method in ("cosine", "margin"):
+        for method in METHODS:
             out[method][s] = {t: retrieval_accuracy(vecs[s], vecs[t], method=method, k=k) for t in langs if t != s}
-    for method in ("cosine", "margin"):
+    for method in METHODS:
         cells = [v for row in out[method].values() for v in row.values()]
         out[f"{method}_mean"] = float(np.mean(cells)) if cells else None
     return out
