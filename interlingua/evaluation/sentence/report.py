@@ -1,7 +1,9 @@
 """Suite reports: `<suite>.json` (everything) and `<suite>.md` (tables with one column per embedder).
 
 Putting every embedder in its own column keeps the reference points (bag of subwords,
-untrained model, majority class) beside the model, so a number is never read alone.
+untrained model, majority class) beside the model, so a number is never read alone. A table
+with `paper` rows (see paper_numbers.py) is followed by a second, italic table of the
+papers' published numbers for the same tasks, one column per published model.
 """
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from interlingua.evaluation.sentence.paper_numbers import CAPTION as PAPER_CAPTION
 
 
 @dataclass
@@ -24,6 +28,8 @@ class Table:
     note: str = ""
     digits: int = 2
     reference_columns: list[str] = field(default_factory=list)  # not candidates for the bold "best"
+    paper: list[tuple[str, dict]] = field(default_factory=list)  # published (label, {task: value}), not ours
+    paper_note: str = ""
 
     def add(self, label: str, cells: list) -> None:
         if len(cells) != len(self.columns):
@@ -48,7 +54,20 @@ class Table:
             out.append("| " + " | ".join([label] + [self._cell(v, top is not None and c not in self.reference_columns
                                                                 and v == top)
                                                      for c, v in zip(self.columns, cells)]) + " |")
-        return "\n".join(out) + "\n"
+        return "\n".join(out + self._paper_markdown()) + "\n"
+
+    def _paper_markdown(self) -> list[str]:
+        """The published numbers for this table's rows, transposed to our layout (rows: tasks), in italics."""
+        rows = [label for label, _ in self.rows if any(label in values for _, values in self.paper)]
+        if not rows:
+            return []
+        out = ["", f"*{PAPER_CAPTION}*" + (f" *{self.paper_note}*" if self.paper_note else ""), "",
+               "| " + " | ".join([self.label, *(f"*{name}*" for name, _ in self.paper)]) + " |",
+               "|" + "---|" * (len(self.paper) + 1)]
+        for label in rows:
+            cells = [values.get(label) for _, values in self.paper]
+            out.append("| " + " | ".join([label] + ["–" if v is None else f"*{v:.{self.digits}f}*" for v in cells]) + " |")
+        return out
 
 
 def jsonable(obj):

@@ -21,6 +21,7 @@ from interlingua.evaluation.sentence.crosslingual import xnli_transfer
 from interlingua.evaluation.sentence.features import PAIR_FEATURES
 from interlingua.evaluation.sentence.heads import plot_per_head_accuracy
 from interlingua.evaluation.sentence.nli import sick_entailment, xnli_english
+from interlingua.evaluation.sentence.paper_numbers import LOCAL_NOTE, LOCAL_SUFFIX, paper_rows
 from interlingua.evaluation.sentence.probing import ProbeConfig, run_probe
 from interlingua.evaluation.sentence.probing_sets import (OFFICIAL_PROBING, ProbingTask, SplitSizes,
                                                           local_probing_tasks, official_probing_tasks)
@@ -122,6 +123,15 @@ def _add_average(table: Table) -> None:
         table.add("AVG", [float(np.mean([row[i] for row in full])) for i in range(len(table.columns))])
 
 
+def _with_paper(table: Table) -> Table:
+    """Attach the papers' published Multi30k numbers for the table's tasks (shown under it, kept in the JSON)."""
+    labels = [label for label, _ in table.rows]
+    table.paper = paper_rows(labels)
+    if table.paper and any(label.endswith(LOCAL_SUFFIX) for label in labels):
+        table.paper_note = LOCAL_NOTE
+    return table
+
+
 # ----------------------------------------------------------------------------- downstream
 
 def _cap_classification(task: ClassificationTask, ctx: Context) -> ClassificationTask:
@@ -148,7 +158,7 @@ def run_downstream(ctx: Context) -> dict:
         result["reference"][task_name] = {"majority": task_majority(task, folds=ctx.budget.cv_folds, seed=ctx.seed)}
         table.add(task_name, _cells(result, task_name, names, lambda r: r["acc"]) + [result["reference"][task_name]["majority"]])
     _add_average(table)
-    result["tables"].append(table)
+    result["tables"].append(_with_paper(table))
     result["notes"].append(f"MR/CR/SUBJ/MPQA: {ctx.budget.cv_folds}-fold CV with C tuned by inner {ctx.budget.inner_folds}-fold; "
                            f"TREC: C by {ctx.budget.cv_folds}-fold CV on train; SST2: C by dev accuracy. "
                            "Logistic regression on standardised frozen vectors, C in 2^-2..2^3.")
@@ -188,7 +198,7 @@ def run_similarity(ctx: Context) -> dict:
         _run_each(result, task, ctx, ("en",), lambda enc: trainable_relatedness(
             enc, splits, score_range=score_range, features=ctx.features, seed=ctx.seed))
         trained.add(task, _cells(result, task, names, lambda r: r["pearson"]))
-    result["tables"] += [pearson, spearman, trained, subsets]
+    result["tables"] += [_with_paper(pearson), spearman, _with_paper(trained), subsets]
     result["notes"].append("STS12-16: SentEval's aggregate is the mean over a year's subsets ('mean'); the JSON also has the "
                            "size-weighted mean ('wmean'). STS-B/SICK-R: SentEval's relatedness model (softmax over score "
                            "points, expected score), early stopping on dev Pearson.")
@@ -219,7 +229,7 @@ def run_nli(ctx: Context) -> dict:
         table.add("XNLI-en", _cells(result, "XNLI-en", names, lambda r: r["acc"]) + [result["reference"]["XNLI-en"]["majority"]])
     except MissingDataError as err:
         result["skipped"]["XNLI-en"] = str(err)
-    result["tables"].append(table)
+    result["tables"].append(_with_paper(table))
     result["notes"].append(f"SICK-E: C by accuracy on SICK trial. XNLI-en: only the dev set is public here, so "
                            f"{ctx.budget.xnli_folds}-fold CV over it (not comparable to XNLI test numbers).")
     return result
@@ -280,7 +290,7 @@ def run_probing(ctx: Context) -> dict:
                 per_head.setdefault(name, {})[task.name] = heads["acc"]
             elif "skipped" in heads:
                 result["skipped"][f"per-head probing ({name})"] = heads["skipped"]
-    result["tables"].append(table)
+    result["tables"].append(_with_paper(table))
     for name, accs in per_head.items():
         tasks = list(accs)
         k = len(next(iter(accs.values())))
