@@ -94,6 +94,8 @@ class ModelConfig(_Strict):
     dropout: float = Field(0.3, ge=0.0, lt=1.0)
     shared: bool = False
     """One encoder and one decoder for all languages with a target-language tag (Johnson et al.)."""
+    param_init: float | None = Field(None, gt=0)
+    """Initialise every weight uniformly in [-x, x] (OpenNMT-py's default, 0.1); None keeps PyTorch's."""
 
 
 class TrainConfig(_Strict):

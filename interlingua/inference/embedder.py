@@ -38,6 +38,8 @@ class Embedder:
         for module in fresh.model.modules():
             if module is not fresh.model and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
+        if fresh.model.cfg.param_init:
+            fresh.model.reset_uniform(fresh.model.cfg.param_init)
         return cls(fresh)
 
     @property

@@ -47,6 +47,17 @@ class TranslationModel(nn.Module):
         self.decoders = nn.ModuleDict({
             k: LSTMDecoder(size(k), cfg.embed_dim, cfg.decoder.hidden, cfg.decoder.layers, d_h,
                            cfg.dropout, cfg.decoder.input_feed) for k in dec_keys})
+        if cfg.param_init:
+            self.reset_uniform(cfg.param_init)
+
+    def reset_uniform(self, scale: float) -> None:
+        """Every weight uniform in [-scale, scale]; embedding rows of padding stay zero."""
+        for param in self.parameters():
+            nn.init.uniform_(param, -scale, scale)
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                    module.weight[module.padding_idx].zero_()
 
     @property
     def has_bridge(self) -> bool:
