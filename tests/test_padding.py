@@ -50,3 +50,15 @@ def test_embedder_vectors_independent_of_batching(trained_model):
     heads = emb.encode(sents, "en", pooling="heads", batch_size=2)
     assert heads.shape == (3, 4, 64)
     assert np.allclose(heads.mean(1), together, atol=1e-5)
+
+
+def test_param_init_is_uniform_and_keeps_padding_rows_zero():
+    torch.manual_seed(2)
+    cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 12}, "bridge": {"heads": 3, "hidden": 6},
+                                      "decoder": {"hidden": 8, "layers": 1}, "dropout": 0.0, "param_init": 0.1})
+    model = TranslationModel(cfg, {"en": 40, "de": 30}, ["en"], ["de"])
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert weights.abs().max() <= 0.1 and weights.abs().max() > 0.09  # spread over the whole range
+    assert (model.encoders["en"].embed.weight[0] == 0).all() and (model.decoders["de"].embed.weight[0] == 0).all()
+    default = TranslationModel(cfg.model_copy(update={"param_init": None}), {"en": 40, "de": 30}, ["en"], ["de"])
+    assert default.encoders["en"].embed.weight.abs().max() > 1.0  # PyTorch's N(0, 1) embeddings
