@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from interlingua.modules.bridges import AttentionBridge, NoBridge, orthogonality_penalty
@@ -63,3 +64,22 @@ def test_no_bridge_passes_states_through():
     out = NoBridge()(h, mask)
     assert out.memory is h and out.attention is None and torch.equal(out.memory_mask, mask)
     assert (out.penalty == 0).all()
+
+
+def test_loss_adds_the_penalty_per_sentence_to_the_summed_cross_entropy():
+    """(sum CE + lambda * sum_i ||A_i A_i^T - I||^2) / target tokens, as the papers' per-sentence loss."""
+    from interlingua.config import ModelConfig
+    from interlingua.modules.model import TranslationModel
+    torch.manual_seed(3)
+    cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 12}, "bridge": {"heads": 3, "hidden": 6},
+                                      "decoder": {"hidden": 8, "layers": 1}, "dropout": 0.0})
+    model = TranslationModel(cfg, {"en": 30, "de": 30}, ["en"], ["de"]).eval()
+    src, lengths = torch.randint(4, 30, (4, 7)), torch.tensor([7, 6, 5, 3])
+    tgt = torch.randint(4, 30, (4, 6))
+    tgt[2, 4:] = 0  # padding
+    plain = model.loss(src, lengths, tgt, tgt, "en", "de", penalty_weight=0.0)
+    with_pen = model.loss(src, lengths, tgt, tgt, "en", "de", penalty_weight=2.0)
+    pen_sum = model.encode(src, lengths, "en").penalty.sum()
+    assert plain.n_tokens == 22
+    assert float(plain.loss.detach()) == pytest.approx(plain.nll_sum / 22, rel=1e-5)
+    assert float(with_pen.loss.detach()) == pytest.approx((plain.nll_sum + 2.0 * float(pen_sum)) / 22, rel=1e-5)
