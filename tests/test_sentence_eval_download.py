@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import urllib.error
+import urllib.request
 
 import pytest
 
@@ -14,7 +15,7 @@ def test_offline_gives_a_clear_error_and_no_partial_file(tmp_path, monkeypatch):
     def offline(url, timeout=None):
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
 
-    monkeypatch.setattr(sd.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
     with pytest.raises(DataError, match=r"cannot download https://raw\.githubusercontent\.com/.*sentence_length\.txt.*offline"):
         sd.download_senteval_probing(tmp_path / "probing")
     assert list((tmp_path / "probing").iterdir()) == []
@@ -36,7 +37,7 @@ def test_all_ten_files_are_fetched_and_kept(tmp_path, monkeypatch):
         fetched.append(url)
         return Response(b"tr\tA\tx .\n")
 
-    monkeypatch.setattr(sd.urllib.request, "urlopen", fake)
+    monkeypatch.setattr(urllib.request, "urlopen", fake)
     paths = sd.download_senteval_probing(tmp_path)
     assert [p.name for p in paths] == list(sd.SENTEVAL_PROBING_FILES) and len(fetched) == 10
     assert all(p.read_text() == "tr\tA\tx .\n" for p in paths)

@@ -40,11 +40,13 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fetch(url: str, dest: Path) -> None:
-    """Download to a temporary file, then move into place: no half-written files."""
+def fetch(url: str, dest: Path, *, timeout: float = 60.0,
+          hint: str = "offline? use --from DIR with a local copy") -> None:
+    """Download to a temporary file, then move into place: no half-written files.
+    A failure raises `DataError` naming the URL, the reason and `hint`."""
     tmp = Path(tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".part")[1])
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as out:
+        with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as out:
             total = int(resp.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
                 for chunk in iter(lambda: resp.read(1 << 16), b""):
@@ -53,7 +55,7 @@ def _fetch(url: str, dest: Path) -> None:
         tmp.replace(dest)
     except (urllib.error.URLError, OSError) as err:
         tmp.unlink(missing_ok=True)
-        raise DataError(f"cannot download {url}: {err} (offline? use --from DIR with a local copy)") from None
+        raise DataError(f"cannot download {url}: {err} ({hint})") from None
 
 
 def get_multi30k(dest: str | Path, source_dir: str | Path | None = None) -> Path:
@@ -75,7 +77,7 @@ def get_multi30k(dest: str | Path, source_dir: str | Path | None = None) -> Path
                 raise DataError(f"{src} not found: --from must be a folder holding the Multi30k files ({name}, ...)")
             shutil.copyfile(src, target)
         else:
-            _fetch(MULTI30K_URL.format(name=name), target)
+            fetch(MULTI30K_URL.format(name=name), target)
         actual = sha256_of(target)
         if actual != digest:
             target.unlink()

@@ -7,36 +7,15 @@ never leaves a half file that looks complete.
 """
 from __future__ import annotations
 
-import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from tqdm import tqdm
-
-from interlingua.errors import DataError
+from interlingua.data.download import fetch
 
 SENTEVAL_PROBING_URL = "https://raw.githubusercontent.com/facebookresearch/SentEval/main/data/probing/{name}"
 SENTEVAL_PROBING_FILES = (
     "sentence_length.txt", "word_content.txt", "bigram_shift.txt", "tree_depth.txt", "top_constituents.txt",
     "past_present.txt", "subj_number.txt", "obj_number.txt", "odd_man_out.txt", "coordination_inversion.txt",
 )
-
-
-def _download(url: str, dest: Path, timeout: float) -> None:
-    tmp = Path(tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".part")[1])
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as out:
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
-                for chunk in iter(lambda: resp.read(1 << 16), b""):
-                    out.write(chunk)
-                    bar.update(len(chunk))
-        tmp.replace(dest)
-    except (urllib.error.URLError, OSError) as err:
-        tmp.unlink(missing_ok=True)
-        raise DataError(f"cannot download {url}: {err} (offline? fetch the SentEval probing files elsewhere "
-                        f"and put them in {dest.parent})") from None
 
 
 def download_senteval_probing(dest: Path, *, overwrite: bool = False, timeout: float = 60.0) -> list[Path]:
@@ -50,6 +29,7 @@ def download_senteval_probing(dest: Path, *, overwrite: bool = False, timeout: f
     for name in SENTEVAL_PROBING_FILES:
         path = dest / name
         if overwrite or not path.is_file() or path.stat().st_size == 0:
-            _download(SENTEVAL_PROBING_URL.format(name=name), path, timeout)
+            fetch(SENTEVAL_PROBING_URL.format(name=name), path, timeout=timeout,
+                  hint=f"offline? fetch the SentEval probing files elsewhere and put them in {dest}")
         paths.append(path)
     return paths

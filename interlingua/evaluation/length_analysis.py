@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from sacrebleu.metrics import BLEU  # noqa: E402
 
+from interlingua.evaluation.plots import save_figure  # noqa: E402
 from interlingua.inference.translator import Translator  # noqa: E402
 
 DEFAULT_EDGES = (10, 20, 30)
@@ -76,8 +77,5 @@ def write_length_report(result: LengthResult, out_dir: Path, title: str) -> list
     ax.set_ylabel("BLEU")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    png = out_dir / "length_buckets.png"
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    png = save_figure(fig, out_dir / "length_buckets.png")
     return [out_dir / "length_buckets.md", out_dir / "length_buckets.json", png]

@@ -11,6 +11,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
+def save_figure(fig, out_png: Path) -> Path:
+    """Lay out, write (creating the folder) and close a figure; returns the PNG's path."""
+    fig.tight_layout()
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
 def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
     """Train loss / penalty over steps, and dev BLEU per direction at each validation."""
     train, valid = [], []
@@ -35,9 +45,7 @@ def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
         axes[2].set_title("dev BLEU")
         axes[2].set_xlabel("step")
         axes[2].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_png)
 
 
 def plot_score_matrix(matrix: dict[str, dict[str, float | None]], languages: list[str], zero_shot: set[tuple[str, str]],
@@ -63,6 +71,4 @@ def plot_score_matrix(matrix: dict[str, dict[str, float | None]], languages: lis
                         color="white" if data[i, j] < np.nanmean(data) else "black", fontsize=9)
     ax.set_title(title + ("\n(* zero-shot)" if zero_shot else ""), fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_png)

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.stats import entropy  # noqa: E402
 
+from interlingua.evaluation.plots import save_figure  # noqa: E402
 from interlingua.evaluation.sentence.protocol import EvaluationError  # noqa: E402
 
 
@@ -66,16 +67,6 @@ def head_entropy_stats(attentions: Sequence[np.ndarray]) -> dict:
     return out
 
 
-def _save(fig, out_png: Path) -> Path:
-    """Lay out, write (creating the folder) and close a figure; returns the PNG's path."""
-    fig.tight_layout()
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return out_png
-
-
 def plot_head_heatmap(attention: np.ndarray, tokens: Sequence[str], out_png: Path, *, title: str = "") -> Path:
     """Heat map of one bridge's attention for one sentence: heads (rows) x tokens (columns)."""
     return plot_head_heatmaps({"": attention}, tokens, out_png, title=title)
@@ -100,7 +91,7 @@ def plot_head_heatmaps(attentions: Mapping[str, np.ndarray], tokens: Sequence[st
         fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01)
     if title:
         fig.suptitle(title, fontsize=10)
-    return _save(fig, out_png)
+    return save_figure(fig, out_png)
 
 
 def plot_per_head_accuracy(accuracy: Mapping[str, Sequence[float]], out_png: Path, *, title: str = "") -> Path:
@@ -114,4 +105,4 @@ def plot_per_head_accuracy(accuracy: Mapping[str, Sequence[float]], out_png: Pat
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, out_png)
+    return save_figure(fig, out_png)
