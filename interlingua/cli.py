@@ -122,28 +122,30 @@ def _named_models(specs: list[str]) -> dict[str, Path]:
 
 def cmd_analyze(args: argparse.Namespace) -> None:
     from interlingua.evaluation.bleu_matrix import load_split_texts, parallel_texts
-    from interlingua.inference.translator import Translator
     models = _named_models(args.model)
     first = next(iter(models.values()))
+    out = Path(args.out or first.parent / "analysis")
     if args.what == "heads":
         from interlingua.evaluation.penalty_analysis import penalty_analysis
         from interlingua.inference.embedder import Embedder
         embedders = {name: Embedder(path) for name, path in models.items()}
+        for emb in embedders.values():
+            emb.model.encoder_for(args.lang)  # unknown language: one error listing the known ones
         corpus = args.corpus or next(iter(embedders.values())).loaded.config.corpus
         sentences = _read_lines(args.input) if args.input else \
             [s for g in load_split_texts(Path(corpus), args.split) for s in g.get(args.lang, [])]
-        example = args.sentence or sentences[0]
-        out = Path(args.out or first.parent / "analysis")
-        penalty_analysis(embedders, sentences, args.lang, example, out)
+        if not sentences:
+            raise InterlinguaError(f"no '{args.lang}' sentences in {args.input or f'split {args.split} of {corpus}'}")
+        penalty_analysis(embedders, sentences, args.lang, args.sentence or sentences[0], out)
         print((out / "heads.md").read_text())
         print(f"written: {out}/heads.md, heads.json, heads_*.png")
     else:
         from interlingua.evaluation.length_analysis import bleu_by_length, write_length_report
+        from interlingua.inference.translator import Translator
         translators = {name: Translator(path) for name, path in models.items()}
         corpus = args.corpus or next(iter(translators.values())).loaded.config.corpus
         src, ref = parallel_texts(load_split_texts(Path(corpus), args.split), args.src, args.tgt)
         result = bleu_by_length(translators, src, ref, args.src, args.tgt, beam_size=args.beam)
-        out = Path(args.out or first.parent / "analysis")
         write_length_report(result, out, f"BLEU by source length, {args.src}->{args.tgt} ({args.split})")
         print((out / "length_buckets.md").read_text())
         print(f"written: {out}/length_buckets.md, .json, .png")

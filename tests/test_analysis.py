@@ -49,3 +49,13 @@ def test_analyze_lengths_writes_table_and_plot(trained_model, multi30k_corpus, t
     names = list(result["bleu"])
     assert len(names) == 2 and result["bleu"][names[0]] == result["bleu"]["copy"]
     assert (out / "length_buckets.png").stat().st_size > 1000
+
+
+def test_analyze_heads_unknown_language_and_missing_sentences_get_one_error(trained_model, tmp_path, capsys):
+    assert main(["analyze", "heads", "--model", str(trained_model), "--lang", "xx", "--out", str(tmp_path)]) != 0
+    assert "no encoder for 'xx'" in capsys.readouterr().err
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert main(["analyze", "heads", "--model", str(trained_model), "--lang", "en", "-i", str(empty),
+                 "--out", str(tmp_path)]) != 0
+    assert "no 'en' sentences" in capsys.readouterr().err

@@ -76,13 +76,26 @@ class Embedder:
             out[idx] = vecs.numpy()
         return out
 
-    @torch.inference_mode()
     def attentions(self, sentences: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
         """Bridge attention A (k, n_i) of each sentence over its n_i subwords (empty: (k, 0))."""
+        return self._attentions(self._encode_for_attention(sentences, lang), lang, batch_size)
+
+    def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
+        """Bridge attention A (k, n) of one sentence and its subword pieces (for heat maps)."""
+        seqs = self._encode_for_attention([sentence], lang)
+        if not len(seqs[0]):
+            raise InterlinguaError("cannot show attention for an empty sentence")
+        att = self._attentions(seqs, lang, 1)[0]
+        return att, [self.vocabs[lang].sp.id_to_piece(int(i)) for i in seqs[0]]
+
+    def _encode_for_attention(self, sentences: Sequence[str], lang: str) -> list[np.ndarray]:
         if not self.model.has_bridge:
             raise InterlinguaError("this model has no attention bridge (bridge: none)")
         self.model.encoder_for(lang)
-        seqs = encode_inputs(sentences, self.vocabs[lang], self.pre)
+        return encode_inputs(sentences, self.vocabs[lang], self.pre)
+
+    @torch.inference_mode()
+    def _attentions(self, seqs: list[np.ndarray], lang: str, batch_size: int) -> list[np.ndarray]:
         k = self.model.cfg.bridge.heads
         out = [np.zeros((k, 0), dtype=np.float32) for _ in seqs]
         for idx, ids, lengths in length_sorted_batches(seqs, batch_size, self._prefix(lang)):
@@ -90,11 +103,3 @@ class Embedder:
             for row, i in enumerate(idx):
                 out[i] = att[row, :, : int(lengths[row])]
         return out
-
-    def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
-        """Bridge attention A (k, n) of one sentence and its subword pieces (for heat maps)."""
-        att = self.attentions([sentence], lang)[0]
-        if not att.shape[1]:
-            raise InterlinguaError("cannot show attention for an empty sentence")
-        ids = encode_inputs([sentence], self.vocabs[lang], self.pre)[0]
-        return att, [self.vocabs[lang].sp.id_to_piece(int(i)) for i in ids]

@@ -95,10 +95,11 @@ class TranslationModel(nn.Module):
             train_loss = F.cross_entropy(logits, gold, label_smoothing=label_smoothing)
         else:
             train_loss = nll_sum / max(n, 1)
-        penalty = bridged.penalty.float().mean()
+        per_sentence = bridged.penalty.float()
+        penalty = per_sentence.mean()
         if penalty_weight > 0 and bridged.attention is not None:
             # The papers add lambda * ||AA^T - I||^2 per sentence to the sentence's summed
             # cross-entropy; dividing both sums by the batch's target tokens keeps that ratio
             # (a per-sentence mean added to a per-token mean would weigh the penalty ~14x more).
-            train_loss = train_loss + penalty_weight * bridged.penalty.float().sum() / max(n, 1)
+            train_loss = train_loss + penalty_weight * per_sentence.sum() / max(n, 1)
         return LossOutput(train_loss, float(nll_sum.detach()), n, float(penalty.detach()))
