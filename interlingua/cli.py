@@ -25,7 +25,16 @@ def cmd_data(args: argparse.Namespace) -> None:
         from interlingua.data.download import get_multi30k
         path = get_multi30k(args.dest, args.source)
         print(f"multi30k ready: {path}")
+    elif args.dataset == "senteval":
+        from interlingua.data.evaluation_sets import get_senteval_downstream
+        print(f"SentEval downstream tasks ready in {get_senteval_downstream(args.dest, args.source)}")
+    elif args.dataset == "xnli":
+        from interlingua.data.evaluation_sets import get_xnli_dev
+        print(f"XNLI dev (en, de, fr, es) ready in {get_xnli_dev(args.dest, args.source)}")
     else:
+        if args.source is not None:
+            raise InterlinguaError("senteval-probing downloads only; copy local probing files into the folder "
+                                   "given to `evaluate --probing-dir` instead of using --from")
         from interlingua.data.senteval_download import download_senteval_probing
         files = download_senteval_probing(Path(args.dest))
         print(f"{len(files)} SentEval probing files in {args.dest}")
@@ -170,7 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="download (or copy) a public data set")
-    d.add_argument("dataset", choices=["multi30k", "senteval-probing"])
+    d.add_argument("dataset", choices=["multi30k", "senteval", "xnli", "senteval-probing"],
+                   help="multi30k: translation corpus; senteval: SentEval downstream tasks (put them in "
+                        "<data-root>/senteval_downstream); xnli: XNLI dev (<data-root>/xnli); senteval-probing: "
+                        "the ten official probing sets")
     d.add_argument("--dest", required=True, help="folder to put the files in")
     d.add_argument("--from", dest="source", default=None, help="copy from this local folder instead of downloading")
     d.set_defaults(func=cmd_data)

@@ -7,6 +7,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable, Mapping
 
 from tqdm import tqdm
 
@@ -58,6 +59,39 @@ def fetch(url: str, dest: Path, *, timeout: float = 60.0,
         raise DataError(f"cannot download {url}: {err} ({hint})") from None
 
 
+def install_files(dest: Path, checksums: Mapping[str, str], *, url_for: Callable[[str], str],
+                  source_dir: str | Path | None, desc: str, digest: Callable[[Path], str] = sha256_of,
+                  convert: Callable[[str, bytes], bytes] | None = None) -> None:
+    """Make `dest/<name>` hold every file of `checksums` ({relative name: SHA-256}).
+
+    Files already in place with the right digest are kept. Others are copied from
+    `source_dir` (a local mirror with the same layout) or downloaded from `url_for(name)`;
+    `convert` turns downloaded bytes into the stored form (line endings, gzip). Each file is
+    checked after it lands; a mismatch removes it and raises `DataError` naming it.
+    """
+    dest = Path(dest)
+    for name, expected in tqdm(sorted(checksums.items()), desc=desc, unit="file"):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_file() and digest(target) == expected:
+            continue
+        if source_dir is not None:
+            src = Path(source_dir) / name
+            if not src.is_file():
+                raise DataError(f"{src} not found: --from must be a folder holding the {desc} files ({name}, ...)")
+            shutil.copyfile(src, target)
+        else:
+            fetch(url_for(name), target)
+            if convert is not None:
+                tmp = target.with_name(target.name + ".part")
+                tmp.write_bytes(convert(name, target.read_bytes()))
+                tmp.replace(target)
+        actual = digest(target)
+        if actual != expected:
+            target.unlink()
+            raise DataError(f"checksum mismatch for {name} (in {dest}): expected {expected}, got {actual}")
+
+
 def get_multi30k(dest: str | Path, source_dir: str | Path | None = None) -> Path:
     """Put Multi30k task-1 raw files (train, val, test_2016_flickr; en de fr cs) into `dest`.
 
@@ -66,21 +100,7 @@ def get_multi30k(dest: str | Path, source_dir: str | Path | None = None) -> Path
     written beside them and its path returned.
     """
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for name, digest in tqdm(sorted(MULTI30K_SHA256.items()), desc="multi30k", unit="file"):
-        target = dest / name
-        if target.is_file() and sha256_of(target) == digest:
-            continue
-        if source_dir is not None:
-            src = Path(source_dir) / name
-            if not src.is_file():
-                raise DataError(f"{src} not found: --from must be a folder holding the Multi30k files ({name}, ...)")
-            shutil.copyfile(src, target)
-        else:
-            fetch(MULTI30K_URL.format(name=name), target)
-        actual = sha256_of(target)
-        if actual != digest:
-            target.unlink()
-            raise DataError(f"checksum mismatch for {name}: expected {digest}, got {actual}")
+    install_files(dest, MULTI30K_SHA256, url_for=lambda name: MULTI30K_URL.format(name=name),
+                  source_dir=source_dir, desc="multi30k")
     splits = {s: {lang: f"{s}.{lang}.gz" for lang in MULTI30K_LANGS} for s in MULTI30K_SPLITS}
     return write_multiway_corpus_yaml(dest, "multi30k", MULTI30K_LANGS, splits)
