@@ -85,7 +85,7 @@ def all_recipes(scale: str) -> dict[str, dict]:
                              "Many-to-many + monolingual copies, the papers' best model (Table 1, lower right).")
     if scale == "cpu":  # at paper scale every run goes to convergence anyway
         out["m2m_mono_long"] = recipe(scale, "m2m_mono_long", {"mode": "many2many", "monolingual": True},
-                                      "m2m_mono with twice the budget: the sentence-vector model of docs/results/sentence.",
+                                      "m2m_mono with twice the budget (more training, better sentence vectors and retrieval).",
                                       budget_factor=2)
     for a, b in PAIRS:
         held = [[a, b], [b, a]]
