@@ -245,7 +245,7 @@ def _probing_tasks(ctx: Context, result: dict) -> list[ProbingTask]:
     if missing:
         result["skipped"]["official probing"] = (
             f"{len(missing)} of {len(OFFICIAL_PROBING)} SentEval probing files not found in {folder} "
-            "(get them with interlingua.data.senteval_download.download_senteval_probing)")
+            "(get them with `interlingua data senteval-probing --dest DIR`, then `--probing-dir DIR`)")
     b = ctx.budget
     try:
         local, notes, not_run = local_probing_tasks(ctx.data_root, b.probe_sizes, seed=ctx.seed, parse_limit=b.parse_limit,
