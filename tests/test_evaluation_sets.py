@@ -65,3 +65,9 @@ def test_download_converts_to_stored_form(tmp_path, monkeypatch):
     assert b"\r" not in (tmp_path / "x" / "dev-en.tsv").read_bytes()
     assert main(["data", "xnli", "--dest", str(tmp_path / "x")]) == 0   # all in place: nothing fetched again
     assert len(fetched) == 84
+
+
+def test_probing_download_refuses_from(tmp_path, capsys):
+    assert main(["data", "senteval-probing", "--dest", str(tmp_path / "p"), "--from", str(tmp_path)]) == 2
+    assert "senteval-probing downloads only" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

@@ -11,7 +11,7 @@ import hashlib
 from importlib import resources
 from pathlib import Path
 
-from interlingua.data.download import install_files
+from interlingua.data.download import install_files, sha256_of
 
 # SentEval's get_transfer_data.bash output, vendored byte for byte in this repository.
 SENTEVAL_URL = ("https://raw.githubusercontent.com/yan-soares/research_embeddings_fine_tuning/"
@@ -29,8 +29,9 @@ def read_checksums(name: str) -> dict[str, str]:
 
 def content_sha256(path: Path) -> str:
     """SHA-256 of the file's content, decompressed when it is gzipped (gzip headers carry dates)."""
-    data = path.read_bytes()
-    return hashlib.sha256(gzip.decompress(data) if path.suffix == ".gz" else data).hexdigest()
+    if path.suffix != ".gz":
+        return sha256_of(path)
+    return hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
 
 
 def senteval_upstream_path(name: str) -> str:
