@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from test_sentence_eval_fakes import HashedBagOfWords, RandomEmbedder, need_data
 
-from interlingua.evaluation.sentence.probing import ProbeConfig, probe_accuracy, run_probe
+from interlingua.evaluation.sentence.probing import ProbeConfig, probe_accuracies, probe_accuracy, run_probe
 from interlingua.evaluation.sentence.probing_sets import (LENGTH_BINS, ProbingTask, Sentence, SplitSizes,
                                                           build_bigram_shift, build_sentence_length, build_subject_number,
                                                           build_tense, build_word_content, length_bin, load_tagger,
@@ -121,6 +121,20 @@ def test_mlp_probe_learns_a_signal_and_not_noise():
     noise = probe_accuracy(a, rng.permutation(b), c, d, e, f, l2_grid=[1e-5])
     assert noise["acc"] < 50.0  # the largest class holds about 38%
     assert ProbeConfig().hidden == 200 and ProbeConfig().dropout == 0.1
+
+
+def test_stacked_probes_train_each_member_on_its_own_features_and_l2():
+    rng = np.random.default_rng(1)
+    n = {"train": 1200, "dev": 300, "test": 300}
+    y = {s: rng.integers(0, 3, size) for s, size in n.items()}
+    signal = {s: (np.eye(3)[y[s]] * 3 + rng.normal(size=(size, 3))).astype(np.float32) for s, size in n.items()}
+    noise = {s: rng.normal(size=(size, 3)).astype(np.float32) for s, size in n.items()}
+    X = {s: np.stack([signal[s], noise[s], signal[s]]) for s in n}  # member 2: same signal, crushing L2
+    res = probe_accuracies(X["train"], y["train"].tolist(), X["dev"], y["dev"].tolist(), X["test"],
+                           y["test"].tolist(), l2s=[1e-5, 1e-5, 10.0])
+    assert [r["l2"] for r in res] == [1e-5, 1e-5, 10.0]
+    assert res[0]["acc"] > 85.0
+    assert res[1]["acc"] < 50.0 and res[2]["acc"] < res[0]["acc"] - 20.0
 
 
 def test_per_head_probing_gives_one_score_per_head(pool):
