@@ -6,10 +6,14 @@
 # whatever else the machine is doing. Then each is scored on test_2016_flickr (lowercased
 # BLEU / chrF, greedy and beam 5) with translation speed, one after the other, 2 threads.
 #
-# Initialisation: the no-bridge model uses OpenNMT-py's U(-0.1, 0.1) (`model.param_init=0.1`,
-# dev BLEU 18.0 vs 9.8 with PyTorch's default after 400 CPU-scale steps); the bridge model keeps
-# PyTorch's default, which served it better in the same probe (dev 11.8 vs 6.5). Override with
-# NONE_ARGS / ATTENTION_ARGS (extra `--set` options for each of our runs).
+# Settings per model, chosen by step-matched probes at these sizes (bench/results/2026-11-22.md):
+# - no bridge: OpenNMT-py's U(-0.1, 0.1) initialisation (`model.param_init=0.1`; dev BLEU 18.0 vs
+#   9.8 with PyTorch's default after 400 CPU-scale steps), Adam 4e-4 as the peer;
+# - bridge: PyTorch's initialisation (U(+-0.1) cost it dev 11.8 -> 6.5), Adam 2e-3 and the
+#   penalty off (`train.penalty_weight=0`): after 900 steps dev BLEU 17.6, against 8.3 with the
+#   penalty and 4.5 at Adam 4e-4. Early in training the penalty pulls the heads apart before the
+#   decoder knows what it needs from them; the papers found it worth +0.1 BLEU at convergence.
+# Override with NONE_ARGS / ATTENTION_ARGS (extra `--set` options for each of our runs).
 #
 # Usage (from the project root): BUDGET_MIN=40 bash bench/quality_budget.sh
 # Results: bench/results/quality_budget.jsonl (ours), bench/results/opennmt_eval_*.txt (peer).
@@ -29,7 +33,7 @@ sed -e 's/OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2/OMP_NUM_THR
 
 .venv/bin/interlingua data multi30k --dest "$WORK/multi30k" --from "$DATA"
 NONE_ARGS="${NONE_ARGS:---set model.param_init=0.1}"
-ATTENTION_ARGS="${ATTENTION_ARGS:-}"
+ATTENTION_ARGS="${ATTENTION_ARGS:---set train.lr=0.002 --set train.penalty_weight=0}"
 train_ours() {
   local extra
   if [ "$1" = none ]; then extra=$NONE_ARGS; else extra=$ATTENTION_ARGS; fi
