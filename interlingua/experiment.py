@@ -25,8 +25,10 @@ from interlingua.training.trainer import Trainer
 
 
 def paper_setting(recipe_name: str) -> str | None:
-    """Map a recipe name to its Table 1 block (None when the paper has no such block)."""
-    name = re.sub(r"^(cpu|paper)_", "", recipe_name)
+    """Map a recipe name to its Table 1 block (None when the paper has no such block).
+
+    A `_long` recipe is the same model with a larger budget, so it maps to the same block."""
+    name = re.sub(r"_long$", "", re.sub(r"^(cpu|paper)_", "", recipe_name))
     if re.fullmatch(r"bilingual_nobridge_[a-z]+_[a-z]+", name):
         return "bilingual_nobridge"
     if re.fullmatch(r"bilingual_[a-z]+_[a-z]+", name):
@@ -68,7 +70,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
         "matrix": matrix.to_json(),
         "compute": {"train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"],
                     "best_dev_bleu": state["best_bleu"], "validations": len(history),
-                    "eval_seconds": round(time.perf_counter() - t0, 1), "threads": torch.get_num_threads(),
+                    "eval_seconds": round(time.perf_counter() - t0, 1), "threads": cfg.train.threads or torch.get_num_threads(),
                     "machine": f"{platform.machine()} {platform.processor() or ''}".strip()},
     }
     cache.write_text(json.dumps({"key": key, "run": run}, indent=1))

@@ -15,6 +15,7 @@ def test_paper_setting_names():
     assert paper_setting("cpu_bilingual_en_de") == "bilingual"
     assert paper_setting("paper_bilingual_nobridge_de_en") == "bilingual_nobridge"
     assert paper_setting("cpu_pivot_en_mono") == "pivot_en_mono"
+    assert paper_setting("cpu_m2m_mono_long") == "m2m_mono"  # same model, larger budget
     assert paper_setting("cpu_m2m_mono_k25") is None
 
 
