@@ -49,7 +49,7 @@ train_ours attention &
 train_ours none &
 wait
 PEER_DIR="$PEER_DIR" DATA="$DATA" bash ../shared/peers/opennmt.sh eval >> "$WORK.peer.log" 2>&1
-cp "$PEER_DIR/results/eval.txt" "bench/results/opennmt_eval_${BUDGET_MIN}min_$(date +%F).txt"
+cp "$PEER_DIR/results/eval.txt" "bench/results/opennmt_eval_${BUDGET_MIN}min_$(date +%F_%H%M).txt"
 for bridge in attention none; do
   .venv/bin/python bench/translate_speed.py --model "$WORK/$bridge/best.pt" --data "$DATA" --out "$OUT"
 done

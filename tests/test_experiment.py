@@ -95,8 +95,10 @@ def _fake_run(recipe, setting, bleu, zero_shot=()):
 def test_summary_compares_multilingual_with_bilingual_and_zero_shot():
     runs = [_fake_run("bilingual_en_de", "bilingual", {"en": {"en": None, "de": 20.0}, "de": {"en": None, "de": None}}),
             _fake_run("m2m_mono", "m2m_mono", {"en": {"de": 23.5, "fr": 30.0}, "de": {"en": 25.0, "fr": 10.0},
-                                               "fr": {"en": 28.0, "de": 12.0}}, ["de-fr", "fr-de"])]
+                                               "fr": {"en": 28.0, "de": 12.0}}, ["de-fr", "fr-de"]),
+            _fake_run("m2m_mono_long", "m2m_mono", {"en": {"de": 30.0}, "de": {"en": 31.0}})]
     text = "\n".join(summary_markdown(runs))
+    assert "m2m_mono_long" not in text  # more steps per direction: not an equal-steps comparison
     assert "| en->de | 20.0 | 23.5 (+3.5) |" in text
     assert "| m2m_mono | 11.00 |" in text
 
