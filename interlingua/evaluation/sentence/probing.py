@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
+from sklearn.preprocessing import StandardScaler
 
 from interlingua.evaluation.sentence.compute import single_thread
 from interlingua.evaluation.sentence.probing_sets import ProbingTask
@@ -121,12 +122,12 @@ def train_probes(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_
 
 
 def _standardise(train: np.ndarray, *others: np.ndarray) -> list[torch.Tensor]:
-    """Scale each member's features to zero mean, unit variance on its training split
-    (scikit-learn's StandardScaler: population std, constant features left unscaled)."""
-    mean = train.mean(axis=-2, keepdims=True)
-    std = train.std(axis=-2, keepdims=True)
-    std[std == 0] = 1.0
-    return [torch.from_numpy(((x - mean) / std).astype(np.float32)) for x in (train, *others)]
+    """Scale each member's features with a StandardScaler fitted on its own training split.
+
+    All arrays are (members, n, d) with the same number of members."""
+    scalers = [StandardScaler().fit(member) for member in train]
+    return [torch.from_numpy(np.stack([sc.transform(member) for sc, member in zip(scalers, x)]).astype(np.float32))
+            for x in (train, *others)]
 
 
 def probe_accuracies(X_tr: np.ndarray, y_tr: Sequence, X_dev: np.ndarray, y_dev: Sequence, X_te: np.ndarray,
@@ -143,8 +144,7 @@ def probe_accuracies(X_tr: np.ndarray, y_tr: Sequence, X_dev: np.ndarray, y_dev:
     def labels(y: Sequence) -> torch.Tensor:  # a class never seen in training can only be wrong: -1
         return torch.tensor([index.get(c, -1) for c in y], dtype=torch.long)
 
-    X_tr, X_dev, X_te = _standardise(np.asarray(X_tr, dtype=np.float64), np.asarray(X_dev, dtype=np.float64),
-                                     np.asarray(X_te, dtype=np.float64))
+    X_tr, X_dev, X_te = _standardise(X_tr, X_dev, X_te)
     t_tr, t_dev, t_te = labels(y_tr), labels(y_dev), labels(y_te)
     model, devs, checks = train_probes(X_tr, t_tr, X_dev, t_dev, len(classes), l2s=l2s, cfg=cfg, seed=seed)
     tests = _accuracies(model, X_te, t_te).tolist()
