@@ -27,8 +27,8 @@ from interlingua.training.trainer import Trainer
 def paper_setting(recipe_name: str) -> str | None:
     """Map a recipe name to its Table 1 block (None when the paper has no such block).
 
-    A `_long` recipe is the same model with a larger budget, so it maps to the same block."""
-    name = re.sub(r"_long$", "", re.sub(r"^(cpu|paper)_", "", recipe_name))
+    A `_long` or `_xlong` recipe is the same model with a larger budget, so it maps to the same block."""
+    name = re.sub(r"_x?long$", "", re.sub(r"^(cpu|paper)_", "", recipe_name))
     if re.fullmatch(r"bilingual_nobridge_[a-z]+_[a-z]+", name):
         return "bilingual_nobridge"
     if re.fullmatch(r"bilingual_[a-z]+_[a-z]+", name):
@@ -111,7 +111,7 @@ def results_markdown(runs: list[dict[str, Any]], title: str = "Multi30k results"
 def summary_markdown(runs: list[dict[str, Any]]) -> list[str]:
     """The comparisons the papers draw: multilingual vs bilingual on supervised pairs, zero-shot means.
 
-    `_long` recipes train for more steps per direction than the bilingual ones, so they sit out
+    `_long` and `_xlong` recipes train for more steps per direction than the bilingual ones, so they sit out
     the equal-steps comparison."""
     def cell(run: dict[str, Any], s: str, t: str) -> float | None:
         return run["matrix"]["bleu"].get(s, {}).get(t)
@@ -121,7 +121,7 @@ def summary_markdown(runs: list[dict[str, Any]]) -> list[str]:
 
     bilingual = {scored_pairs(r)[0]: r for r in runs if r["setting"] == "bilingual" and scored_pairs(r)}
     multi = [r for r in runs if r["setting"] in ("pivot_en", "pivot_en_mono", "m2m", "m2m_mono")
-             and not r["recipe"].endswith("_long")]
+             and not re.search(r"_x?long$", r["recipe"])]
     lines: list[str] = []
     if bilingual and multi:
         lines += ["## Multilingual vs bilingual (same steps per direction)", "",

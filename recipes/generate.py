@@ -87,6 +87,9 @@ def all_recipes(scale: str) -> dict[str, dict]:
         out["m2m_mono_long"] = recipe(scale, "m2m_mono_long", {"mode": "many2many", "monolingual": True},
                                       "m2m_mono with twice the budget (more training, better sentence vectors and retrieval).",
                                       budget_factor=2)
+        out["m2m_mono_xlong"] = recipe(scale, "m2m_mono_xlong", {"mode": "many2many", "monolingual": True},
+                                       "m2m_mono with four times the budget (continues m2m_mono_long for retrieval across all pairs).",
+                                       budget_factor=4)
     for a, b in PAIRS:
         held = [[a, b], [b, a]]
         out[f"m2m_mono_without_{a}_{b}"] = recipe(scale, f"m2m_mono_without_{a}_{b}",
