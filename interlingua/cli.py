@@ -104,7 +104,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     out_dir = Path(args.out or Path(args.model).parent / "eval")
     result = evaluate_sentence_vectors(args.suite, args.model, data_root=Path(args.data_root), out_dir=out_dir,
                                        quick=args.quick, references=not args.no_references,
-                                       probing_dir=Path(args.probing_dir) if args.probing_dir else None)
+                                       probing_dir=Path(args.probing_dir) if args.probing_dir else None, jobs=args.jobs)
     print((out_dir / f"{args.suite}.md").read_text())
     print(f"written: {out_dir / (args.suite + '.md')}, {out_dir / (args.suite + '.json')}")
     print(f"wall clock: suite {result['total_elapsed_s']:.1f} s, loading model and references "
@@ -235,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--data-root", default=str(Path("..") / "shared" / "data"), help="folder with senteval_downstream/, xnli/, multi30k/")
     v.add_argument("--probing-dir", default=None, metavar="DIR",
                    help="official SentEval probing files (default: <data-root>/senteval_probing)")
+    v.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="worker processes for the probe fits of a sentence suite (default: one per usable core)")
     v.add_argument("--quick", action="store_true", help="subsample data sets (smoke runs)")
     v.add_argument("--no-references", action="store_true", help="skip the bag-of-words and untrained reference points")
     v.add_argument("--out", default=None, help="output folder (default: <model folder>/eval)")

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from test_sentence_eval_fakes import HashedBagOfWords, RandomEmbedder, need_data
 
-from interlingua.evaluation.sentence.probing import ProbeConfig, probe_accuracies, probe_accuracy, run_probe
+from interlingua.evaluation.sentence.probing import (ProbeConfig, ProbeFeatures, fit_probe, probe_accuracies, probe_accuracy,
+                                                     run_probe)
 from interlingua.evaluation.sentence.probing_sets import (LENGTH_BINS, ProbingTask, Sentence, SplitSizes,
                                                           build_bigram_shift, build_sentence_length, build_subject_number,
                                                           build_tense, build_word_content, length_bin, load_tagger,
@@ -15,6 +16,7 @@ from interlingua.evaluation.sentence.probing_sets import (LENGTH_BINS, ProbingTa
                                                           read_probing_file, tokenize)
 from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
 from interlingua.evaluation.sentence.tasks import Labelled
+from interlingua.evaluation.sentence.workers import fit_pool
 
 SIZES = SplitSizes(600, 120, 120)
 
@@ -135,6 +137,25 @@ def test_stacked_probes_train_each_member_on_its_own_features_and_l2():
     assert [r["l2"] for r in res] == [1e-5, 1e-5, 10.0]
     assert res[0]["acc"] > 85.0
     assert res[1]["acc"] < 50.0 and res[2]["acc"] < res[0]["acc"] - 20.0
+
+
+def test_a_probe_fit_gives_the_same_result_in_a_worker_process():
+    rng = np.random.default_rng(2)
+    n = {"train": 400, "dev": 100, "test": 100}
+    y = {s: rng.integers(0, 3, size).tolist() for s, size in n.items()}
+    X = {s: (np.eye(3)[y[s]] + rng.normal(size=(size, 3))).astype(np.float32) for s, size in n.items()}
+    heads = {s: rng.normal(size=(2, size, 3)).astype(np.float32) for s, size in n.items()}
+    feats = ProbeFeatures("toy", X, y, heads=heads, head_train_labels=y["train"])
+    cfg = ProbeConfig(max_epochs=3, l2_grid=(1e-5, 1e-3))
+    here = fit_probe(feats, cfg=cfg, seed=3)
+    with fit_pool(2) as workers:
+        there = [f.result() for f in [workers.submit(fit_probe, feats, cfg=cfg, seed=3) for _ in range(2)]]
+    for res in there:
+        assert {k: v for k, v in res.items() if k != "fit_s"} == {k: v for k, v in here.items() if k != "fit_s"}
+    assert len(here["per_head"]["acc"]) == 2 and here["acc"] > 50.0
+    with pytest.raises(ValueError, match="at least 1"):
+        with fit_pool(0):
+            pass
 
 
 def test_per_head_probing_gives_one_score_per_head(pool):

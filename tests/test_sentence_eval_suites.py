@@ -40,7 +40,7 @@ def test_nli_and_retrieval_reports(data_root, tmp_path):
 def test_probing_suite_with_heads(data_root, tmp_path):
     embedders = {"heads": HashedBagOfWords(dim=16, heads=2), "plain": RandomEmbedder(dim=16),
                  "heads-not-probed": HashedBagOfWords(dim=8, heads=2)}
-    res = run_suite("probing", embedders, data_root, tmp_path, quick=True, per_head_embedders=["heads", "plain"])
+    res = run_suite("probing", embedders, data_root, tmp_path, quick=True, per_head_embedders=["heads", "plain"], jobs=2)
     assert {"Length (local)", "WC (local)", "BShift (local)"} <= set(res["results"])
     assert len(res["results"]["Length (local)"]["heads"]["per_head"]["acc"]) == 2
     assert "per_head" not in res["results"]["Length (local)"]["heads-not-probed"]
@@ -67,6 +67,8 @@ def test_bad_arguments_are_single_line_errors(data_root, tmp_path):
         run_suite("nli", {"b": HashedBagOfWords()}, tmp_path / "nowhere", tmp_path)
     with pytest.raises(EvaluationError, match="pair_features"):
         run_suite("nli", {"b": HashedBagOfWords()}, data_root, tmp_path, pair_features="concat")
+    with pytest.raises(EvaluationError, match="jobs must be at least 1"):
+        run_suite("probing", {"b": HashedBagOfWords()}, data_root, tmp_path, jobs=0)
 
 
 def test_table_bolds_the_best_embedder_only():

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from interlingua.evaluation.sentence import reference_embedders, run_suite
+from interlingua.evaluation.sentence.workers import usable_cores
 from interlingua.inference.embedder import Embedder
 
 log = logging.getLogger(__name__)
@@ -14,13 +15,14 @@ log = logging.getLogger(__name__)
 
 def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Path, out_dir: str | Path | None = None,
                               quick: bool = False, references: bool = True, probing_dir: Path | None = None,
-                              cache_dir: str | Path | None = None) -> dict:
+                              cache_dir: str | Path | None = None, jobs: int | None = None) -> dict:
     """Run `suite` on the checkpoint's vectors (and its references); writes `<out_dir>/<suite>.md/.json`.
 
     What keeps `all` inside its 30-minute budget: per-head probing runs for the trained model
     only (not the untrained reference), and the bag-of-subwords reference is trained once and
     then loaded from `cache_dir` (default `<out_dir>/cache/bow-subword-<lines>`). `probing_dir`
     holds the official SentEval probing files (default `<data_root>/senteval_probing`).
+    `jobs` worker processes fit the probes (default: one per usable core).
     The result's `total_elapsed_s` is the suite's wall clock; `setup_elapsed_s` the seconds
     spent loading the model and building the references before it."""
     start = time.perf_counter()
@@ -33,7 +35,7 @@ def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Pat
         embedders.update(reference_embedders(Path(data_root), max_lines=max_lines, cache_dir=cache))
     setup = time.perf_counter() - start
     result = run_suite(suite, embedders, Path(data_root), out, quick=quick, probing_dir=probing_dir,
-                       per_head_embedders=["model"])
+                       per_head_embedders=["model"], jobs=usable_cores() if jobs is None else jobs)
     result["setup_elapsed_s"] = round(setup, 2)
     log.info("suite '%s': %.1f s (plus %.1f s loading the model and references)", suite,
              result["total_elapsed_s"], setup)

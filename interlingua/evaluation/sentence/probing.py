@@ -14,6 +14,7 @@ a stack trains each member exactly as a lone model would (same batches, its own 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -161,34 +162,68 @@ def probe_accuracy(X_tr: np.ndarray, y_tr: Sequence, X_dev: np.ndarray, y_dev: S
     return max(results, key=lambda r: r["dev_acc"])
 
 
+@dataclass
+class ProbeFeatures:
+    """One probe job's vectors and labels, encoded in the main process, fitted anywhere (picklable).
+
+    `heads` holds the (k, n, d) per-head vectors of the train (capped), dev and test splits,
+    `heads_skipped` why there are none."""
+
+    task: str
+    X: dict[str, np.ndarray]
+    y: dict[str, list]
+    heads: dict[str, np.ndarray] | None = None
+    head_train_labels: list | None = None
+    heads_skipped: str | None = None
+
+
+def probe_features(encoder: Encoder, task: ProbingTask, *, per_head: bool = False, per_head_train: int | None = None,
+                   seed: int = 0) -> ProbeFeatures:
+    """Encode one task's splits (mean vectors; with `per_head`, also each head, training split capped)."""
+    splits = ("train", "dev", "test")
+    feats = ProbeFeatures(task.name, X={s: encoder.mean(getattr(task, s).texts, task.lang) for s in splits},
+                          y={s: list(getattr(task, s).labels) for s in splits})
+    if not per_head:
+        return feats
+    feats.heads_skipped = encoder.heads_unavailable(task.lang)
+    if feats.heads_skipped:
+        return feats
+    train_idx = np.arange(len(feats.y["train"]))
+    if per_head_train is not None and len(train_idx) > per_head_train:
+        train_idx = np.sort(np.random.default_rng(seed).choice(len(train_idx), per_head_train, replace=False))
+    texts = {"train": [task.train.texts[i] for i in train_idx], "dev": task.dev.texts, "test": task.test.texts}
+    feats.heads = {s: encoder.heads(texts[s], task.lang).transpose(1, 0, 2) for s in splits}  # (k, n, d)
+    feats.head_train_labels = [feats.y["train"][i] for i in train_idx]
+    return feats
+
+
+def fit_probe(feats: ProbeFeatures, *, cfg: ProbeConfig = ProbeConfig(), seed: int = 0,
+              per_head_checks: int | None = 10) -> dict:
+    """Probe the mean vector, and each head alone when `feats` has heads; `fit_s` is the fitting time.
+
+    The k per-head probes train side by side with the L2 chosen for the mean vector, for at
+    most `per_head_checks` dev checks."""
+    start = time.perf_counter()
+    X, y = feats.X, feats.y
+    res = probe_accuracy(X["train"], y["train"], X["dev"], y["dev"], X["test"], y["test"], cfg=cfg, seed=seed)
+    if feats.heads_skipped:
+        res["per_head"] = {"skipped": feats.heads_skipped}
+    elif feats.heads is not None:
+        H = feats.heads
+        head_cfg = replace(cfg, max_epochs=per_head_checks) if per_head_checks else cfg
+        heads = probe_accuracies(H["train"], feats.head_train_labels, H["dev"], y["dev"], H["test"], y["test"],
+                                 l2s=[res["l2"]] * H["train"].shape[0], cfg=head_cfg, seed=seed)
+        res["per_head"] = {"acc": [r["acc"] for r in heads], "n_train": len(feats.head_train_labels), "l2": res["l2"],
+                           "max_checks": head_cfg.max_epochs}
+    res["fit_s"] = round(time.perf_counter() - start, 2)
+    return res
+
+
 def run_probe(encoder: Encoder, task: ProbingTask, *, cfg: ProbeConfig = ProbeConfig(), seed: int = 0,
               per_head: bool = False, per_head_train: int | None = None, per_head_checks: int | None = 10) -> dict:
     """Probe the mean vector on one task; with `per_head`, also each bridge head alone.
 
     `per_head_train` caps the training split and `per_head_checks` the dev checks of the
     k per-head probes, which train side by side with the L2 chosen for the mean vector."""
-    X = {s: encoder.mean(getattr(task, s).texts, task.lang) for s in ("train", "dev", "test")}
-    y = {s: getattr(task, s).labels for s in ("train", "dev", "test")}
-    res = probe_accuracy(X["train"], y["train"], X["dev"], y["dev"], X["test"], y["test"], cfg=cfg, seed=seed)
-    if not per_head:
-        return res
-    reason = encoder.heads_unavailable(task.lang)
-    if reason:
-        res["per_head"] = {"skipped": reason}
-        return res
-    train_idx = np.arange(len(y["train"]))
-    if per_head_train is not None and len(train_idx) > per_head_train:
-        train_idx = np.sort(np.random.default_rng(seed).choice(len(train_idx), per_head_train, replace=False))
-    H = {"train": encoder.heads([task.train.texts[i] for i in train_idx], task.lang),
-         "dev": encoder.heads(task.dev.texts, task.lang), "test": encoder.heads(task.test.texts, task.lang)}
-    head_cfg = replace(cfg, max_epochs=per_head_checks) if per_head_checks else cfg
-
-    def per_head_features(split: str) -> np.ndarray:  # (k, n, d): one feature set per head
-        return H[split].transpose(1, 0, 2)
-
-    heads = probe_accuracies(per_head_features("train"), [y["train"][i] for i in train_idx],
-                             per_head_features("dev"), y["dev"], per_head_features("test"), y["test"],
-                             l2s=[res["l2"]] * H["train"].shape[1], cfg=head_cfg, seed=seed)
-    res["per_head"] = {"acc": [r["acc"] for r in heads], "n_train": len(train_idx), "l2": res["l2"],
-                       "max_checks": head_cfg.max_epochs}
-    return res
+    feats = probe_features(encoder, task, per_head=per_head, per_head_train=per_head_train, seed=seed)
+    return fit_probe(feats, cfg=cfg, seed=seed, per_head_checks=per_head_checks)

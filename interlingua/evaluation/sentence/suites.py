@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from interlingua.evaluation.sentence.features import PAIR_FEATURES
 from interlingua.evaluation.sentence.heads import plot_per_head_accuracy
 from interlingua.evaluation.sentence.nli import sick_entailment, xnli_english
 from interlingua.evaluation.sentence.paper_numbers import LOCAL_NOTE, LOCAL_SUFFIX, paper_rows
-from interlingua.evaluation.sentence.probing import ProbeConfig, run_probe
+from interlingua.evaluation.sentence.probing import ProbeConfig, fit_probe, probe_features
 from interlingua.evaluation.sentence.probing_sets import (OFFICIAL_PROBING, ProbingTask, SplitSizes,
                                                           local_probing_tasks, official_probing_tasks)
 from interlingua.evaluation.sentence.protocol import EmbedderLike, Encoder, EvaluationError
@@ -33,6 +34,7 @@ from interlingua.evaluation.sentence.tasks import (CLASSIFICATION_TASKS, MULTI30
                                                    ClassificationTask, MissingDataError, Pairs,
                                                    load_classification, load_multi30k, load_sick, load_sts, load_stsb,
                                                    load_xnli, subsample)
+from interlingua.evaluation.sentence.workers import fit_pool
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +78,14 @@ class Context:
     probing_dir: Path | None = None
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     per_head_embedders: list[str] | None = None  # None: every embedder that has heads
+    jobs: int = 1  # worker processes for the probe fits
 
     def cap(self, items, salt: int = 0):
         return subsample(items, self.budget.max_examples, self.seed + salt)
 
 
 def _new_result(suite: str, ctx: Context) -> dict:
-    return {"suite": suite, "embedders": list(ctx.encoders), "settings": {"seed": ctx.seed, **_budget_settings(ctx)},
+    return {"suite": suite, "embedders": list(ctx.encoders), "settings": {"seed": ctx.seed, "fit_workers": ctx.jobs, **_budget_settings(ctx)},
             "results": {}, "reference": {}, "tables": [], "notes": [], "skipped": {}, "elapsed_s": {}, "encode_s": {}}
 
 
@@ -94,17 +97,24 @@ def _budget_settings(ctx: Context) -> dict:
     return b
 
 
-def _run_each(result: dict, task: str, ctx: Context, needs: tuple[str, ...], fn: Callable[[Encoder], dict]) -> None:
-    """Run `fn` for every embedder that has the languages in `needs`; record results and seconds."""
-    result["results"].setdefault(task, {})
-    result["elapsed_s"].setdefault(task, {})
-    result["encode_s"].setdefault(task, {})
+def _able(ctx: Context, result: dict, task: str, needs: tuple[str, ...]) -> dict[str, Encoder]:
+    """The encoders that have every language in `needs`; the others get a None result and a note."""
+    for key in ("results", "elapsed_s", "encode_s"):
+        result[key].setdefault(task, {})
+    able: dict[str, Encoder] = {}
     for name, enc in ctx.encoders.items():
         lacking = [lang for lang in needs if not enc.has(lang)]
         if lacking:
             result["results"][task][name] = None
             result["notes"].append(f"{task}: '{name}' skipped, no encoder for {', '.join(lacking)}")
-            continue
+        else:
+            able[name] = enc
+    return able
+
+
+def _run_each(result: dict, task: str, ctx: Context, needs: tuple[str, ...], fn: Callable[[Encoder], dict]) -> None:
+    """Run `fn` for every embedder that has the languages in `needs`; record results and seconds."""
+    for name, enc in _able(ctx, result, task, needs).items():
         start, encoding = time.perf_counter(), enc.encode_seconds
         log.info("%s: %s", task, name)
         result["results"][task][name] = fn(enc)
@@ -265,6 +275,27 @@ def _probing_tasks(ctx: Context, result: dict) -> list[ProbingTask]:
     return tasks
 
 
+def _probe_all(tasks: list[ProbingTask], ctx: Context, result: dict) -> None:
+    """Encode every task here and fit its probes in `ctx.jobs` worker processes, filling `result`.
+
+    Encoding stays in this process (the model and its caches live here); each fit starts as
+    soon as its vectors exist, so fits of one task overlap the encoding of the next."""
+    pending: list[tuple[str, str, float, Future]] = []
+    with fit_pool(ctx.jobs) as pool:
+        for task in tqdm(tasks, desc="probing: encode"):
+            for name, enc in _able(ctx, result, task.name, (task.lang,)).items():
+                encoding = enc.encode_seconds
+                feats = probe_features(enc, task, per_head=ctx.per_head_embedders is None or name in ctx.per_head_embedders,
+                                       per_head_train=ctx.budget.per_head_train, seed=ctx.seed)
+                pending.append((task.name, name, enc.encode_seconds - encoding,
+                                pool.submit(fit_probe, feats, cfg=ctx.probe, seed=ctx.seed)))
+        for task_name, name, encode_s, future in tqdm(pending, desc="probing: fit"):
+            res = future.result()
+            result["results"][task_name][name] = res
+            result["elapsed_s"][task_name][name] = round(encode_s + res["fit_s"], 2)
+            result["encode_s"][task_name][name] = round(encode_s, 2)
+
+
 def run_probing(ctx: Context) -> dict:
     """Probing tasks (official SentEval files when present, locally built sets always) + per-head probing."""
     result = _new_result("probing", ctx)
@@ -275,12 +306,13 @@ def run_probing(ctx: Context) -> dict:
     start = time.perf_counter()
     tasks = _probing_tasks(ctx, result)
     result["setup_s"] = {"reading and building probing sets": round(time.perf_counter() - start, 2)}
-    for task in tqdm(tasks, desc="probing"):
-        for note in task.notes:
-            result["notes"].append(f"{task.name}: {note}")
-        _run_each(result, task.name, ctx, (task.lang,), lambda enc: run_probe(
-            enc, task, cfg=ctx.probe, seed=ctx.seed, per_head_train=ctx.budget.per_head_train,
-            per_head=ctx.per_head_embedders is None or enc.name in ctx.per_head_embedders))
+    for task in tasks:
+        result["notes"] += [f"{task.name}: {note}" for note in task.notes]
+    _probe_all(tasks, ctx, result)
+    if ctx.jobs > 1:
+        result["notes"].append(f"probes were fitted in {ctx.jobs} worker processes beside the encoding, so the "
+                               "per-task seconds (encoding + fitting) add up to more than the suite's wall clock")
+    for task in tasks:
         chance = majority_accuracy(task.train.labels, task.test.labels)
         result["reference"][task.name] = {"chance": chance, "sizes": task.sizes(), "source": task.source}
         table.add(task.name, _cells(result, task.name, names, lambda r: r["acc"]) + [chance])
@@ -432,20 +464,23 @@ def _write_all(result: dict, out_dir: Path) -> None:
 def run_suite(name: str, embedders: Mapping[str, EmbedderLike], data_root: Path, out_dir: Path, *, quick: bool = False,
               seed: int = 0, max_examples: int | None = None, probing_dir: Path | None = None,
               pair_features: str = "full", batch_size: int = 64, encode_threads: int | None = 1,
-              per_head_embedders: list[str] | None = None) -> dict:
+              per_head_embedders: list[str] | None = None, jobs: int = 1) -> dict:
     """Evaluate `embedders` (name -> embedder) on suite `name`; writes out_dir/<name>.md and .json.
 
     `data_root` holds senteval_downstream/, xnli/, multi30k/ (and webis_cls10/ for probing
     text); `quick` and `max_examples` subsample for smoke runs; `probing_dir` holds official
     SentEval probing files (default: data_root/senteval_probing). `encode_threads` torch
     threads while an embedder encodes (None: leave as set); fits run on one thread.
-    `per_head_embedders` limits per-head probing to those names (None: all with heads)."""
+    `per_head_embedders` limits per-head probing to those names (None: all with heads).
+    `jobs` worker processes fit the probes (results do not depend on it)."""
     if name not in SUITES:
         raise EvaluationError(f"unknown suite '{name}' (choose from {', '.join(SUITES)})")
     if not embedders:
         raise EvaluationError("no embedders to evaluate: pass at least one name -> embedder")
     if pair_features not in PAIR_FEATURES:
         raise EvaluationError(f"unknown pair_features '{pair_features}' (use one of {', '.join(PAIR_FEATURES)})")
+    if jobs < 1:
+        raise EvaluationError(f"jobs must be at least 1, got {jobs}")
     if max_examples is not None and max_examples < 10:
         raise EvaluationError(f"max_examples must be at least 10, got {max_examples}")
     data_root = Path(data_root)
@@ -456,6 +491,6 @@ def run_suite(name: str, embedders: Mapping[str, EmbedderLike], data_root: Path,
     ctx = Context(encoders={n: Encoder(n, e, batch_size, encode_threads) for n, e in embedders.items()}, data_root=data_root,
                   out_dir=out_dir, budget=Budget.make(quick, max_examples), seed=seed, features=pair_features,
                   probing_dir=Path(probing_dir) if probing_dir else None,
-                  per_head_embedders=None if per_head_embedders is None else list(per_head_embedders))
+                  per_head_embedders=None if per_head_embedders is None else list(per_head_embedders), jobs=jobs)
     return _run_and_write(name, ctx)
 
