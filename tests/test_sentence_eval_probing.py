@@ -12,11 +12,11 @@ from interlingua.evaluation.sentence.probing import (ProbeConfig, ProbeFeatures,
 from interlingua.evaluation.sentence.probing_sets import (LENGTH_BINS, ProbingTask, Sentence, SplitSizes,
                                                           build_bigram_shift, build_sentence_length, build_subject_number,
                                                           build_tense, build_word_content, length_bin, load_tagger,
-                                                          main_clauses, official_probing_tasks, probing_corpus,
-                                                          read_probing_file, tokenize)
+                                                          main_clauses, official_probing_tasks, parse_in_parts,
+                                                          probing_corpus, read_probing_file, tokenize)
 from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
 from interlingua.evaluation.sentence.tasks import Labelled
-from interlingua.evaluation.sentence.workers import fit_pool
+from interlingua.evaluation.sentence.workers import InlineExecutor, fit_pool
 
 SIZES = SplitSizes(600, 120, 120)
 
@@ -84,6 +84,7 @@ def test_tagger_tasks_keep_forms_in_one_split(pool):
                                   Sentence(tokenize("A man is running ."), "x")], nlp)
     assert (first.tense, first.verb, first.subj_number, first.subject) == ("PAST", "ran", "NNS", "dogs")
     assert (second.tense, second.subj_number) == (None, "NN")  # main verb VBG: no tense label, as in SentEval
+    assert parse_in_parts(parsed[:300], InlineExecutor(), parts=3) == clauses[:300]
     for build, attr in ((build_tense, "verb"), (build_subject_number, "subject")):
         task = build(parsed, clauses, SplitSizes(300, 60, 60), seed=0)
         for split in ("train", "dev", "test"):

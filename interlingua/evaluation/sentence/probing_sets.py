@@ -15,10 +15,12 @@ that the source (captions vs reviews) cannot stand in for the label.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -432,6 +434,26 @@ def main_clauses(sentences: Sequence[Sentence], nlp, batch_size: int = 256) -> l
     return out
 
 
+@functools.cache
+def _process_tagger():
+    """This process's tagger, loaded once (worker processes parse with their own)."""
+    nlp, reason = load_tagger()
+    if nlp is None:
+        raise EvaluationError(reason)
+    return nlp
+
+
+def _main_clauses_here(sentences: Sequence[Sentence]) -> list[MainClause]:
+    return main_clauses(sentences, _process_tagger())
+
+
+def parse_in_parts(sentences: Sequence[Sentence], executor: Executor, parts: int) -> list[MainClause]:
+    """`main_clauses` over `parts` contiguous slices, each parsed by `executor` (in order)."""
+    bounds = np.linspace(0, len(sentences), parts + 1).astype(int)
+    futures = [executor.submit(_main_clauses_here, list(sentences[a:b])) for a, b in zip(bounds, bounds[1:])]
+    return [clause for future in futures for clause in future.result()]
+
+
 def build_tense(pool: Sequence[Sentence], clauses: Sequence[MainClause], sizes: SplitSizes, seed: int = 0) -> ProbingTask:
     """Tense: PAST / PRES main verb; a verb form belongs to one split only."""
     items = [(s, c.tense) for s, c in zip(pool, clauses) if c.tense]
@@ -449,9 +471,11 @@ def build_subject_number(pool: Sequence[Sentence], clauses: Sequence[MainClause]
 
 def local_probing_tasks(data_root: Path, sizes: SplitSizes, *, seed: int = 0,
                         sources: Sequence[str] = ("multi30k", "webis_cls10"),
-                        parse_limit: int | None = 40000, wc_words: int = 1000
-                        ) -> tuple[list[ProbingTask], list[str], dict[str, str]]:
-    """Build the local probing sets: (tasks, notes about the text pool, {task: why it was not built})."""
+                        parse_limit: int | None = 40000, wc_words: int = 1000, executor: Executor | None = None,
+                        parts: int = 1) -> tuple[list[ProbingTask], list[str], dict[str, str]]:
+    """Build the local probing sets: (tasks, notes about the text pool, {task: why it was not built}).
+
+    With `executor`, the parse for Tense/SubjNum runs in `parts` slices on it (worker processes)."""
     pool, notes = probing_corpus(data_root, sources=sources)
     tasks = [build_sentence_length(pool, sizes, seed), build_word_content(pool, sizes, seed, n_words=wc_words),
              build_bigram_shift(pool, sizes, seed)]
@@ -465,6 +489,6 @@ def local_probing_tasks(data_root: Path, sizes: SplitSizes, *, seed: int = 0,
             keep = np.sort(np.random.default_rng(seed).choice(len(parsed), parse_limit, replace=False))
             parsed = [parsed[i] for i in keep]
             notes.append(f"Tense/SubjNum: parsed a seeded random {parse_limit:,} of the {len(pool):,} pool sentences")
-        clauses = main_clauses(parsed, nlp)
+        clauses = main_clauses(parsed, nlp) if executor is None else parse_in_parts(parsed, executor, parts)
         tasks += [build_tense(parsed, clauses, sizes, seed), build_subject_number(parsed, clauses, sizes, seed)]
     return tasks, notes, not_run

@@ -10,7 +10,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -247,7 +247,7 @@ def run_nli(ctx: Context) -> dict:
 
 # ----------------------------------------------------------------------------- probing
 
-def _probing_tasks(ctx: Context, result: dict) -> list[ProbingTask]:
+def _probing_tasks(ctx: Context, result: dict, pool: Executor) -> list[ProbingTask]:
     tasks: list[ProbingTask] = []
     folder = ctx.probing_dir or ctx.data_root / "senteval_probing"
     official, missing = official_probing_tasks(folder, limits=ctx.budget.official_probe_limits, seed=ctx.seed)
@@ -259,7 +259,8 @@ def _probing_tasks(ctx: Context, result: dict) -> list[ProbingTask]:
     b = ctx.budget
     try:
         local, notes, not_run = local_probing_tasks(ctx.data_root, b.probe_sizes, seed=ctx.seed, parse_limit=b.parse_limit,
-                                                    wc_words=b.wc_words)
+                                                    wc_words=b.wc_words, executor=pool if ctx.jobs > 1 else None,
+                                                    parts=ctx.jobs)
     except MissingDataError as err:
         result["skipped"]["local probing"] = str(err)
         return tasks
@@ -275,25 +276,24 @@ def _probing_tasks(ctx: Context, result: dict) -> list[ProbingTask]:
     return tasks
 
 
-def _probe_all(tasks: list[ProbingTask], ctx: Context, result: dict) -> None:
-    """Encode every task here and fit its probes in `ctx.jobs` worker processes, filling `result`.
+def _probe_all(tasks: list[ProbingTask], ctx: Context, result: dict, pool: Executor) -> None:
+    """Encode every task here and fit its probes on `pool` (worker processes), filling `result`.
 
     Encoding stays in this process (the model and its caches live here); each fit starts as
     soon as its vectors exist, so fits of one task overlap the encoding of the next."""
     pending: list[tuple[str, str, float, Future]] = []
-    with fit_pool(ctx.jobs) as pool:
-        for task in tqdm(tasks, desc="probing: encode"):
-            for name, enc in _able(ctx, result, task.name, (task.lang,)).items():
-                encoding = enc.encode_seconds
-                feats = probe_features(enc, task, per_head=ctx.per_head_embedders is None or name in ctx.per_head_embedders,
-                                       per_head_train=ctx.budget.per_head_train, seed=ctx.seed)
-                pending.append((task.name, name, enc.encode_seconds - encoding,
-                                pool.submit(fit_probe, feats, cfg=ctx.probe, seed=ctx.seed)))
-        for task_name, name, encode_s, future in tqdm(pending, desc="probing: fit"):
-            res = future.result()
-            result["results"][task_name][name] = res
-            result["elapsed_s"][task_name][name] = round(encode_s + res["fit_s"], 2)
-            result["encode_s"][task_name][name] = round(encode_s, 2)
+    for task in tqdm(tasks, desc="probing: encode"):
+        for name, enc in _able(ctx, result, task.name, (task.lang,)).items():
+            encoding = enc.encode_seconds
+            feats = probe_features(enc, task, per_head=ctx.per_head_embedders is None or name in ctx.per_head_embedders,
+                                   per_head_train=ctx.budget.per_head_train, seed=ctx.seed)
+            pending.append((task.name, name, enc.encode_seconds - encoding,
+                            pool.submit(fit_probe, feats, cfg=ctx.probe, seed=ctx.seed)))
+    for task_name, name, encode_s, future in tqdm(pending, desc="probing: fit"):
+        res = future.result()
+        result["results"][task_name][name] = res
+        result["elapsed_s"][task_name][name] = round(encode_s + res["fit_s"], 2)
+        result["encode_s"][task_name][name] = round(encode_s, 2)
 
 
 def run_probing(ctx: Context) -> dict:
@@ -304,11 +304,12 @@ def run_probing(ctx: Context) -> dict:
                   names + ["chance"], reference_columns=["chance"])
     per_head: dict[str, dict[str, list[float]]] = {}
     start = time.perf_counter()
-    tasks = _probing_tasks(ctx, result)
-    result["setup_s"] = {"reading and building probing sets": round(time.perf_counter() - start, 2)}
-    for task in tasks:
-        result["notes"] += [f"{task.name}: {note}" for note in task.notes]
-    _probe_all(tasks, ctx, result)
+    with fit_pool(ctx.jobs) as pool:  # parses the probing text, then fits the probes
+        tasks = _probing_tasks(ctx, result, pool)
+        result["setup_s"] = {"reading and building probing sets": round(time.perf_counter() - start, 2)}
+        for task in tasks:
+            result["notes"] += [f"{task.name}: {note}" for note in task.notes]
+        _probe_all(tasks, ctx, result, pool)
     if ctx.jobs > 1:
         result["notes"].append(f"probes were fitted in {ctx.jobs} worker processes beside the encoding, so the "
                                "per-task seconds (encoding + fitting) add up to more than the suite's wall clock")
