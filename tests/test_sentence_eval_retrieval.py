@@ -6,7 +6,7 @@ import pytest
 from test_sentence_eval_fakes import LookupEmbedder, RandomEmbedder, need_data
 
 from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
-from interlingua.evaluation.sentence.retrieval import multiway_retrieval, ratio_margin, retrieval_accuracy
+from interlingua.evaluation.sentence.retrieval import cosine_matrix, multiway_retrieval, ratio_margin, retrieval_accuracy
 from interlingua.evaluation.sentence.tasks import MULTI30K_LANGS, load_multi30k
 
 
@@ -59,5 +59,9 @@ def test_centering_removes_a_shared_language_offset():
     tgt = meaning + 0.5 * rng.normal(size=(300, 32)) + 20 * rng.normal(size=(1, 32))
     assert retrieval_accuracy(src, tgt, method="cosine") < 50.0
     assert retrieval_accuracy(src, tgt, method="centered") > 95.0
+    assert retrieval_accuracy(src, tgt, method="margin") < 50.0
+    centred = cosine_matrix(src - src.mean(0), tgt - tgt.mean(0))
+    by_hand = 100.0 * np.mean(ratio_margin(centred, 4).argmax(1) == np.arange(300))
+    assert retrieval_accuracy(src, tgt, method="centered_margin") == pytest.approx(by_hand) and by_hand > 95.0
     with pytest.raises(EvaluationError, match="centered"):
         retrieval_accuracy(src, tgt, method="nearest")

@@ -5,7 +5,8 @@ Two scores: plain cosine nearest neighbour, and LASER's ratio margin (Artetxe & 
 neighbours, so "hub" sentences close to everything stop winning. A third, `centered`, is cosine
 after subtracting each language's mean vector over the candidate set: mean-pooled recurrent
 states share a large language-specific component, and removing it (no labels needed) shows
-how much of the remaining geometry is shared across languages. Accuracy in percent.
+how much of the remaining geometry is shared across languages; `centered_margin` scores the
+centred vectors by ratio margin, the two label-free corrections together. Accuracy in percent.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def ratio_margin(sim: np.ndarray, k: int = 4) -> np.ndarray:
     return np.divide(sim, denom, out=np.zeros_like(sim), where=denom != 0)
 
 
-METHODS = ("cosine", "margin", "centered")
+METHODS = ("cosine", "margin", "centered", "centered_margin")
 
 
 def retrieval_accuracy(src: np.ndarray, tgt: np.ndarray, *, method: str = "cosine", k: int = 4) -> float:
@@ -54,16 +55,16 @@ def retrieval_accuracy(src: np.ndarray, tgt: np.ndarray, *, method: str = "cosin
         raise EvaluationError(f"retrieval needs aligned sets of one size, got {len(src)} sources and {len(tgt)} targets")
     if method not in METHODS:
         raise EvaluationError(f"unknown retrieval method '{method}' (use {', '.join(map(repr, METHODS))})")
-    if method == "centered":
+    if method in ("centered", "centered_margin"):
         src, tgt = src - src.mean(axis=0, keepdims=True), tgt - tgt.mean(axis=0, keepdims=True)
     sim = cosine_matrix(src, tgt)
-    if method == "margin":
+    if method in ("margin", "centered_margin"):
         sim = ratio_margin(sim, k)
     return 100.0 * float(np.mean(sim.argmax(axis=1) == np.arange(len(src))))
 
 
 def multiway_retrieval(encoder: Encoder, texts: Mapping[str, list[str]], *, k: int = 4) -> dict:
-    """Both accuracies for every ordered pair of the languages the embedder has: {method: {src: {tgt: acc}}}."""
+    """Every method's accuracy for every ordered pair of the languages the embedder has: {method: {src: {tgt: acc}}}."""
     langs = [lang for lang in texts if encoder.has(lang)]
     missing = [lang for lang in texts if not encoder.has(lang)]
     sizes = {len(v) for v in texts.values()}
