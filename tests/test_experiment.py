@@ -88,17 +88,18 @@ def test_every_paper_recipe_builds_its_model(recipe, multi30k_corpus, tmp_path):
     assert sum(p.numel() for p in model.parameters()) > 10_000_000
 
 
-def _fake_run(recipe, setting, bleu, zero_shot=()):
-    return {"recipe": recipe, "setting": setting, "matrix": {"bleu": bleu, "zero_shot": list(zero_shot)}}
+def _fake_run(recipe, setting, bleu, zero_shot=(), steps=500, directions=1):
+    return {"recipe": recipe, "setting": setting, "matrix": {"bleu": bleu, "zero_shot": list(zero_shot)},
+            "compute": {"steps": steps, "directions": directions}}
 
 
 def test_summary_compares_multilingual_with_bilingual_and_zero_shot():
     runs = [_fake_run("bilingual_en_de", "bilingual", {"en": {"en": None, "de": 20.0}, "de": {"en": None, "de": None}}),
             _fake_run("m2m_mono", "m2m_mono", {"en": {"de": 23.5, "fr": 30.0}, "de": {"en": 25.0, "fr": 10.0},
-                                               "fr": {"en": 28.0, "de": 12.0}}, ["de-fr", "fr-de"]),
-            _fake_run("m2m_mono_long", "m2m_mono", {"en": {"de": 30.0}, "de": {"en": 31.0}})]
+                                               "fr": {"en": 28.0, "de": 12.0}}, ["de-fr", "fr-de"], steps=8000, directions=16),
+            _fake_run("twice_the_budget", "m2m_mono", {"en": {"de": 30.0}, "de": {"en": 31.0}}, steps=16000, directions=16)]
     text = "\n".join(summary_markdown(runs))
-    assert "m2m_mono_long" not in text  # more steps per direction: not an equal-steps comparison
+    assert "twice_the_budget" not in text  # more steps per direction: not an equal-steps comparison
     assert "| en->de | 20.0 | 23.5 (+3.5) |" in text
     assert "| m2m_mono | 11.00 |" in text
 
@@ -118,6 +119,6 @@ def test_runner_runs_recipes_in_parallel_processes(multi30k_corpus, tmp_path):
     out = tmp_path / "res.md"
     runs = run_experiments(recipes, [], out, max_test=10, jobs=2)
     assert [r["recipe"] for r in runs] == ["cpu_bilingual_en_de", "cpu_bilingual_de_en"]
-    assert all(r["compute"]["steps"] == 6 and r["compute"]["threads"] == 1 for r in runs)
+    assert all(r["compute"]["steps"] == 6 and r["compute"]["threads"] == 1 and r["compute"]["directions"] == 1 for r in runs)
     text = out.read_text()
     assert text.index("## cpu_bilingual_en_de") < text.index("## cpu_bilingual_de_en")
