@@ -109,7 +109,7 @@ def test_evaluate_passes_probing_dir_through(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(vectors, "evaluate_sentence_vectors", fake)
     code, out = run(["evaluate", "probing", "--model", str(tmp_path / "x.pt"), "--data-root", str(tmp_path),
-                     "--probing-dir", str(tmp_path / "probing"), "--out", str(tmp_path / "ev")], capsys=capsys)
+                     "--probing-dir", str(tmp_path / "probing"), "--out", str(tmp_path / "ev"), "--jobs", "3"], capsys=capsys)
     assert code == 0, out.err
-    assert seen["suite"] == "probing" and seen["probing_dir"] == tmp_path / "probing"
+    assert seen["suite"] == "probing" and seen["probing_dir"] == tmp_path / "probing" and seen["jobs"] == 3
     assert "suite 12.5 s" in out.out

@@ -9,6 +9,7 @@ from test_sentence_eval_fakes import HashedBagOfWords, RandomEmbedder, need_data
 from interlingua.evaluation.sentence import SUITES, run_suite
 from interlingua.evaluation.sentence.protocol import EvaluationError
 from interlingua.evaluation.sentence.report import Table, render_markdown
+from interlingua.evaluation.sentence.workers import usable_cores
 
 
 @pytest.fixture(scope="module")
@@ -108,5 +109,6 @@ def test_checkpoint_evaluation_keeps_the_fast_options(tmp_path, monkeypatch):
                                             quick=True, probing_dir=tmp_path / "senteval")
     assert seen["embedders"] == ["model", "untrained", "bow-subword"] and seen["per_head_embedders"] == ["model"]
     assert seen["probing_dir"] == tmp_path / "senteval" and seen["out"] == tmp_path / "ev"
+    assert seen["jobs"] == usable_cores()  # one fit worker per core unless told otherwise
     assert seen["refs"]["cache_dir"] == tmp_path / "ev" / "cache" / "bow-subword-2000" and seen["refs"]["max_lines"] == 2000
     assert res["setup_elapsed_s"] >= 0
