@@ -63,7 +63,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
                 cached["run"]["compute"]["directions"] = len(read_checkpoint(work / "last.pt")["directions"])
                 cache.write_text(json.dumps(cached, indent=1))
             return cached["run"]
-    last = read_checkpoint(work / "last.pt")
+    last = read_checkpoint(work / "last.pt")  # its config is the one the last training session ran with
     state = last["training"]
     t0 = time.perf_counter()
     matrix = bleu_matrix(Translator(best), cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
@@ -74,7 +74,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
         "matrix": matrix.to_json(),
         "compute": {"train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"], "directions": len(last["directions"]),
                     "best_dev_bleu": state["best_bleu"], "validations": len(history),
-                    "eval_seconds": round(time.perf_counter() - t0, 1), "threads": cfg.train.threads or torch.get_num_threads(),
+                    "eval_seconds": round(time.perf_counter() - t0, 1), "threads": last["config"]["train"].get("threads") or torch.get_num_threads(),
                     "machine": f"{platform.machine()} {platform.processor() or ''}".strip()},
     }
     cache.write_text(json.dumps({"key": key, "run": run}, indent=1))
