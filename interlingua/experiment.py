@@ -11,6 +11,7 @@ import json
 import platform
 import re
 import time
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from interlingua.evaluation.paper_numbers import paper_bleu
 from interlingua.inference.translator import Translator
 from interlingua.training.checkpoint import read_checkpoint
 from interlingua.training.trainer import Trainer
+from interlingua.workers import process_pool
 
 
 def paper_setting(recipe_name: str) -> str | None:
@@ -179,9 +181,7 @@ def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: 
             done[i] = run_recipe(recipe, overrides, beam, max_test)
             _write([done[j] for j in sorted(done)], out, notes)
     else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        with process_pool(jobs) as pool:
             futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test): i for i, r in enumerate(recipes)}
             for fut in as_completed(futures):
                 done[futures[fut]] = fut.result()

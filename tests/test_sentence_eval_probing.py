@@ -12,11 +12,12 @@ from interlingua.evaluation.sentence.probing import (ProbeConfig, ProbeFeatures,
 from interlingua.evaluation.sentence.probing_sets import (LENGTH_BINS, ProbingTask, Sentence, SplitSizes,
                                                           build_bigram_shift, build_sentence_length, build_subject_number,
                                                           build_tense, build_word_content, length_bin, load_tagger,
+                                                          local_probing_tasks,
                                                           main_clauses, official_probing_tasks, parse_in_parts,
                                                           probing_corpus, read_probing_file, tokenize)
 from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
 from interlingua.evaluation.sentence.tasks import Labelled
-from interlingua.evaluation.sentence.workers import InlineExecutor, fit_pool
+from interlingua.workers import InlineExecutor, process_pool
 
 SIZES = SplitSizes(600, 120, 120)
 
@@ -149,13 +150,13 @@ def test_a_probe_fit_gives_the_same_result_in_a_worker_process():
     feats = ProbeFeatures("toy", X, y, heads=heads, head_train_labels=y["train"])
     cfg = ProbeConfig(max_epochs=3, l2_grid=(1e-5, 1e-3))
     here = fit_probe(feats, cfg=cfg, seed=3)
-    with fit_pool(2) as workers:
+    with process_pool(2) as workers:
         there = [f.result() for f in [workers.submit(fit_probe, feats, cfg=cfg, seed=3) for _ in range(2)]]
     for res in there:
         assert {k: v for k, v in res.items() if k != "fit_s"} == {k: v for k, v in here.items() if k != "fit_s"}
     assert len(here["per_head"]["acc"]) == 2 and here["acc"] > 50.0
     with pytest.raises(ValueError, match="at least 1"):
-        with fit_pool(0):
+        with process_pool(0):
             pass
 
 
@@ -178,3 +179,6 @@ def test_without_spacy_tense_and_subjnum_say_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "spacy", None)  # import spacy -> ImportError
     nlp, reason = load_tagger()
     assert nlp is None and "interlingua[probing]" in reason
+    tasks, _, not_run = local_probing_tasks(need_data("multi30k").parent, SIZES, sources=("multi30k",))
+    assert [t.name for t in tasks] == ["Length", "WC", "BShift"]
+    assert set(not_run) == {"Tense", "SubjNum"} and "interlingua[probing]" in not_run["Tense"]

@@ -9,7 +9,7 @@ from test_sentence_eval_fakes import HashedBagOfWords, RandomEmbedder, need_data
 from interlingua.evaluation.sentence import SUITES, run_suite
 from interlingua.evaluation.sentence.protocol import EvaluationError
 from interlingua.evaluation.sentence.report import Table, render_markdown
-from interlingua.evaluation.sentence.workers import usable_cores
+from interlingua.workers import usable_cores
 
 
 @pytest.fixture(scope="module")

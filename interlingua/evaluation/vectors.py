@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from interlingua.evaluation.sentence import reference_embedders, run_suite
-from interlingua.evaluation.sentence.workers import usable_cores
+from interlingua.workers import usable_cores
 from interlingua.inference.embedder import Embedder
 
 log = logging.getLogger(__name__)

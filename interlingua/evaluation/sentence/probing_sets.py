@@ -28,6 +28,7 @@ import numpy as np
 
 from interlingua.evaluation.sentence.protocol import EvaluationError
 from interlingua.evaluation.sentence.tasks import Labelled, MissingDataError
+from interlingua.workers import InlineExecutor
 
 SPLITS = ("train", "dev", "test")
 FILE_SPLITS = {"tr": "train", "va": "dev", "te": "test"}
@@ -390,18 +391,26 @@ def build_bigram_shift(pool: Sequence[Sentence], sizes: SplitSizes, seed: int = 
 
 # ----------------------------------------------------------------------------- tagger-based tasks
 
+def tagger_missing() -> str | None:
+    """Why no spaCy English pipeline can be loaded, or None; checked without loading one."""
+    try:
+        import spacy.util
+    except ImportError:
+        return f"spaCy is not installed; {TAGGER_INSTALL}"
+    if any(spacy.util.is_package(name) for name in TAGGER_MODELS):
+        return None
+    return f"no spaCy English model installed (looked for {', '.join(TAGGER_MODELS)}); {TAGGER_INSTALL}"
+
+
 def load_tagger() -> tuple[object | None, str | None]:
     """A spaCy English pipeline with tagger and parser, or (None, why not)."""
-    try:
-        import spacy
-    except ImportError:
-        return None, f"spaCy is not installed; {TAGGER_INSTALL}"
-    for name in TAGGER_MODELS:
-        try:
-            return spacy.load(name, exclude=["ner", "lemmatizer"]), None
-        except OSError:
-            continue
-    return None, f"no spaCy English model installed (looked for {', '.join(TAGGER_MODELS)}); {TAGGER_INSTALL}"
+    reason = tagger_missing()
+    if reason is not None:
+        return None, reason
+    import spacy
+
+    name = next(name for name in TAGGER_MODELS if spacy.util.is_package(name))
+    return spacy.load(name, exclude=["ner", "lemmatizer"]), None
 
 
 @dataclass
@@ -475,13 +484,14 @@ def local_probing_tasks(data_root: Path, sizes: SplitSizes, *, seed: int = 0,
                         parts: int = 1) -> tuple[list[ProbingTask], list[str], dict[str, str]]:
     """Build the local probing sets: (tasks, notes about the text pool, {task: why it was not built}).
 
-    With `executor`, the parse for Tense/SubjNum runs in `parts` slices on it (worker processes)."""
+    The parse for Tense/SubjNum runs in `parts` slices on `executor` (worker processes; inline
+    by default), each with the tagger of the process it runs in."""
     pool, notes = probing_corpus(data_root, sources=sources)
     tasks = [build_sentence_length(pool, sizes, seed), build_word_content(pool, sizes, seed, n_words=wc_words),
              build_bigram_shift(pool, sizes, seed)]
     not_run = {}
-    nlp, reason = load_tagger()
-    if nlp is None:
+    reason = tagger_missing()
+    if reason is not None:
         not_run = {"Tense": reason, "SubjNum": reason}
     else:
         parsed = list(pool)
@@ -489,6 +499,6 @@ def local_probing_tasks(data_root: Path, sizes: SplitSizes, *, seed: int = 0,
             keep = np.sort(np.random.default_rng(seed).choice(len(parsed), parse_limit, replace=False))
             parsed = [parsed[i] for i in keep]
             notes.append(f"Tense/SubjNum: parsed a seeded random {parse_limit:,} of the {len(pool):,} pool sentences")
-        clauses = main_clauses(parsed, nlp) if executor is None else parse_in_parts(parsed, executor, parts)
+        clauses = parse_in_parts(parsed, executor or InlineExecutor(), parts)
         tasks += [build_tense(parsed, clauses, sizes, seed), build_subject_number(parsed, clauses, sizes, seed)]
     return tasks, notes, not_run

@@ -34,7 +34,7 @@ from interlingua.evaluation.sentence.tasks import (CLASSIFICATION_TASKS, MULTI30
                                                    ClassificationTask, MissingDataError, Pairs,
                                                    load_classification, load_multi30k, load_sick, load_sts, load_stsb,
                                                    load_xnli, subsample)
-from interlingua.evaluation.sentence.workers import fit_pool
+from interlingua.workers import process_pool
 
 log = logging.getLogger(__name__)
 
@@ -259,8 +259,7 @@ def _probing_tasks(ctx: Context, result: dict, pool: Executor) -> list[ProbingTa
     b = ctx.budget
     try:
         local, notes, not_run = local_probing_tasks(ctx.data_root, b.probe_sizes, seed=ctx.seed, parse_limit=b.parse_limit,
-                                                    wc_words=b.wc_words, executor=pool if ctx.jobs > 1 else None,
-                                                    parts=ctx.jobs)
+                                                    wc_words=b.wc_words, executor=pool, parts=ctx.jobs)
     except MissingDataError as err:
         result["skipped"]["local probing"] = str(err)
         return tasks
@@ -304,7 +303,7 @@ def run_probing(ctx: Context) -> dict:
                   names + ["chance"], reference_columns=["chance"])
     per_head: dict[str, dict[str, list[float]]] = {}
     start = time.perf_counter()
-    with fit_pool(ctx.jobs) as pool:  # parses the probing text, then fits the probes
+    with process_pool(ctx.jobs) as pool:  # parses the probing text, then fits the probes
         tasks = _probing_tasks(ctx, result, pool)
         result["setup_s"] = {"reading and building probing sets": round(time.perf_counter() - start, 2)}
         for task in tasks:

@@ -1,9 +1,8 @@
-"""Worker processes for the suite's fits, so probes use every core while the model encodes.
+"""Worker processes for independent CPU-bound jobs, so they use every core.
 
-A probe fit is compute-bound on one core (batched products at the CPU's fp32 rate) and
-gains nothing from a second torch thread, but independent fits run side by side: the main
-process encodes the next task's sentences while workers fit the probes of the last ones.
-Fits are seeded and single-threaded, so results do not depend on the number of workers.
+Used where jobs gain little from a second torch thread but run well side by side: the
+sentence suite's probe fits and parses (the main process encodes while workers fit) and
+`interlingua experiment`'s recipes (one training of one thread per worker).
 """
 from __future__ import annotations
 
@@ -36,8 +35,8 @@ class InlineExecutor(Executor):
 
 
 @contextmanager
-def fit_pool(jobs: int) -> Iterator[Executor]:
-    """An executor with `jobs` worker processes (inline for 1).
+def process_pool(jobs: int) -> Iterator[Executor]:
+    """An executor with `jobs` worker processes (inline for 1, so one job costs no process).
 
     Workers are spawned, not forked: a fork after torch has started its thread pool can hang."""
     if jobs < 1:
