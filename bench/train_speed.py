@@ -1,6 +1,7 @@
 """Training throughput of interlingua at paper sizes (en->de, batch 64), tokens/s and peak memory.
 
 Run: python bench/train_speed.py --steps 300 [--bridge none] [--input-feed] [--precision fp32]
+     [--softmax-sample 1024]
 The peer's figure comes from `bash ../shared/peers/opennmt.sh bench` run in the same session.
 """
 from __future__ import annotations
@@ -31,16 +32,19 @@ def main() -> None:
     ap.add_argument("--bridge", default="attention", choices=["attention", "none"])
     ap.add_argument("--input-feed", action="store_true")
     ap.add_argument("--precision", default="auto")
+    ap.add_argument("--softmax-sample", type=int, default=0, help="train.softmax_sample (0: full softmax)")
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench_speed"))
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=None, help="append a JSON line with the result here")
     args = ap.parse_args()
 
     corpus = get_multi30k(Path(args.work) / "multi30k", args.data)
-    tag = f"{args.bridge}{'_if' if args.input_feed else ''}_{args.precision}"
+    tag = (f"{args.bridge}{'_if' if args.input_feed else ''}_{args.precision}"
+           f"{f'_sample{args.softmax_sample}' if args.softmax_sample else ''}")
     cfg = load_config(ROOT / "recipes" / "paper_bilingual_en_de.yaml", [
         f"corpus={corpus}", f"work_dir={Path(args.work) / tag}", f"model.bridge.type={args.bridge}",
         f"model.decoder.input_feed={str(args.input_feed).lower()}", f"train.precision={args.precision}",
+        f"train.softmax_sample={args.softmax_sample}",
         f"train.max_steps={args.steps}", f"train.valid_every={args.steps + 1}", "train.log_every=25",
         "preprocess.max_valid_sentences=8", "train.threads=2"])
     import shutil

@@ -109,6 +109,9 @@ class TrainConfig(_Strict):
     penalty_weight: float = Field(1.0, ge=0)
     """lambda in CE + lambda * ||A A^T - I||_F^2; 0 turns the penalty off."""
     label_smoothing: float = Field(0.0, ge=0, lt=1)
+    softmax_sample: int = Field(0, ge=0)
+    """>0: train the softmax over each batch's target types plus this many random ones, not the
+    whole vocabulary (faster steps; validation and translation use the full softmax). 0: full."""
     valid_every: int = Field(1000, ge=1)
     log_every: int = Field(50, ge=1)
     valid_beam: int = Field(1, ge=1)

@@ -45,7 +45,8 @@ def _params(path):
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(multi30k_corpus, tmp_path):
     base = dict(directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]]},
-                model={"dropout": 0.3}, train={"valid_every": 6, "max_steps": 12, "batch_size": 8})
+                model={"dropout": 0.3}, train={"valid_every": 6, "max_steps": 12, "batch_size": 8,
+                                              "softmax_sample": 50})  # its draws must resume too
     straight = parse_config(tiny_config(multi30k_corpus, tmp_path / "straight", **base))
     Trainer(straight).train()
 

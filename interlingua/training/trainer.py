@@ -198,7 +198,8 @@ class Trainer:
                 batch = self.batches[direction].next()
                 with autocast(self.precision):
                     out = self.model.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang,
-                                          batch.tgt_lang, tc.penalty_weight, tc.label_smoothing)
+                                          batch.tgt_lang, tc.penalty_weight, tc.label_smoothing,
+                                          tc.softmax_sample)
                 self.optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_norm)

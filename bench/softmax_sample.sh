@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Does target-vocabulary sampling (`train.softmax_sample`) hold quality at equal steps?
+# Four en->de trainings at the papers' bilingual sizes run side by side, one thread each, for
+# the same number of steps: no bridge and bridge (each with the quality bench's settings), each
+# with the full softmax and with the sampled one. Then test_2016_flickr BLEU / chrF, greedy.
+#
+# Usage (from the project root): STEPS=600 SAMPLE=1024 bash bench/softmax_sample.sh
+# Results: bench/results/softmax_sample.jsonl; each run's metrics in runs/bench_softmax_sample/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS="${STEPS:-600}"
+SAMPLE="${SAMPLE:-1024}"
+DATA="${DATA:-$(cd .. && pwd)/shared/data/multi30k}"
+WORK=runs/bench_softmax_sample
+.venv/bin/interlingua data multi30k --dest "$WORK/multi30k" --from "$DATA"
+train() {  # bridge sample extra-args...
+  local bridge=$1 sample=$2; shift 2
+  rm -rf "$WORK/${bridge}_$sample"
+  OMP_NUM_THREADS=1 .venv/bin/interlingua train recipes/paper_bilingual_en_de.yaml \
+    --set corpus="$(pwd)/$WORK/multi30k/corpus.yaml" --set work_dir="$WORK/${bridge}_$sample" \
+    --set model.bridge.type="$bridge" --set train.max_steps="$STEPS" --set train.softmax_sample="$sample" \
+    --set train.valid_every=$((STEPS / 2)) --set preprocess.max_valid_sentences=300 --set train.threads=1 "$@" \
+    > "$WORK/${bridge}_$sample.log" 2>&1
+}
+NONE_ARGS=(--set model.param_init=0.1)                          # as bench/quality_budget.sh
+ATTENTION_ARGS=(--set train.lr=0.002 --set train.penalty_weight=0)
+train none 0 "${NONE_ARGS[@]}" &
+train none "$SAMPLE" "${NONE_ARGS[@]}" &
+train attention 0 "${ATTENTION_ARGS[@]}" &
+train attention "$SAMPLE" "${ATTENTION_ARGS[@]}" &
+wait
+for run in none_0 "none_$SAMPLE" attention_0 "attention_$SAMPLE"; do
+  .venv/bin/python bench/translate_speed.py --model "$WORK/$run/last.pt" --data "$DATA" --beams 1 --reps 1 \
+    --out bench/results/softmax_sample.jsonl
+done
