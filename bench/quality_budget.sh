@@ -35,9 +35,10 @@ sed -e 's/OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2/OMP_NUM_THR
   ../shared/peers/opennmt.sh > "$PEER1"
 
 .venv/bin/interlingua data multi30k --dest "$WORK/multi30k" --from "$DATA"
+source bench/_our_settings.sh
 SOFTMAX_SAMPLE="${SOFTMAX_SAMPLE:-1024}"
-NONE_ARGS="${NONE_ARGS:---set model.param_init=0.1} --set train.softmax_sample=$SOFTMAX_SAMPLE"
-ATTENTION_ARGS="${ATTENTION_ARGS:---set train.lr=0.002 --set train.penalty_weight=0} --set train.softmax_sample=$SOFTMAX_SAMPLE"
+NONE_ARGS="${NONE_ARGS:-$OUR_NONE_SETTINGS} --set train.softmax_sample=$SOFTMAX_SAMPLE"
+ATTENTION_ARGS="${ATTENTION_ARGS:-$OUR_ATTENTION_SETTINGS} --set train.softmax_sample=$SOFTMAX_SAMPLE"
 train_ours() {
   local extra
   if [ "$1" = none ]; then extra=$NONE_ARGS; else extra=$ATTENTION_ARGS; fi

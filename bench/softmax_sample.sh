@@ -22,12 +22,12 @@ train() {  # bridge sample extra-args...
     --set train.valid_every=$((STEPS / 2)) --set preprocess.max_valid_sentences=300 --set train.threads=1 "$@" \
     > "$WORK/${bridge}_$sample.log" 2>&1
 }
-NONE_ARGS=(--set model.param_init=0.1)                          # as bench/quality_budget.sh
-ATTENTION_ARGS=(--set train.lr=0.002 --set train.penalty_weight=0)
-train none 0 "${NONE_ARGS[@]}" &
-train none "$SAMPLE" "${NONE_ARGS[@]}" &
-train attention 0 "${ATTENTION_ARGS[@]}" &
-train attention "$SAMPLE" "${ATTENTION_ARGS[@]}" &
+source bench/_our_settings.sh
+# shellcheck disable=SC2086  # the settings are word lists of `--set key=value`
+train none 0 $OUR_NONE_SETTINGS &
+train none "$SAMPLE" $OUR_NONE_SETTINGS &
+train attention 0 $OUR_ATTENTION_SETTINGS &
+train attention "$SAMPLE" $OUR_ATTENTION_SETTINGS &
 wait
 for run in none_0 "none_$SAMPLE" attention_0 "attention_$SAMPLE"; do
   .venv/bin/python bench/translate_speed.py --model "$WORK/$run/last.pt" --data "$DATA" --beams 1 --reps 1 \

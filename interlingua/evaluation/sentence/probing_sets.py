@@ -391,25 +391,30 @@ def build_bigram_shift(pool: Sequence[Sentence], sizes: SplitSizes, seed: int = 
 
 # ----------------------------------------------------------------------------- tagger-based tasks
 
-def tagger_missing() -> str | None:
-    """Why no spaCy English pipeline can be loaded, or None; checked without loading one."""
+def _installed_tagger() -> tuple[str | None, str | None]:
+    """(name of the first installed spaCy English model, None) or (None, why there is none)."""
     try:
         import spacy.util
     except ImportError:
-        return f"spaCy is not installed; {TAGGER_INSTALL}"
-    if any(spacy.util.is_package(name) for name in TAGGER_MODELS):
-        return None
-    return f"no spaCy English model installed (looked for {', '.join(TAGGER_MODELS)}); {TAGGER_INSTALL}"
+        return None, f"spaCy is not installed; {TAGGER_INSTALL}"
+    for name in TAGGER_MODELS:
+        if spacy.util.is_package(name):
+            return name, None
+    return None, f"no spaCy English model installed (looked for {', '.join(TAGGER_MODELS)}); {TAGGER_INSTALL}"
+
+
+def tagger_missing() -> str | None:
+    """Why no spaCy English pipeline can be loaded, or None; checked without loading one."""
+    return _installed_tagger()[1]
 
 
 def load_tagger() -> tuple[object | None, str | None]:
     """A spaCy English pipeline with tagger and parser, or (None, why not)."""
-    reason = tagger_missing()
-    if reason is not None:
+    name, reason = _installed_tagger()
+    if name is None:
         return None, reason
     import spacy
 
-    name = next(name for name in TAGGER_MODELS if spacy.util.is_package(name))
     return spacy.load(name, exclude=["ner", "lemmatizer"]), None
 
 
