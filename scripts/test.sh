@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-.venv/bin/python -m pytest tests "$@"
+.venv/bin/python -m pytest tests -rs "$@"  # -rs lists every skip; under CI=true a skip fails the run

@@ -63,7 +63,8 @@ def test_normalisation():
 
 def test_multi30k_copy_is_checksummed(tmp_path):
     if not (MULTI30K / "train.en.gz").is_file():
-        pytest.skip("no local Multi30k")
+        from conftest import missing
+        missing("no local Multi30k")
     corpus = get_multi30k(tmp_path / "m", MULTI30K)
     c = load_corpus(corpus)
     assert set(c.splits) == {"train", "val", "test_2016_flickr"} and sorted(c.languages) == ["cs", "de", "en", "fr"]

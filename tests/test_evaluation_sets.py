@@ -16,8 +16,16 @@ from interlingua.evaluation.sentence.tasks import load_classification, load_xnli
 
 SENTEVAL = SHARED_DATA / "senteval_downstream"
 XNLI = SHARED_DATA / "xnli"
-needs_data = pytest.mark.skipif(not (SENTEVAL / "MR").is_dir() or not XNLI.is_dir(),
-                                reason="../shared/data has no SentEval/XNLI copy")
+
+
+@pytest.fixture
+def shared_evaluation_sets() -> None:
+    if not (SENTEVAL / "MR").is_dir() or not XNLI.is_dir():
+        from conftest import missing
+        missing("../shared/data has no SentEval/XNLI copy")
+
+
+needs_data = pytest.mark.usefixtures("shared_evaluation_sets")
 
 
 def test_upstream_layout_mapping():

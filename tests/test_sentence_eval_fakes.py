@@ -15,10 +15,11 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def need_data(*parts: str) -> Path:
-    """Path under ../shared/data, or skip the test when it is absent."""
+    """Path under ../shared/data; the test skips when it is absent (fails under CI=true)."""
+    from conftest import missing
     path = SHARED_DATA.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"{path} is not available")
+        missing(f"{path} is not available")
     return path
 
 
