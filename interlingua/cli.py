@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -12,12 +13,44 @@ log = logging.getLogger("interlingua")
 
 
 def _read_lines(path: str | None) -> list[str]:
-    if path in (None, "-"):
-        return [line.rstrip("\r\n") for line in sys.stdin]
-    p = Path(path)
-    if not p.is_file():
-        raise InterlinguaError(f"input file not found: {p}")
-    return p.read_text(encoding="utf-8").splitlines()
+    """Input lines, split only at line breaks (\\n, \\r\\n, \\r) as for stdin, so that every
+    command gives one output line (or vector) per input line whichever way the text came in."""
+    try:
+        if path in (None, "-"):
+            return [line.rstrip("\r\n") for line in sys.stdin]
+        p = Path(path)
+        if not p.is_file():
+            raise InterlinguaError(f"input file not found: {p}")
+        with open(p, encoding="utf-8") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except UnicodeDecodeError as err:
+        raise InterlinguaError(f"{'stdin' if path in (None, '-') else path} is not UTF-8 text: {err}") from None
+
+
+def _number(text: str, kind: type, low: float, strict: bool) -> int | float:
+    """Parse `text` as `kind` and insist that it is >= low (> low when strict), finite."""
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, got '{text}'") from None
+    if not math.isfinite(value) or value < low or (strict and value == low):
+        raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (beam sizes, batch sizes, counts)."""
+    return _number(text, int, 1, strict=False)
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (length penalty)."""
+    return _number(text, float, 0.0, strict=False)
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (time budgets)."""
+    return _number(text, float, 0.0, strict=True)
 
 
 def cmd_data(args: argparse.Namespace) -> None:
@@ -203,12 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", required=True)
     t.add_argument("--src", required=True)
     t.add_argument("--tgt", required=True)
-    t.add_argument("--pivot", default=None, help="translate through this language (src -> pivot -> tgt)")
-    t.add_argument("--beam", type=int, default=5)
-    t.add_argument("--length-penalty", type=float, default=1.0)
-    t.add_argument("--max-len", type=int, default=None)
-    t.add_argument("--batch-size", type=int, default=64)
-    t.add_argument("--threads", type=int, default=None)
+    t.add_argument("--pivot", default=None, help="translate through this language (src -> pivot -> tgt); "
+                   "a pivot equal to --src or --tgt means the direct translation (a note says so)")
+    t.add_argument("--beam", type=positive_int, default=5, help="beam size (1: greedy search)")
+    t.add_argument("--length-penalty", type=non_negative_float, default=1.0,
+                   help="beam search ranks log p(y) / length**X (0: by log-probability alone)")
+    t.add_argument("--max-len", type=positive_int, default=None,
+                   help="at most this many output subwords (default: twice the batch's longest source + 10)")
+    t.add_argument("--batch-size", type=positive_int, default=64)
+    t.add_argument("--threads", type=positive_int, default=None)
     t.add_argument("-i", "--input", default=None)
     t.add_argument("-o", "--output", default=None)
     t.set_defaults(func=cmd_translate)
@@ -217,8 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", required=True)
     e.add_argument("--lang", required=True)
     e.add_argument("--pooling", choices=["mean", "heads"], default="mean")
-    e.add_argument("--batch-size", type=int, default=64)
-    e.add_argument("-i", "--input", default=None)
+    e.add_argument("--batch-size", type=positive_int, default=64)
+    e.add_argument("-i", "--input", default=None, help="one sentence a line; an empty line gets a vector of zeros")
     e.add_argument("-o", "--output", default=None, help=".npy file (default: stdout)")
     e.set_defaults(func=cmd_embed)
 
@@ -227,15 +263,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--model", required=True)
     v.add_argument("--split", default="test_2016_flickr")
     v.add_argument("--corpus", default=None, help="corpus YAML (default: the one the model was trained on)")
-    v.add_argument("--beam", type=int, default=1)
-    v.add_argument("--pivot", default=None)
-    v.add_argument("--batch-size", type=int, default=64)
-    v.add_argument("--max-sentences", type=int, default=None)
-    v.add_argument("--threads", type=int, default=None)
+    v.add_argument("--beam", type=positive_int, default=1)
+    v.add_argument("--pivot", default=None, help="translate through this language (directions from or into it: directly)")
+    v.add_argument("--batch-size", type=positive_int, default=64)
+    v.add_argument("--max-sentences", type=positive_int, default=None)
+    v.add_argument("--threads", type=positive_int, default=None)
     v.add_argument("--data-root", default=str(Path("..") / "shared" / "data"), help="folder with senteval_downstream/, xnli/, multi30k/")
     v.add_argument("--probing-dir", default=None, metavar="DIR",
                    help="official SentEval probing files (default: <data-root>/senteval_probing)")
-    v.add_argument("--jobs", type=int, default=None, metavar="N",
+    v.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="worker processes for the probe fits of a sentence suite (default: one per usable core)")
     v.add_argument("--quick", action="store_true", help="subsample data sets (smoke runs)")
     v.add_argument("--no-references", action="store_true", help="skip the bag-of-words and untrained reference points")
@@ -259,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--corpus", default=None, help="corpus YAML (default: the first model's)")
     y.add_argument("-i", "--input", default=None, help="heads: sentences from this file instead of the corpus split")
     y.add_argument("--sentence", default=None, help="heads: the sentence to draw (default: the first one)")
-    y.add_argument("--beam", type=int, default=1)
+    y.add_argument("--beam", type=positive_int, default=1)
     y.add_argument("--out", default=None, help="output folder (default: <first model folder>/analysis)")
     y.set_defaults(func=cmd_analyze)
 
@@ -267,15 +303,15 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("recipes", nargs="+", help="recipe YAML files, e.g. recipes/multi30k/cpu/*.yaml")
     x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every recipe")
     x.add_argument("--out", default="docs/results/multi30k.md")
-    x.add_argument("--beam", type=int, default=1)
-    x.add_argument("--max-test-sentences", type=int, default=None)
-    x.add_argument("--jobs", type=int, default=1, help="recipes trained at once, one thread each (e.g. one per core)")
+    x.add_argument("--beam", type=positive_int, default=1)
+    x.add_argument("--max-test-sentences", type=positive_int, default=None)
+    x.add_argument("--jobs", type=positive_int, default=1, help="recipes trained at once, one thread each (e.g. one per core)")
     x.add_argument("--notes", default=None, help="markdown file appended to the report (discussion of the numbers)")
     x.set_defaults(func=cmd_experiment)
 
     m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")
     m.add_argument("--work", default="demo_run")
-    m.add_argument("--minutes", type=float, default=8.0, help="training budget")
+    m.add_argument("--minutes", type=positive_float, default=8.0, help="training budget")
     m.add_argument("--from", dest="source", default=None, help="local Multi30k folder (default: ../shared/data/multi30k if present, else download)")
     m.set_defaults(func=cmd_demo)
     return p
@@ -293,9 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # unwritable folders, full disks, unreadable files
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C; training also turns SIGTERM into this, after saving last.pt
+        print(f"interrupted: {err}" if str(err) else "interrupted", file=sys.stderr)
+        return 128 + getattr(err, "signum", 2)
     return 0
 
 

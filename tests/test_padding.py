@@ -1,5 +1,6 @@
 """Sentence vectors and encoder states must not depend on how a batch is padded."""
 import numpy as np
+import pytest
 import torch
 
 from interlingua.config import ModelConfig
@@ -62,3 +63,28 @@ def test_param_init_is_uniform_and_keeps_padding_rows_zero():
     assert (model.encoders["en"].embed.weight[0] == 0).all() and (model.decoders["de"].embed.weight[0] == 0).all()
     default = TranslationModel(cfg.model_copy(update={"param_init": None}), {"en": 40, "de": 30}, ["en"], ["de"])
     assert default.encoders["en"].embed.weight.abs().max() > 1.0  # PyTorch's N(0, 1) embeddings
+
+
+@pytest.mark.parametrize("bridge", ["none", "attention"])
+def test_pooled_vector_independent_of_padding_through_the_embedder(tmp_path, bridge):
+    """`bridge: none` mean-pools the encoder states H over the real tokens only: a sentence
+    embedded alone and in a batch with longer ones (so padded) gives the same vector."""
+    from interlingua.inference.embedder import Embedder
+    from test_decoding import random_checkpoint
+    ckpt = random_checkpoint(tmp_path / "random.pt", param_init=0.5,
+                             bridge={"type": bridge, "heads": 4, "hidden": 32}, encoder={"hidden": 64, "layers": 2})
+    emb = Embedder(ckpt)
+    assert emb.model.has_bridge == (bridge == "attention")
+    short = "a dog ."
+    longer = ["the small child sits near the big red ball in the park .", "a woman runs on the street near the park ."]
+    alone = emb.encode([short], "en")[0]
+    batched = emb.encode(longer + [short], "en", batch_size=8)
+    n_short = len(emb.vocabs["en"].encode(short))
+    assert all(len(emb.vocabs["en"].encode(s)) > 2 * n_short for s in longer)  # really padded in the batch
+    assert np.abs(alone).max() > 0.01
+    assert np.allclose(batched[2], alone, atol=1e-5)
+    # and the padding is not simply ignored by being tiny: pooling over the padded length would differ
+    if bridge == "none":
+        mem = emb.model.encode(torch.tensor([emb.vocabs["en"].encode(short) + [0] * 10]),
+                               torch.tensor([n_short]), "en").memory[0]
+        assert not np.allclose(mem.mean(0).detach().numpy(), alone, atol=1e-3)

@@ -1,8 +1,12 @@
+import math
+
+import pytest
 import torch
 
 from interlingua.config import ModelConfig
 from interlingua.data.vocab import BOS, EOS
-from interlingua.inference.search import beam_search, greedy_search
+from interlingua.inference.search import beam_search, beam_search_nbest, greedy_search
+from interlingua.modules.decoders import DecoderState
 from interlingua.modules.model import TranslationModel
 
 
@@ -56,3 +60,89 @@ def test_max_len_is_respected():
     dec, state = model_and_state(1)
     assert all(len(h) <= 3 for h in greedy_search(dec, state, 3))
     assert all(len(h) <= 3 for h in beam_search(dec, state, 3, beam_size=3))
+
+
+class BigramDecoder:
+    """A decoder whose next-token distribution depends on the previous token only."""
+
+    def __init__(self, table: dict[int, dict[int, float]], vocab: int = 8):
+        self.logp = torch.full((vocab, vocab), float(torch.log(torch.tensor(1e-6))))
+        for prev, row in table.items():
+            rest = (1.0 - sum(row.values())) / (vocab - len(row))
+            self.logp[prev] = torch.log(torch.tensor([row.get(t, rest) for t in range(vocab)]))
+
+    def step(self, prev, state):
+        return self.logp[prev], state
+
+
+def bigram_state(batch=1):
+    return DecoderState(torch.zeros(1, batch, 1), torch.zeros(1, batch, 1), None, torch.zeros(batch, 1, 1),
+                        torch.zeros(batch, 1, 1), torch.ones(batch, 1, dtype=torch.bool))
+
+
+A, B, C = 4, 5, 6
+# a short sentence [C] (p = 0.5 * 0.99) against a longer, less probable one [A, B] (p = 0.45 * 0.9 * 0.99)
+TABLE = {BOS: {C: 0.5, A: 0.45, EOS: 0.001}, C: {EOS: 0.99}, A: {B: 0.9, EOS: 0.001}, B: {EOS: 0.99}}
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0, 2.0])
+def test_length_penalty_score_is_the_documented_formula(alpha):
+    dec = BigramDecoder(TABLE)
+    nbest = beam_search_nbest(dec, bigram_state(), 10, beam_size=2, length_penalty=alpha)[0]
+    assert [h for _, h in nbest] and all(len(h) < 10 for _, h in nbest)
+    for score, hyp in nbest:  # log p(hyp + </s>) / (len(hyp) + 1) ** alpha, by hand
+        logp = sum(float(dec.logp[p, t]) for p, t in zip([BOS] + hyp, hyp + [EOS]))
+        assert score == pytest.approx(logp / (len(hyp) + 1) ** alpha, rel=1e-5)
+    assert {tuple(h) for _, h in nbest} == {(C,), (A, B)}
+    assert [s for s, _ in nbest] == sorted((s for s, _ in nbest), reverse=True)
+
+
+def test_length_penalty_changes_the_winner():
+    dec = BigramDecoder(TABLE)
+    short = math.log(0.5 * 0.99)  # -0.70: best by log-probability, 2 tokens with </s>
+    long = math.log(0.45 * 0.9 * 0.99)  # -0.91, 3 tokens
+    assert short > long and long / 3 > short / 2
+    assert beam_search(dec, bigram_state(), 10, beam_size=2, length_penalty=0.0) == [[C]]
+    assert beam_search(dec, bigram_state(), 10, beam_size=2, length_penalty=1.0) == [[A, B]]
+    assert greedy_search(dec, bigram_state(), 10) == [[C]]  # greedy knows no length penalty
+
+
+@torch.inference_mode()
+def test_length_penalty_on_a_random_model_scores_and_picks_by_the_formula():
+    changed = checked = 0
+    for seed in range(3):
+        dec, state = model_and_state(seed)
+        winners = {}
+        for alpha in (0.0, 1.0, 3.0):
+            nbest = beam_search_nbest(dec, state, 10, beam_size=4, length_penalty=alpha)
+            for row, hyps in enumerate(nbest):
+                for score, hyp in hyps:
+                    finished = len(hyp) < 10
+                    length = len(hyp) + 1 if finished else len(hyp)
+                    logp = sequence_logprob(dec, state, row, hyp, finished=finished)
+                    assert score == pytest.approx(logp / length ** alpha, rel=1e-4, abs=1e-5)
+                    checked += finished
+            winners[alpha] = [hyps[0][1] for hyps in nbest]
+            assert winners[alpha] == beam_search(dec, state, 10, beam_size=4, length_penalty=alpha)
+        changed += winners[0.0] != winners[3.0]
+    assert changed > 0 and checked > 0
+
+
+@pytest.mark.parametrize("bridge, input_feed", [("attention", True), ("none", False), ("none", True)])
+@torch.inference_mode()
+def test_beam_one_equals_greedy_for_every_decoder(bridge, input_feed):
+    from test_decoding import _batch, tiny_model
+    for seed in range(4):
+        model = tiny_model(bridge, input_feed, seed=seed, vocab=9, init=0.8)
+        src, lengths, *_ = _batch(9, seed)
+        dec = model.decoder_for("de")
+        bridged = model.encode(src, lengths, "en")
+        state = dec.start(bridged.memory, bridged.memory_mask)
+        for alpha in (0.0, 1.0):
+            assert beam_search(dec, state, 12, beam_size=1, length_penalty=alpha) == greedy_search(dec, state, 12)
+
+
+def test_beam_size_must_be_positive():
+    dec, state = model_and_state(0)
+    with pytest.raises(ValueError, match="beam_size must be at least 1"):
+        beam_search(dec, state, 5, beam_size=0)

@@ -2,6 +2,8 @@
 
 Hypotheses are detokenised text scored against the raw reference files with lowercased
 sacreBLEU (13a), the papers' signature; directions never trained are marked zero-shot.
+With a pivot, directions from or into the pivot language are translated directly, the
+others through it.
 """
 from __future__ import annotations
 
@@ -92,8 +94,8 @@ def bleu_matrix(translator: Translator, corpus_path: str | Path, split: str = "t
             if not srcs:
                 continue
             t0 = time.perf_counter()
-            hyps = translator.translate(srcs, s, t, beam_size=beam_size, length_penalty=length_penalty,
-                                        batch_size=batch_size, pivot=pivot, progress=progress)
+            hyps = translator.translate(srcs, s, t, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size,
+                                        pivot=pivot if pivot not in (s, t) else None, progress=progress)
             seconds[f"{s}-{t}"] = round(time.perf_counter() - t0, 2)
             b = bleu_metric.corpus_score(hyps, [refs])
             signature = str(bleu_metric.get_signature())

@@ -55,13 +55,19 @@ class Embedder:
 
     @torch.inference_mode()
     def encode(self, sentences: Sequence[str], lang: str, pooling: str = "mean", batch_size: int = 64) -> np.ndarray:
-        """(n, d) float32 for `mean`, (n, k, d) for `heads`; an empty sentence gets zeros."""
+        """(n, d) float32 for `mean`, (n, k, d) for `heads`: one row per sentence, in order.
+
+        An empty sentence (nothing left after normalisation, e.g. a blank line) gets a vector of
+        zeros, the way `Translator` gives it an empty translation, and a warning is logged; a zero
+        vector has no direction, so drop such rows before cosine similarities."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if pooling not in ("mean", "heads"):
             raise InterlinguaError(f"unknown pooling '{pooling}' (use 'mean' or 'heads')")
         if pooling == "heads" and not self.model.has_bridge:
             raise InterlinguaError("pooling='heads' needs an attention-bridge model; this one has bridge: none")
         self.model.encoder_for(lang)
-        seqs = encode_inputs(sentences, self.vocabs[lang], self.pre)
+        seqs = encode_inputs(sentences, self.vocabs[lang], self.pre, empty_output="their vectors are zeros")
         k = self.model.cfg.bridge.heads
         shape = (len(seqs), k, self.dim) if pooling == "heads" else (len(seqs), self.dim)
         out = np.zeros(shape, dtype=np.float32)

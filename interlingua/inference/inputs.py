@@ -15,8 +15,11 @@ from interlingua.data.vocab import Vocab
 log = logging.getLogger(__name__)
 
 
-def encode_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig) -> list[np.ndarray]:
-    """Normalise and encode; over-long inputs are truncated to `max_len` with one warning."""
+def encode_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig,
+                  empty_output: str = "their output is empty") -> list[np.ndarray]:
+    """Normalise and encode; over-long inputs are truncated to `max_len` with one warning, and
+    empty ones (nothing left after normalisation) are counted in one warning that ends with
+    `empty_output`, what the caller gives them."""
     texts = [normalize_line(s, pre.lowercase, pre.normalize) for s in sentences]
     ids = vocab.encode_batch(texts)
     too_long = sum(len(x) > pre.max_len for x in ids)
@@ -24,7 +27,7 @@ def encode_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig)
         log.warning("%d input line(s) longer than max_len=%d subwords were truncated", too_long, pre.max_len)
     empty = sum(len(x) == 0 for x in ids)
     if empty:
-        log.warning("%d empty input line(s): their output is empty", empty)
+        log.warning("%d empty input line(s): %s", empty, empty_output)
     return [np.asarray(x[:pre.max_len], dtype=np.int64) for x in ids]
 
 

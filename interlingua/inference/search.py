@@ -31,13 +31,26 @@ def greedy_search(decoder: LSTMDecoder, state: DecoderState, max_len: int) -> li
 
 def beam_search(decoder: LSTMDecoder, state: DecoderState, max_len: int, beam_size: int,
                 length_penalty: float = 1.0) -> list[list[int]]:
-    """Beam search; a hypothesis' final score is its log-probability / length**length_penalty.
+    """Beam search: the best-scoring hypothesis of each sentence (see `beam_search_nbest`)."""
+    return [nbest[0][1] if nbest else [] for nbest in beam_search_nbest(decoder, state, max_len, beam_size, length_penalty)]
+
+
+def beam_search_nbest(decoder: LSTMDecoder, state: DecoderState, max_len: int, beam_size: int,
+                      length_penalty: float = 1.0) -> list[list[tuple[float, list[int]]]]:
+    """Beam search; every finished hypothesis of each sentence as (score, token ids), best first.
+
+    A hypothesis' score is log p(y_1 .. y_n, </s>) / (n + 1)**length_penalty: its
+    log-probability divided by its length counted with the end-of-sentence token
+    (0 ranks by log-probability alone; larger values favour longer output). A hypothesis
+    still unfinished after `max_len` steps scores log p(y_1 .. y_max_len) / max_len**length_penalty.
 
     Each step keeps the best `beam_size` unfinished continuations among the top 2*beam
     candidates; an end-of-sentence candidate ranked above them is stored as finished.
     A sentence is done once it has `beam_size` finished hypotheses; done sentences leave
     the batch, so long sentences do not keep short ones computing.
     """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     k = beam_size
     batch = state.hidden.size(1)
     state = state.select(torch.arange(batch).repeat_interleave(k))
@@ -83,4 +96,4 @@ def beam_search(decoder: LSTMDecoder, state: DecoderState, max_len: int, beam_si
             flat = (keep_rows.unsqueeze(1) * k + torch.arange(k)).view(-1)
             active, scores = active[keep_rows], scores[keep_rows]
             seqs, prev, state = seqs[flat], prev[flat], state.select(flat)
-    return [max(f, key=lambda x: x[0])[1] if f else [] for f in finished]
+    return [sorted(f, key=lambda x: -x[0]) for f in finished]

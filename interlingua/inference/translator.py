@@ -1,6 +1,8 @@
 """`Translator`: text in, text out, for any (src, tgt) the model has modules for, zero-shot too."""
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +13,8 @@ from interlingua.data.vocab import language_tag
 from interlingua.inference.inputs import encode_inputs, length_sorted_batches
 from interlingua.inference.search import beam_search, greedy_search
 from interlingua.training.checkpoint import LoadedModel, load_model
+
+log = logging.getLogger(__name__)
 
 
 class Translator:
@@ -48,15 +52,32 @@ class Translator:
     def translate(self, sentences: Sequence[str], src: str, tgt: str, beam_size: int = 1,
                   length_penalty: float = 1.0, max_len: int | None = None, batch_size: int = 64,
                   pivot: str | None = None, progress: bool = False) -> list[str]:
-        """Translate `sentences` from `src` to `tgt` (through `pivot` first when given)."""
-        if pivot is not None and pivot not in (src, tgt):
-            self._check(src, pivot)
-            self._check(pivot, tgt)
-            mid = self.translate(sentences, src, pivot, beam_size, length_penalty, max_len, batch_size, progress=progress)
-            return self.translate(mid, pivot, tgt, beam_size, length_penalty, max_len, batch_size, progress=progress)
-        self._check(src, tgt)
+        """Translate `sentences` from `src` to `tgt`; one output line per input line, in order
+        (an empty input line gives an empty output line).
+
+        With `pivot`, translate src -> pivot, then the pivot text -> tgt with the same settings.
+        A pivot equal to `src` or `tgt` leaves nothing to go through: the translation is the
+        direct src -> tgt one, and a note says so in the log.
+        `beam_size` 1 is greedy search; `length_penalty` (beam search only) divides each
+        hypothesis' log-probability by its length**length_penalty (see `beam_search_nbest`).
+        """
         if beam_size < 1:
-            raise ValueError("beam_size must be at least 1")
+            raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if max_len is not None and max_len < 1:
+            raise ValueError(f"max_len must be at least 1 (or None for the default), got {max_len}")
+        if length_penalty < 0 or not math.isfinite(length_penalty):
+            raise ValueError(f"length_penalty must be a finite number >= 0, got {length_penalty}")
+        if pivot is not None:
+            if pivot not in (src, tgt):
+                self._check(src, pivot)
+                self._check(pivot, tgt)
+                mid = self.translate(sentences, src, pivot, beam_size, length_penalty, max_len, batch_size, progress=progress)
+                return self.translate(mid, pivot, tgt, beam_size, length_penalty, max_len, batch_size, progress=progress)
+            log.info("pivot '%s' is the %s language: translating %s->%s directly", pivot,
+                     "source" if pivot == src else "target", src, tgt)
+        self._check(src, tgt)
         seqs = encode_inputs(sentences, self.vocabs[src], self.pre)
         prefix = self.vocabs[src].piece_id(language_tag(tgt)) if self.model.cfg.shared else None
         decoder = self.model.decoder_for(tgt)

@@ -1,0 +1,154 @@
+"""Every numeric option of the command line is range-checked by the parser (usage error, exit 2,
+the option named), and `embed` gives one vector per input line, empty lines included."""
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import sys
+
+import numpy as np
+import pytest
+
+from interlingua.cli import build_parser, main, non_negative_float, positive_float, positive_int
+
+from test_decoding import random_checkpoint
+
+REQUIRED = {
+    "translate": ["--model", "m.pt", "--src", "en", "--tgt", "de"],
+    "embed": ["--model", "m.pt", "--lang", "en"],
+    "evaluate": ["bleu", "--model", "m.pt"],
+    "analyze": ["lengths", "--model", "m.pt"],
+    "experiment": ["r.yaml"],
+    "demo": [],
+}
+# (command, option, range-checking type): every numeric option the parser has
+NUMERIC = [
+    ("translate", "--beam", positive_int), ("translate", "--length-penalty", non_negative_float),
+    ("translate", "--max-len", positive_int), ("translate", "--batch-size", positive_int),
+    ("translate", "--threads", positive_int),
+    ("embed", "--batch-size", positive_int),
+    ("evaluate", "--beam", positive_int), ("evaluate", "--batch-size", positive_int),
+    ("evaluate", "--max-sentences", positive_int), ("evaluate", "--threads", positive_int),
+    ("evaluate", "--jobs", positive_int),
+    ("analyze", "--beam", positive_int),
+    ("experiment", "--beam", positive_int), ("experiment", "--max-test-sentences", positive_int),
+    ("experiment", "--jobs", positive_int),
+    ("demo", "--minutes", positive_float),
+]
+BAD = {positive_int: ["0", "-3", "2.5", "two", ""], non_negative_float: ["-0.5", "nan", "inf", "x"],
+       positive_float: ["0", "-1", "nan", "inf", "soon"]}
+GOOD = {positive_int: ("1", 1), non_negative_float: ("0", 0.0), positive_float: ("0.5", 0.5)}
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_numeric_option_is_listed_and_range_checked():
+    found = set()
+    for command, sub in _subparsers(build_parser()).items():
+        for action in sub._actions:
+            numeric = action.type in (int, float, positive_int, non_negative_float, positive_float) or \
+                (isinstance(action.default, (int, float)) and not isinstance(action.default, bool))
+            if numeric and action.option_strings:
+                found.add((command, action.option_strings[-1], action.type))
+    assert found == set(NUMERIC)
+
+
+@pytest.mark.parametrize("command, option, kind", NUMERIC, ids=[f"{c} {o}" for c, o, _ in NUMERIC])
+def test_out_of_range_values_are_usage_errors(command, option, kind, capsys):
+    for bad in BAD[kind]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, *REQUIRED[command], option, bad])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2, (option, bad)
+        assert err.startswith("usage: interlingua " + command) and f"argument {option}: " in err, err
+        assert "Traceback" not in err
+    text, value = GOOD[kind]
+    args = build_parser().parse_args([command, *REQUIRED[command], option, text])
+    assert getattr(args, option.lstrip("-").replace("-", "_")) == value
+
+
+def test_messages_say_what_is_expected(capsys):
+    for argv, needle in ((["--beam", "0"], "argument --beam: must be >= 1, got 0"),
+                         (["--batch-size", "many"], "argument --batch-size: expected a whole number, got 'many'"),
+                         (["--length-penalty", "-1"], "argument --length-penalty: must be >= 0, got -1")):
+        with pytest.raises(SystemExit):
+            main(["translate", *REQUIRED["translate"], *argv])
+        assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, needle", [({"beam_size": 0}, "beam_size"), ({"batch_size": 0}, "batch_size"),
+                                            ({"max_len": 0}, "max_len"), ({"length_penalty": -1.0}, "length_penalty")])
+def test_the_library_checks_the_same_ranges(tmp_path, kwargs, needle):
+    from interlingua.inference.translator import Translator
+    tr = Translator(random_checkpoint(tmp_path / "random.pt"))
+    with pytest.raises(ValueError, match=needle):
+        tr.translate(["a dog ."], "en", "de", **kwargs)
+
+
+# ---- empty lines through `embed` -------------------------------------------------------------
+
+LINES = ["a dog runs .", "", "the woman eats", "   ", "a cat\u2028sits ."]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return random_checkpoint(tmp_path_factory.mktemp("embed") / "random.pt", param_init=0.5)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "heads"])
+@pytest.mark.parametrize("source", ["stdin", "file"])
+def test_embed_gives_one_row_per_line_and_zeros_for_empty_lines(checkpoint, tmp_path, monkeypatch, caplog,
+                                                                pooling, source):
+    from interlingua.inference.embedder import Embedder
+    text = "\n".join(LINES) + "\n"
+    argv = ["embed", "--model", str(checkpoint), "--lang", "en", "--pooling", pooling, "-o", str(tmp_path / "v.npy")]
+    if source == "file":
+        (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+        argv += ["-i", str(tmp_path / "in.txt")]
+    else:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    caplog.set_level(logging.WARNING, logger="interlingua")
+    assert main(argv) == 0
+    vecs = np.load(tmp_path / "v.npy")
+    emb = Embedder(checkpoint)
+    assert vecs.shape == ((5, 64) if pooling == "mean" else (5, 4, 64))
+    for i, line in enumerate(LINES):
+        if line.strip():
+            assert np.allclose(vecs[i], emb.encode([line], "en", pooling=pooling)[0], atol=1e-5), i
+            assert np.abs(vecs[i]).max() > 0
+        else:
+            assert (vecs[i] == 0).all(), i
+    assert "2 empty input line(s): their vectors are zeros" in caplog.text
+
+
+def test_translate_and_embed_agree_on_lines(checkpoint, tmp_path, capsys):
+    """The same input file: as many translations as vectors, empty where the vector is zero."""
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n\n", encoding="utf-8")
+    assert main(["translate", "--model", str(checkpoint), "--src", "en", "--tgt", "de", "--max-len", "5",
+                 "-i", str(tmp_path / "in.txt")]) == 0
+    out = capsys.readouterr().out.split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(LINES) + 1
+    assert main(["embed", "--model", str(checkpoint), "--lang", "en", "-i", str(tmp_path / "in.txt"),
+                 "-o", str(tmp_path / "v.npy")]) == 0
+    vecs = np.load(tmp_path / "v.npy")
+    assert len(vecs) == len(LINES) + 1
+    assert [t == "" for t in out[:-1]] == [not v.any() for v in vecs]
+
+
+def test_embed_only_empty_lines(checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n\n"))
+    assert main(["embed", "--model", str(checkpoint), "--lang", "en", "-o", str(tmp_path / "v.npy")]) == 0
+    vecs = np.load(tmp_path / "v.npy")
+    assert vecs.shape == (2, 64) and not vecs.any()
+
+
+def test_input_that_is_not_utf8_is_one_clear_error(checkpoint, tmp_path, capsys):
+    (tmp_path / "in.txt").write_bytes(b"a dog \xff\xfe .\n")
+    assert main(["embed", "--model", str(checkpoint), "--lang", "en", "-i", str(tmp_path / "in.txt"),
+                 "-o", str(tmp_path / "v.npy")]) == 2
+    err = capsys.readouterr().err
+    assert "is not UTF-8 text" in err and "Traceback" not in err
