@@ -3,13 +3,21 @@ from __future__ import annotations
 
 import json
 import platform
+import shlex
+import sys
+import time
 from pathlib import Path
 
 
 def append_result(path: str | Path | None, record: dict) -> None:
-    """Print `record` as one JSON line and, when `path` is given, append it there (folders created)."""
+    """Print `record` as one JSON line and, when `path` is given, append it there (folders created).
+
+    Every line carries the date, the machine (with its CPU model) and the command that wrote it:
+    fields of `record` with those names are kept, missing ones are filled in."""
+    record = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), **record}
+    record.setdefault("command", shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
     line = json.dumps(record)
-    print(line)
+    print(line, flush=True)
     if path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,10 @@
 """Sentence-embedding throughput: interlingua's `Embedder.encode` beside all-MiniLM-L6-v2 (sentence-transformers).
 
 Run: python bench/embed_speed.py --model runs/.../best.pt [--threads 2] [--out bench/results/embed_speed.jsonl]
+     python bench/embed_speed.py --recipe recipes/paper_bilingual_en_de.yaml   (no trained model needed)
+With --recipe, the model is the recipe's architecture after one training step (its weights
+barely trained, which does not change the time an encoding takes), built once under
+runs/bench_embed/<recipe name>/ and reused.
 Both encode the same 1,000 English sentences (Multi30k test_2016_flickr), batch 64, in the
 same process with `--threads` torch threads; sentences/s is the median of `--reps` (3) timed
 repetitions after one untimed warm-up, model loading excluded. One JSON line per system is
@@ -71,6 +75,22 @@ def load_peer():
     return SentenceTransformer(str(folder), device="cpu"), str(folder)
 
 
+def model_from_recipe(recipe: str, data: str) -> str:
+    """A checkpoint of `recipe`'s architecture and vocabularies after one training step (built once)."""
+    from interlingua.config import load_config
+    from interlingua.data.download import get_multi30k
+    from interlingua.training.trainer import Trainer
+    work = ROOT / "runs" / "bench_embed"
+    name = Path(recipe).stem
+    last = work / name / "last.pt"
+    if not last.is_file():
+        corpus = get_multi30k(work / "multi30k", data)
+        cfg = load_config(recipe, [f"corpus={corpus}", f"work_dir={work / name}", "train.max_steps=1",
+                                   "train.valid_every=2", "preprocess.max_valid_sentences=8"])
+        Trainer(cfg).train()
+    return str(last)
+
+
 def record(system: str, times: list[float], n: int, args: argparse.Namespace, **extra) -> dict:
     median = statistics.median(times)
     return {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "system": system, "threads": args.threads,
@@ -81,7 +101,9 @@ def record(system: str, times: list[float], n: int, args: argparse.Namespace, **
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="interlingua checkpoint (.pt)")
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="interlingua checkpoint (.pt)")
+    which.add_argument("--recipe", help="a recipe whose architecture to time, barely trained (see above)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads for both systems")
     ap.add_argument("--sentences", type=int, default=1000, help="first N English test_2016_flickr sentences")
     ap.add_argument("--batch-size", type=int, default=64)
@@ -90,6 +112,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "embed_speed.jsonl"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.recipe:
+        args.model = model_from_recipe(args.recipe, args.data)
     sentences = read_lines(Path(args.data) / "test_2016_flickr.en.gz")[: args.sentences]
     n = len(sentences)
 
@@ -99,7 +123,8 @@ def main() -> None:
 
     emb = Embedder(args.model)
     ours = record("interlingua", time_encode(lambda s: emb.encode(s, "en", batch_size=args.batch_size), sentences,
-                                             args.reps), n, args, model=args.model)
+                                             args.reps), n, args, model=args.model,
+                  **({"recipe": args.recipe, "weights": "one training step"} if args.recipe else {}))
     append_result(args.out, ours)
     if peer is None:
         print(f"no ratio: {PEER} was not measured; {PEER_INSTALL}", file=sys.stderr)

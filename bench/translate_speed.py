@@ -1,13 +1,16 @@
-"""Translation throughput and quality of a checkpoint on Multi30k test_2016_flickr.
+"""Translation throughput and quality of one of our checkpoints on Multi30k test_2016_flickr.
 
-Run: python bench/translate_speed.py --model runs/.../best.pt --src en --tgt de [--reps 3]
-Prints (and appends to --out) sentences/s for greedy and beam 5 (best of --reps, model
-loading excluded) and lowercased BLEU / chrF of each output.
+Run: python bench/translate_speed.py --model runs/.../last.pt [--src en --tgt de] [--reps 3]
+     [--beams 1,5] [--threads 2] [--max-len 100] [--hyps-dir DIR] [--out FILE]
+For each beam: sentences/s of `Translator.translate` over the 1,000 sentences (raw text in,
+text out: tokenisation and detokenisation included, model loading excluded), every timed
+pass's seconds, the best of --reps, and lowercased BLEU / chrF of the output. One JSON line
+per beam is printed and appended to --out. `bench/translate_vs_peer.py` runs this script once
+per timed pass, in a fresh process, beside the peer's own translation program.
 """
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 from pathlib import Path
@@ -23,31 +26,51 @@ from interlingua.inference.translator import Translator  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
 
 
+def output_stats(hyps: list[str], long_words: int = 40) -> dict:
+    """Length of the outputs in words; many outputs of `long_words`+ words are the sign of repetition loops."""
+    words = [len(h.split()) for h in hyps]
+    return {"mean_words": round(sum(words) / max(len(words), 1), 2), "longest_words": max(words, default=0),
+            f"outputs_ge_{long_words}_words": sum(w >= long_words for w in words)}
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--src", default="en")
     ap.add_argument("--tgt", default="de")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--beams", default="1,5")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--max-len", type=int, default=None,
+                    help="output length cap in subwords (default: the model's, 2 x longest source in the batch + 10)")
+    ap.add_argument("--hyps-dir", default=None, help="write each beam's output here (<name>.beam<N>.<tgt>)")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     src = read_lines(Path(args.data) / f"test_2016_flickr.{args.src}.gz")
     ref = read_lines(Path(args.data) / f"test_2016_flickr.{args.tgt}.gz")
     tr = Translator(args.model)
+    step = tr.loaded.payload.get("training", {}).get("step")
     for beam in [int(b) for b in args.beams.split(",")]:
         times = []
         for _ in range(args.reps):
             t0 = time.perf_counter()
-            hyps = tr.translate(src, args.src, args.tgt, beam_size=beam, batch_size=64)
+            hyps = tr.translate(src, args.src, args.tgt, beam_size=beam, batch_size=args.batch_size,
+                                max_len=args.max_len)
             times.append(time.perf_counter() - t0)
+        if args.hyps_dir:
+            folder = Path(args.hyps_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{Path(args.model).parent.name}.beam{beam}.{args.tgt}").write_text(
+                "".join(h + "\n" for h in hyps), encoding="utf-8")
         bleu, chrf = corpus_scores(hyps, ref)
-        res = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.node()} {platform.machine()}",
-               "model": args.model, "direction": f"{args.src}-{args.tgt}", "beam": beam,
-               "sent_per_s_best": round(len(src) / min(times), 1), "seconds": [round(t, 2) for t in times],
-               "bleu_lc": round(bleu, 2), "chrf_lc": round(chrf, 2), "command": " ".join(sys.argv)}
+        res = {"system": "interlingua", "model": args.model, "step": step, "direction": f"{args.src}-{args.tgt}",
+               "beam": beam, "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len,
+               "sentences": len(src), "sent_per_s_best": round(len(src) / min(times), 1),
+               "seconds": [round(t, 3) for t in times], "bleu_lc": round(bleu, 2), "chrf_lc": round(chrf, 2),
+               **output_stats(hyps)}
         append_result(args.out, res)
 
 

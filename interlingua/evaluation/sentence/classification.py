@@ -31,8 +31,9 @@ C_GRID = tuple(2.0 ** t for t in range(-2, 4))
 def logreg(C: float = 1.0, seed: int = 0) -> Pipeline:
     """Standardise, then multinomial L2 logistic regression.
 
-    tol=1e-3 (scikit-learn's default is 1e-4) halves the fit time here with test accuracy
-    unchanged to the second decimal (measured on XNLI pair features)."""
+    tol=1e-3 (scikit-learn's default is 1e-4) fit 1.3x faster than 1e-4, test accuracy within
+    0.1 point, on a synthetic 3-class problem of 5,452 x 512 (`python bench/sentence_fit_speed.py`,
+    bench/results/sentence_fit_speed.jsonl)."""
     return make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=1e-3, max_iter=2000, random_state=seed))
 
 
@@ -70,8 +71,10 @@ class Tuned:
 def tuned_logreg(X: np.ndarray, y: Sequence, *, folds: int = 5, seed: int = 0) -> Tuned:
     """Logistic regression with C picked by stratified k-fold accuracy on (X, y), refit on all of it.
 
-    LogisticRegressionCV warm-starts along the C grid: 2.3x faster than a grid search with
-    the same choice (measured on TREC with a 512-d model). The scaler is fit on all of (X, y)
+    LogisticRegressionCV warm-starts along the C grid: 4.0x faster than GridSearchCV over the
+    same grid, folds and tolerance, with the same C chosen, on a synthetic TREC-sized problem
+    (5,452 x 512, 6 classes; `python bench/sentence_fit_speed.py`,
+    bench/results/sentence_fit_speed.jsonl). The scaler is fit on all of (X, y)
     before the inner folds: it sees no labels, so the C search stays honest."""
     y = _check(X, y)
     search = LogisticRegressionCV(Cs=list(C_GRID), cv=_folds(y, folds, seed), scoring="accuracy", tol=1e-3,

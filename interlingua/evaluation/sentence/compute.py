@@ -1,8 +1,9 @@
 """Thread settings for the many small fits of the suite.
 
-On two shared cores, small dense fits ran 5x (scikit-learn/BLAS) to 20x (a torch MLP probe)
-faster on one thread than on two (measured here), so fits pin themselves to one thread
-and give the setting back afterwards; encoding by the model is left alone.
+Small dense fits (scikit-learn / BLAS, the torch MLP probe) gain little from a second thread
+and lose much when the threads outnumber the free cores, which the encoding and the other fit
+workers share, so fits pin themselves to one thread and give the setting back afterwards;
+encoding by the model is left alone.
 """
 from __future__ import annotations
 

@@ -1,0 +1,128 @@
+"""Translation speed and quality of our checkpoints and OpenNMT-py's, timed interleaved, the same way.
+
+Run: python bench/translate_vs_peer.py --ours bridge=runs/.../attention/last.pt --ours none=runs/.../none/last.pt
+     [--peer-ckpt PATH (default: the peer's last saved checkpoint of its budget run)] [--rounds 3]
+     [--beams 1,5] [--threads 2] [--max-len 100] [--out bench/results/translate_vs_peer.jsonl]
+
+Every timed pass is a fresh process on both sides, started one after another in rounds
+(greedy first, then beam 5; the order of the systems rotates from round to round), so a
+machine whose speed drifts slows every system alike. Both sides are timed by their own
+in-process clock from the first sentence in to the last one out, model loading excluded:
+OpenNMT-py's `onmt_translate -report_time` ("Total translation time", 0.1 s resolution; its
+input is the sentencepiece pieces its `prep` stage wrote) and `bench/translate_speed.py`
+(raw text in, so our tokenisation and detokenisation are inside our time); each process's
+wall clock, loading included, is recorded too. Both decode with batches of 64 sentences,
+`--threads` threads and the same output cap (`--max-len` subwords; OpenNMT-py's `-max_length`
+default is 100). Both outputs are scored by the same function (lowercased sacreBLEU 13a and
+chrF, the peer's pieces decoded with its own sentencepiece model first).
+
+Lines appended to --out: one per timed pass ("pass"), then one per system and beam
+("summary": best and median seconds and sentences/s, their ratios to the peer, BLEU / chrF,
+output lengths, the checkpoint and its step).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import _peer  # noqa: E402
+from _results import append_result  # noqa: E402
+from interlingua.data.corpus import read_lines  # noqa: E402
+from interlingua.training.validation import corpus_scores  # noqa: E402
+from translate_speed import output_stats  # noqa: E402
+
+PEER = "opennmt-py"
+
+
+def ours_pass(ckpt: str, args: argparse.Namespace, beam: int, hyps_dir: Path) -> dict:
+    cmd = [sys.executable, str(ROOT / "bench" / "translate_speed.py"), "--model", ckpt, "--src", args.src,
+           "--tgt", args.tgt, "--beams", str(beam), "--reps", "1", "--threads", str(args.threads),
+           "--batch-size", str(args.batch_size), "--max-len", str(args.max_len), "--data", args.data,
+           "--hyps-dir", str(hyps_dir)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"translate_speed.py failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    rec = json.loads(lines[-1])
+    return {"seconds": rec["seconds"][0], "wall_incl_load_s": round(wall, 2), "step": rec["step"],
+            "hyps": hyps_dir / f"{Path(ckpt).parent.name}.beam{beam}.{args.tgt}"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ours", action="append", required=True, metavar="NAME=CKPT", help="one of our checkpoints (repeat)")
+    ap.add_argument("--peer-dir", default=str(_peer.DEFAULT_PEER_DIR))
+    ap.add_argument("--peer-ckpt", default=None, help="default: the last model_step_*.pt of the peer's budget run")
+    ap.add_argument("--src", default="en")
+    ap.add_argument("--tgt", default="de")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--beams", default="1,5")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--max-len", type=int, default=100)
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    ap.add_argument("--work", default=str(ROOT / "runs" / "bench_translate_vs_peer"), help="outputs of every pass")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "translate_vs_peer.jsonl"))
+    args = ap.parse_args()
+
+    peer_dir = Path(args.peer_dir)
+    peer_ckpt = Path(args.peer_ckpt) if args.peer_ckpt else _peer.last_checkpoint(peer_dir)
+    peer_src = peer_dir / "data" / f"test_2016_flickr.sp.{args.src}"
+    peer_spm = peer_dir / "spm" / f"bpe8k.{args.tgt}.model"
+    for f in (peer_src, peer_spm):
+        if not f.is_file():
+            raise SystemExit(f"{f} is missing: run `PEER_DIR={peer_dir} bash {_peer.PEER_SCRIPT} setup prep` first")
+    ours = dict(x.split("=", 1) for x in args.ours)
+    systems = [PEER, *ours]
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    ref = read_lines(Path(args.data) / f"test_2016_flickr.{args.tgt}.gz")
+    n = len(ref)
+
+    for beam in [int(b) for b in args.beams.split(",")]:
+        passes: dict[str, list[dict]] = {s: [] for s in systems}
+        for r in range(args.rounds):
+            order = systems[r % len(systems):] + systems[:r % len(systems)]
+            for system in order:
+                if system == PEER:
+                    hyps = work / f"peer.beam{beam}.sp.{args.tgt}"
+                    res = _peer.translate(peer_dir, peer_ckpt, peer_src, hyps, beam=beam, threads=args.threads,
+                                          batch_size=args.batch_size, max_length=args.max_len)
+                    res.update(step=_peer.checkpoint_step(peer_ckpt), hyps=hyps)
+                else:
+                    res = ours_pass(ours[system], args, beam, work / system)
+                passes[system].append(res)
+                append_result(args.out, {"kind": "pass", "system": system, "beam": beam, "round": r + 1,
+                                         "position": order.index(system) + 1, "seconds": res["seconds"],
+                                         "wall_incl_load_s": res["wall_incl_load_s"], "threads": args.threads})
+        peer_best = min(p["seconds"] for p in passes[PEER])
+        peer_median = statistics.median(p["seconds"] for p in passes[PEER])
+        for system in systems:
+            ps = passes[system]
+            lines = ps[-1]["hyps"].read_text(encoding="utf-8").splitlines()
+            hyps = _peer.decode_pieces(peer_spm, lines) if system == PEER else lines
+            bleu, chrf = corpus_scores(hyps, ref)
+            best, median = min(p["seconds"] for p in ps), statistics.median(p["seconds"] for p in ps)
+            append_result(args.out, {
+                "kind": "summary", "system": system, "beam": beam, "direction": f"{args.src}-{args.tgt}",
+                "checkpoint": str(peer_ckpt if system == PEER else ours[system]), "step": ps[-1]["step"],
+                "sentences": n, "rounds": args.rounds, "seconds": [p["seconds"] for p in ps],
+                "wall_incl_load_s": [p["wall_incl_load_s"] for p in ps],
+                "sent_per_s_best": round(n / best, 1), "sent_per_s_median": round(n / median, 1),
+                "vs_peer_best": round(peer_best / best, 3), "vs_peer_median": round(peer_median / median, 3),
+                "bleu_lc": round(bleu, 2), "chrf_lc": round(chrf, 2), **output_stats(hyps),
+                "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len})
+
+
+if __name__ == "__main__":
+    main()
