@@ -76,3 +76,16 @@ def trained_model(multi30k_corpus, tmp_path_factory) -> Path:
                                    train={"max_steps": 600, "valid_every": 600, "batch_size": 25, "lr": 0.01}))
     result = Trainer(cfg).train()
     return result.best_checkpoint
+
+
+@pytest.fixture(scope="session")
+def untrained_model(trained_model, tmp_path_factory) -> Path:
+    """trained_model's architecture and vocabularies with freshly initialised weights: a checkpoint that learned nothing."""
+    from interlingua.inference.embedder import Embedder
+    from interlingua.training.checkpoint import read_checkpoint, save_atomic
+    payload = read_checkpoint(trained_model)
+    payload.pop("training", None)
+    payload["model"] = Embedder.untrained_like(trained_model, seed=1).model.state_dict()
+    path = tmp_path_factory.mktemp("untrained") / "best.pt"
+    save_atomic(payload, path)
+    return path

@@ -1,5 +1,6 @@
 """The command line, end to end, including its error messages."""
 import io
+import json
 import subprocess
 import sys
 
@@ -33,20 +34,44 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
     ckpt = tmp_path / "run" / "best.pt"
     assert (tmp_path / "run" / "curves.png").stat().st_size > 1000
 
+    assert [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["type"] == "valid"] == [10, 12, 20]  # resumed at 12, not restarted
+    from interlingua.inference.embedder import Embedder
+    from interlingua.inference.translator import Translator
+    from interlingua.training.checkpoint import read_checkpoint
+    assert read_checkpoint(tmp_path / "run" / "last.pt")["training"]["step"] == 20
+
     code, out = run(["translate", "--model", str(ckpt), "--src", "en", "--tgt", "de", "--beam", "2"],
                     stdin="a dog runs .\n\ntwo men .\n", capsys=capsys, monkeypatch=monkeypatch)
     assert code == 0 and len(out.out.splitlines()) == 3 and out.out.splitlines()[1] == ""
+    # the same translations as the library gives for these lines and settings
+    assert out.out.splitlines() == Translator(ckpt).translate(["a dog runs .", "", "two men ."], "en", "de", beam_size=2)
 
     (tmp_path / "in.txt").write_text("a dog .\na cat .\n")
     code, _ = run(["embed", "--model", str(ckpt), "--lang", "en", "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "v.npy")], capsys=capsys)
-    assert code == 0 and np.load(tmp_path / "v.npy").shape == (2, 64)
+    vecs = np.load(tmp_path / "v.npy")
+    assert code == 0 and vecs.shape == (2, 64)
+    np.testing.assert_allclose(vecs, Embedder(ckpt).encode(["a dog .", "a cat ."], "en"), atol=1e-6)
+    assert not np.allclose(vecs[0], vecs[1])
 
     code, out = run(["evaluate", "bleu", "--model", str(ckpt), "--max-sentences", "30", "--out", str(tmp_path / "ev")], capsys=capsys)
     assert code == 0 and "| **en** |" in out.out
     assert {p.name for p in (tmp_path / "ev").iterdir()} >= {"bleu_test_2016_flickr_beam1.md", "bleu_test_2016_flickr_beam1.json",
                                                              "bleu_test_2016_flickr_beam1_bleu.png"}
+    matrix = json.loads((tmp_path / "ev" / "bleu_test_2016_flickr_beam1.json").read_text())
+    assert matrix["languages"] == ["de", "en"] and matrix["zero_shot"] == [] and list(matrix["bleu"]) == ["en"]
+    # the en->de cells: lowercased sacreBLEU (13a) and chrF of the model's translations of the first 30 test lines
+    from sacrebleu.metrics import BLEU, CHRF
+    from interlingua.data.corpus import load_corpus, read_group
+    test = read_group(load_corpus(multi30k_corpus).groups("test_2016_flickr")[0], limit=30)
+    hyps = Translator(ckpt).translate(test["en"], "en", "de", beam_size=1)
+    bleu = BLEU(lowercase=True, tokenize="13a").corpus_score(hyps, [test["de"]]).score
+    chrf = CHRF(lowercase=True).corpus_score(hyps, [test["de"]]).score
+    assert matrix["bleu"]["en"]["de"] == pytest.approx(bleu, abs=0.01)
+    assert matrix["chrf"]["en"]["de"] == pytest.approx(chrf, abs=0.01) and chrf > 1.0  # chrF is not 0 even for 20 steps
+    assert f"| **en** | {bleu:.2f} | - |" in out.out and f"| **en** | {chrf:.2f} | - |" in out.out
     code, out = run(["attention", "--model", str(ckpt), "--lang", "en", "--output", str(tmp_path / "a.png"), "a dog runs"], capsys=capsys)
-    assert code == 0 and (tmp_path / "a.png").exists()
+    assert code == 0 and (tmp_path / "a.png").stat().st_size > 1000
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -86,15 +111,42 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys):
     assert set(out["bleu"]) == {"de", "en", "fr"} and out["steps"] == 3
 
 
-def test_evaluate_sentence_suite_through_cli(trained_model, tmp_path, capsys):
+def test_evaluate_sentence_suite_through_cli(trained_model, multi30k_corpus, tmp_path, capsys):
+    """`evaluate retrieval` on the tiny checkpoint, its test set swapped for the 200 lines the model was trained on:
+    a model that learned those translations finds them, the untrained reference does not."""
+    import gzip
+
     from conftest import SHARED_DATA
-    if not (SHARED_DATA / "multi30k").is_dir():
-        pytest.skip("no shared data")
-    code, out = run(["evaluate", "retrieval", "--model", str(trained_model), "--quick", "--data-root", str(SHARED_DATA),
+    from interlingua.data.corpus import load_corpus, read_group
+    if not (SHARED_DATA / "multi30k" / "train.en.gz").is_file():
+        from conftest import missing
+        missing("no shared data")
+    root = tmp_path / "data"
+    (root / "multi30k").mkdir(parents=True)
+    lines = read_group(load_corpus(multi30k_corpus).groups("train")[0], limit=200)
+    for lang in ("en", "de", "fr", "cs"):
+        with gzip.open(root / "multi30k" / f"test_2016_flickr.{lang}.gz", "wt", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines[lang]))
+        (root / "multi30k" / f"train.{lang}.gz").symlink_to(SHARED_DATA / "multi30k" / f"train.{lang}.gz")  # bag of subwords
+    code, out = run(["evaluate", "retrieval", "--model", str(trained_model), "--quick", "--data-root", str(root),
                      "--out", str(tmp_path / "ev")], capsys=capsys)
     assert code == 0, out.err
     text = (tmp_path / "ev" / "retrieval.md").read_text()
-    assert "model" in text and "untrained" in text and "bow-subword" in text
+    assert "| source → target | model | untrained | bow-subword |" in text
+    report = json.loads((tmp_path / "ev" / "retrieval.json").read_text())["results"]["Multi30k"]
+    assert set(report) == {"model", "untrained", "bow-subword"}
+    assert report["bow-subword"]["languages"] == ["en", "de", "fr", "cs"]
+    methods = ("cosine", "margin", "centered", "centered_margin")
+    model, untrained = report["model"], report["untrained"]
+    for res in (model, untrained):
+        assert res["n"] == 200 and res["languages"] == ["en", "de"] and res["missing_languages"] == ["fr", "cs"]
+    cells = {name: [res[m][s][t] for m in methods for s, t in (("en", "de"), ("de", "en"))]
+             for name, res in (("model", model), ("untrained", untrained))}
+    # measured: the model 66-82% in every cell, the untrained reference 0-1% (chance: 0.5%)
+    assert min(cells["model"]) > 40.0 and max(cells["untrained"]) < 5.0, cells
+    bow = [v for m in methods for row in report["bow-subword"][m].values() for v in row.values()]
+    assert len(bow) == 4 * 12 and max(bow) < 5.0  # one unaligned space per language: chance across languages
+    assert f"| en → de | **{model['cosine']['en']['de']:.2f}** | {untrained['cosine']['en']['de']:.2f} |" in text
 
 
 def test_evaluate_passes_probing_dir_through(tmp_path, capsys, monkeypatch):

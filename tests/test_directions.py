@@ -49,8 +49,12 @@ def test_scheduler_rotates_uniformly_and_resumes():
     assert set(counts.values()) == {10}
     again = DirectionScheduler(directions, seed=3)
     assert [again.next() for _ in range(len(directions))] == first  # same seed, same order
-    other = DirectionScheduler(directions, seed=4)
-    assert [other.next() for _ in range(len(directions) * 3)] != [DirectionScheduler(directions, 3).next() for _ in range(36)]
+    n = len(directions) * 3
+    seed3, seed4 = DirectionScheduler(directions, seed=3), DirectionScheduler(directions, seed=4)
+    three, four = [seed3.next() for _ in range(n)], [seed4.next() for _ in range(n)]
+    assert three[:len(directions)] == first and three != four  # another seed, another order
+    cycles = [tuple(three[i:i + len(directions)]) for i in range(0, n, len(directions))]
+    assert len(set(cycles)) == 3  # reshuffled every cycle, not one order repeated
     state = sched.state_dict()
     upcoming = [sched.next() for _ in range(7)]
     resumed = DirectionScheduler(directions, seed=3)

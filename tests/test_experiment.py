@@ -1,4 +1,5 @@
 """The experiment runner and the shipped recipes."""
+import re
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +8,7 @@ import yaml
 
 from interlingua.config import load_config
 from interlingua.experiment import paper_setting, run_experiments, summary_markdown
+from interlingua.training.checkpoint import load_model
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -32,7 +34,7 @@ def test_every_generated_recipe_is_valid_and_current():
             cfg = load_config(path)
             want = dict(expected[name])
             want.pop("_comment")
-            assert yaml.safe_load(path.read_text())["name"] == want["name"]
+            assert yaml.safe_load(path.read_text()) == want, f"{path} is out of date: run python recipes/generate.py"
             assert cfg.name == f"{scale}_{name}"
 
 
@@ -49,14 +51,45 @@ def test_runner_trains_evaluates_and_writes_paper_table(multi30k_corpus, tmp_pat
     runs = run_experiments([recipe], [], out, max_test=20)
     text = out.read_text()
     assert "## cpu_pivot_en" in text and "8 steps" in text
-    assert "(39.4)" in text  # the paper's de->en number beside ours
-    assert "*" in text and "Mean zero-shot BLEU" in text  # de<->fr cells are zero-shot
     assert runs[0]["matrix"]["zero_shot"] == ["de-fr", "fr-de"]
+    bleu = runs[0]["matrix"]["bleu"]
+    cells = _table_cells(text, "## cpu_pivot_en")
+    assert set(cells) == {(s, t) for s in ("de", "en", "fr") for t in ("de", "en", "fr")}
+    for (s, t), cell in cells.items():
+        if s == t:
+            assert cell == "-"
+            continue
+        zero_shot = (s, t) in {("de", "fr"), ("fr", "de")}
+        italic = cell.startswith("*") and cell.endswith("*")
+        assert italic == zero_shot, (s, t, cell)  # italic exactly on the zero-shot de<->fr cells
+        assert cell.strip("*").split(" ")[0] == f"{bleu[s][t]:.1f}", (s, t, cell)  # our number, then the paper's
+    assert cells[("de", "en")].endswith("(39.4)")  # the paper's de->en number beside ours
+    assert cells[("de", "fr")] == f"*{bleu['de']['fr']:.1f} (0.8)*"
+    mean_zs = (bleu["de"]["fr"] + bleu["fr"]["de"]) / 2
+    assert f"Mean zero-shot BLEU: {mean_zs:.2f}" in text
+    assert f"| cpu_pivot_en | {mean_zs:.2f} |" in text  # the mean zero-shot summary
     # a finished recipe is not trained again
+    run_dir = tmp_path / "run"
+    files = [run_dir / "last.pt", run_dir / "best.pt", run_dir / "eval" / "experiment.json"]
+    stamps = [f.stat().st_mtime_ns for f in files]
     again = run_experiments([recipe], [], out, max_test=20)  # cached: neither trained nor translated again
-    assert again[0]["compute"]["steps"] == 8
+    assert again == runs and again[0]["compute"]["steps"] == 8
+    assert [f.stat().st_mtime_ns for f in files] == stamps
     assert out.read_text() == text
-    assert "| cpu_pivot_en |" in text  # the mean zero-shot summary
+
+
+def _table_cells(text: str, section: str) -> dict[tuple[str, str], str]:
+    """{(source, target): cell} of the source x target table under a report section."""
+    lines = text[text.index(section):].splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| src \\ tgt |"))
+    targets = [c.strip() for c in lines[header].strip("|").split("|")][1:]
+    cells = {}
+    for line in lines[header + 2:]:
+        if not line.startswith("| **"):
+            break
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells.update({(row[0].strip("*"), t): c for t, c in zip(targets, row[1:])})
+    return cells
 
 
 CPU_RECIPES = sorted((RECIPES / "multi30k" / "cpu").glob("*.yaml"))
@@ -73,6 +106,14 @@ def test_every_cpu_recipe_trains_a_few_steps(recipe, multi30k_corpus, tmp_path):
     result = Trainer(cfg).train()
     assert result.steps == 2 and result.best_checkpoint is not None and result.best_checkpoint.exists()
     assert all(np.isfinite(r["mean_bleu"]) for r in result.history)
+    trained, zero_shot, heads = _intended(recipe.stem)
+    loaded = load_model(result.best_checkpoint)
+    assert set(loaded.directions) == trained
+    assert (loaded.model.bridge.heads if loaded.model.has_bridge else None) == heads
+    dev = result.history[-1]["directions"]  # every direction with dev text is scored, zero-shot ones marked
+    assert {name for name, r in dev.items() if r["zero_shot"]} == {f"{s}-{t}" for s, t in zero_shot}
+    assert {name for name, r in dev.items() if not r["zero_shot"]} == {f"{s}-{t}" for s, t in trained if s != t}
+    assert cfg.train.penalty_weight == (0.0 if "nopenalty" in recipe.stem else 1.0)
 
 
 @pytest.mark.parametrize("recipe", PAPER_RECIPES, ids=lambda p: p.stem)
@@ -82,10 +123,38 @@ def test_every_paper_recipe_builds_its_model(recipe, multi30k_corpus, tmp_path):
     from interlingua.modules.model import TranslationModel
     cfg = load_config(recipe, [f"corpus={multi30k_corpus}"])
     directions = build_directions(cfg.directions, ["cs", "de", "en", "fr"])
-    assert directions
+    trained, _, heads = _intended(recipe.stem)
+    assert set(directions) == trained
     model = TranslationModel(cfg.model, {lang: cfg.preprocess.vocab_size for lang in ["cs", "de", "en", "fr"]},
                              [s for s, _ in directions], [t for _, t in directions])
     assert sum(p.numel() for p in model.parameters()) > 10_000_000
+    assert (model.bridge.heads if model.has_bridge else None) == heads
+    # the papers' sizes (000 Sec. 3.1): d_h 512 in 2 layers, d_w 1024, 10k subwords, SGD with lr 1.0
+    assert cfg.model.encoder.hidden == 512 and cfg.model.encoder.layers == 2 and cfg.preprocess.vocab_size >= 10_000
+    assert not model.has_bridge or tuple(model.bridge.w1.weight.shape) == (1024, 512)
+    assert cfg.train.optimizer == "sgd" and cfg.train.lr == 1.0
+    assert cfg.train.penalty_weight == (0.0 if "nopenalty" in recipe.stem else 1.0)
+
+
+def _intended(name: str) -> tuple[set, set, int | None]:
+    """What a recipe's name promises: (trained directions, zero-shot directions, bridge heads or None)."""
+    langs = ["cs", "de", "en", "fr"]
+    pairs = {(s, t) for s in langs for t in langs if s != t}
+    heads = None if "nobridge" in name or name.startswith("ll_") else 10
+    if match := re.search(r"_k(\d+)", name):
+        heads = int(match.group(1))
+    if match := re.fullmatch(r"bilingual(?:_nobridge)?_([a-z]{2})_([a-z]{2})(?:_.*)?", name):
+        return {match.groups()}, set(), heads
+    if name.startswith("pivot_en"):
+        trained = {p for p in pairs if "en" in p}
+    else:
+        trained = set(pairs)
+    if match := re.search(r"_without_([a-z]{2})_([a-z]{2})", name):
+        a, b = match.groups()
+        trained -= {(a, b), (b, a)}
+    if "mono" in name:
+        trained |= {(x, x) for x in langs}
+    return trained, pairs - trained, heads
 
 
 def _fake_run(recipe, setting, bleu, zero_shot=(), steps=500, directions=1):

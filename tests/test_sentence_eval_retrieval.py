@@ -44,10 +44,21 @@ def test_multiway_on_multi30k_test():
     table = {t: vecs[i] for lang in ("en", "de", "fr") for i, t in enumerate(texts[lang])}
     res = multiway_retrieval(Encoder("perfect", LookupEmbedder(table, ["en", "de", "fr"])), texts)
     assert res["missing_languages"] == ["cs"] and res["n"] == 1000
-    assert all(v == 100.0 for row in res["cosine"].values() for v in row.values())
-    assert len([v for row in res["margin"].values() for v in row.values()]) == 6
+    pairs = {(s, t) for s in ("en", "de", "fr") for t in ("en", "de", "fr") if s != t}
+    for method in ("cosine", "margin", "centered", "centered_margin"):
+        cells = {(s, t): v for s, row in res[method].items() for t, v in row.items()}
+        assert set(cells) == pairs and all(v == 100.0 for v in cells.values()), method
+        assert res[f"{method}_mean"] == 100.0
+    # a space with no information: each of 1000 candidates equally likely, about 0.1% correct
     rand = multiway_retrieval(Encoder("random", RandomEmbedder()), texts)
-    assert rand["cosine_mean"] < 2.0
+    for method in ("cosine", "margin", "centered", "centered_margin"):
+        cells = [v for row in rand[method].values() for v in row.values()]
+        assert len(cells) == 12 and max(cells) <= 1.0 and rand[f"{method}_mean"] < 0.5, (method, cells)
+    # lines paired with the wrong translation (shifted by one): a perfect space for another pairing scores 0
+    shifted = {t: vecs[(i + 1) % 1000] for i, t in enumerate(texts["de"])}
+    shifted.update({t: vecs[i] for i, t in enumerate(texts["en"])})
+    off = multiway_retrieval(Encoder("shifted", LookupEmbedder(shifted, ["en", "de"])), texts)
+    assert off["cosine"]["en"]["de"] == 0.0 and off["cosine"]["de"]["en"] == 0.0
 
 
 def test_centering_removes_a_shared_language_offset():
