@@ -89,3 +89,100 @@ def test_interrupted_write_keeps_previous_checkpoint(trained_model, tmp_path, mo
         ck.save_atomic({"x": 1}, target)
     assert target.read_bytes() == before
     assert list(tmp_path.glob("*.tmp")) == []
+
+
+# -- checkpoints that cannot be used: one clear error, also through the command line ------------
+
+def _cli(argv, capsys, monkeypatch, stdin="a dog .\n"):
+    import io
+    import sys
+
+    from interlingua.cli import main
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code = main(argv)
+    err = capsys.readouterr().err
+    return code, [line for line in err.splitlines() if line.strip()]
+
+
+def _one_error_line(code, lines, path, needle):
+    assert code == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert str(path) in lines[0] and needle in lines[0] and "Traceback" not in lines[0]
+
+
+def _rewritten(trained_model, dest, edit):
+    payload = torch.load(trained_model, map_location="cpu", weights_only=True)
+    edit(payload)
+    torch.save(payload, dest)
+    return dest
+
+
+def test_config_that_does_not_match_the_weights(trained_model, tmp_path, capsys, monkeypatch):
+    bad = _rewritten(trained_model, tmp_path / "mismatch.pt",
+                     lambda p: p["config"]["model"].__setitem__("embed_dim", 32))
+    with pytest.raises(CheckpointError, match="does not match its own config") as info:
+        load_model(bad)
+    message = str(info.value)
+    assert "\n" not in message and "size mismatch" in message and str(bad) in message
+    code, lines = _cli(["translate", "--model", str(bad), "--src", "en", "--tgt", "de"], capsys, monkeypatch)
+    _one_error_line(code, lines, bad, "does not match its own config")
+
+
+def test_newer_checkpoint_format_is_refused(trained_model, tmp_path, capsys, monkeypatch):
+    from interlingua.training.checkpoint import VERSION
+    newer = _rewritten(trained_model, tmp_path / "newer.pt", lambda p: p.__setitem__("version", VERSION + 1))
+    with pytest.raises(CheckpointError, match=rf"newer interlingua \(checkpoint format {VERSION + 1}, this version reads up to {VERSION}\)"):
+        read_checkpoint(newer)
+    code, lines = _cli(["embed", "--model", str(newer), "--lang", "en", "-o", str(tmp_path / "v.npy")], capsys, monkeypatch)
+    _one_error_line(code, lines, newer, "newer interlingua")
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00hello" * 100, "truncated"], ids=["empty", "garbage", "truncated"])
+def test_corrupt_checkpoint_through_the_cli(trained_model, tmp_path, capsys, monkeypatch, content):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(trained_model.read_bytes()[:5000] if content == "truncated" else content)
+    for argv in (["translate", "--model", str(bad), "--src", "en", "--tgt", "de"],
+                 ["embed", "--model", str(bad), "--lang", "en", "-o", str(tmp_path / "v.npy")]):
+        code, lines = _cli(argv, capsys, monkeypatch)
+        _one_error_line(code, lines, bad, "not a readable checkpoint (truncated or corrupt?)")
+
+
+def _run_config(multi30k_corpus, tmp_path):
+    import yaml
+    work = tmp_path / "run"
+    work.mkdir()
+    cfg_path = tmp_path / "exp.yaml"
+    cfg_path.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, work)))
+    return work, cfg_path
+
+
+def test_resume_from_a_corrupt_last_checkpoint(multi30k_corpus, trained_model, tmp_path, capsys, monkeypatch):
+    work, cfg_path = _run_config(multi30k_corpus, tmp_path)
+    (work / "last.pt").write_bytes(trained_model.read_bytes()[:5000])
+    code, lines = _cli(["train", str(cfg_path), "--resume"], capsys, monkeypatch)
+    _one_error_line(code, lines, work / "last.pt", "not a readable checkpoint (truncated or corrupt?)")
+    assert not (work / "data").exists()  # refused before any data preparation
+
+
+def test_resume_needs_a_checkpoint_with_training_state(multi30k_corpus, trained_model, tmp_path, capsys, monkeypatch):
+    work, cfg_path = _run_config(multi30k_corpus, tmp_path)
+    code, lines = _cli(["train", str(cfg_path), "--resume"], capsys, monkeypatch)
+    _one_error_line(code, lines, work / "last.pt", "nothing to resume")
+
+    _rewritten(trained_model, work / "last.pt", lambda p: p.pop("training"))
+    with pytest.raises(CheckpointError, match="holds no training state to resume from"):
+        Trainer(parse_config(tiny_config(multi30k_corpus, work)), resume=True)
+    code, lines = _cli(["train", str(cfg_path), "--resume"], capsys, monkeypatch)
+    _one_error_line(code, lines, work / "last.pt", "holds no training state to resume from")
+
+
+def test_resume_from_weights_that_do_not_fit_the_stored_config(multi30k_corpus, tmp_path, capsys, monkeypatch):
+    cfg = tiny_config(multi30k_corpus, tmp_path / "run", train={"max_steps": 2})
+    Trainer(parse_config(cfg)).train()
+    last = tmp_path / "run" / "last.pt"
+    payload = torch.load(last, map_location="cpu", weights_only=True)
+    payload["config"]["model"]["embed_dim"] = 32  # the config now says 32, the weights are 48 wide
+    torch.save(payload, last)
+    cfg["model"] = {**cfg["model"], "embed_dim": 32}
+    with pytest.raises(CheckpointError, match=r"cannot resume .*last.pt: its training state does not fit this run .*size mismatch"):
+        Trainer(parse_config(cfg), resume=True)

@@ -21,6 +21,8 @@ from interlingua.errors import DataError
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 1
+REFERENCE_SPLITS = ("val",)
+"""Splits whose raw text is kept next to the ids: dev BLEU scores against the corpus's own lines."""
 
 
 @dataclass
@@ -29,6 +31,8 @@ class EncodedGroup:
 
     name: str
     ids: dict[str, list[np.ndarray]]
+    texts: dict[str, list[str]] | None = None
+    """The lines as the corpus files hold them, aligned with `ids` (only for REFERENCE_SPLITS)."""
 
     def __len__(self) -> int:
         return len(next(iter(self.ids.values())))
@@ -95,7 +99,7 @@ def prepare(cfg: ExperimentConfig, force: bool = False) -> PreparedData:
     if not force and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         if meta.get("fingerprint") == fp:
-            return _load_cache(cache_dir, meta)
+            return _attach_texts(_load_cache(cache_dir, meta), corpus)
     cache_dir.mkdir(parents=True, exist_ok=True)
 
     raw: dict[str, list[tuple[str, dict[str, list[str]]]]] = {}
@@ -146,7 +150,19 @@ def prepare(cfg: ExperimentConfig, force: bool = False) -> PreparedData:
         "n_vocabs": len(distinct),
     }
     meta_path.write_text(json.dumps(meta, indent=1))
-    return PreparedData(vocabs=vocabs, splits=splits, languages=langs, joint_vocab=pre.joint_vocab)
+    return _attach_texts(PreparedData(vocabs=vocabs, splits=splits, languages=langs, joint_vocab=pre.joint_vocab), corpus)
+
+
+def _attach_texts(data: PreparedData, corpus: Corpus) -> PreparedData:
+    """Keep the raw lines of the reference splits (re-read: the fingerprint says the files are unchanged)."""
+    for split in REFERENCE_SPLITS:
+        if split not in data.splits:
+            continue
+        files = {g.name: g for g in corpus.splits.get(split, [])}
+        for eg in data.splits[split]:
+            raw = read_group(files[eg.name])
+            eg.texts = {lang: raw[lang] for lang in eg.ids}
+    return data
 
 
 def _load_cache(cache_dir: Path, meta: dict) -> PreparedData:
@@ -182,3 +198,17 @@ def direction_pairs(data: PreparedData, split: str, src: str, tgt: str, limit: i
     if limit is not None:
         srcs, tgts = srcs[:limit], tgts[:limit]
     return srcs, tgts
+
+
+def direction_references(data: PreparedData, split: str, src: str, tgt: str, limit: int | None = None) -> list[str] | None:
+    """The raw target lines of exactly the pairs `direction_pairs` returns, or None when the
+    split keeps no text (not in REFERENCE_SPLITS)."""
+    refs = []
+    for g in data.groups(split):
+        if src in g.ids and tgt in g.ids:
+            if g.texts is None:
+                return None
+            for a, b, text in zip(g.ids[src], g.ids[tgt], g.texts[tgt]):
+                if len(a) and len(b):
+                    refs.append(text)
+    return refs[:limit] if limit is not None else refs

@@ -61,11 +61,16 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many kinds for truncated/garbled files
-        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {str(err).splitlines()[0][:200]}") from None
+        detail = " ".join(str(err).split())[:200] or type(err).__name__  # some carry no message at all
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {detail}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an interlingua checkpoint")
-    if payload.get("version", 0) > VERSION:
-        raise CheckpointError(f"{path} was written by a newer interlingua (format {payload['version']} > {VERSION})")
+    version = payload.get("version", 0)
+    if not isinstance(version, int):
+        raise CheckpointError(f"{path} is not a readable checkpoint (format version {version!r})")
+    if version > VERSION:
+        raise CheckpointError(f"{path} was written by a newer interlingua (checkpoint format {version}, this version "
+                              f"reads up to {VERSION}): upgrade interlingua to load it")
     return payload
 
 
@@ -90,7 +95,8 @@ def load_model(path: str | Path) -> LoadedModel:
         model = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
                                  payload["encoder_langs"], payload["decoder_langs"])
         model.load_state_dict(payload["model"])
-    except (KeyError, RuntimeError) as err:
-        raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {str(err).splitlines()[0][:200]}") from None
+    except (KeyError, RuntimeError, TypeError, ValueError) as err:
+        detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
+        raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
     model.eval()
     return LoadedModel(model, vocabs, cfg, [tuple(d) for d in payload["directions"]], payload, Path(path))

@@ -3,6 +3,13 @@
 Every source of randomness is either derived from the seed and a counter (direction order,
 batch order) or saved in the checkpoint (torch's RNG for dropout), so a run killed and
 resumed from `last.pt` continues exactly as an uninterrupted one with the same seed.
+
+Ctrl-C and SIGTERM stop training at once: a step in flight is rolled back to where it
+started (or, while the weights are being updated, finished first), `last.pt` is written with
+the state of that step boundary, and no extra validation or `best.pt` is made. The log lines
+and validations a step owes (every `log_every` / `valid_every` steps) are worked out from
+that state, so after `--resume` whatever the stop cut short is redone exactly once, and the
+final weights, `best.pt`, history and metrics.jsonl equal those of an uninterrupted run.
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from tqdm import tqdm
 from interlingua.config import ExperimentConfig
 from interlingua.data.batching import DirectionBatches
 from interlingua.data.directions import Direction, DirectionScheduler, build_directions, zero_shot_directions
-from interlingua.data.prepare import PreparedData, direction_pairs, prepare
+from interlingua.data.prepare import PreparedData, direction_pairs, direction_references, prepare
 from interlingua.data.vocab import language_tag
 from interlingua.errors import CheckpointError, ConfigError, DataError
 from interlingua.evaluation.plots import plot_training_curves
@@ -49,6 +56,19 @@ class TrainResult:
     tokens_per_second: float = 0.0
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training was stopped by Ctrl-C or SIGTERM; `last.pt` holds the state to resume from."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.signum = int(signum)
+
+
+def _empty_window() -> dict[str, Any]:
+    """Sums over the steps since the last train log line (they are saved: a resumed run logs the same)."""
+    return {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0, "tokens": 0, "time": 0.0}
+
+
 class Trainer:
     def __init__(self, cfg: ExperimentConfig, resume: bool = False, data: PreparedData | None = None):
         self.cfg = cfg
@@ -59,6 +79,8 @@ class Trainer:
             torch.set_num_threads(tc.threads)
         torch.manual_seed(tc.seed)
         self.precision = resolve_precision(tc.precision)
+        # Read the checkpoint before the (possibly long) data preparation: a bad one fails at once.
+        resume_from = self._read_resume_checkpoint() if resume else None
         self.data = data or prepare(cfg)
         self.directions = build_directions(cfg.directions, self.data.languages)
         self.encoder_langs = sorted({s for s, _ in self.directions})
@@ -75,9 +97,12 @@ class Trainer:
         self.elapsed = 0.0
         self.best_bleu: float | None = None
         self.history: list[dict[str, Any]] = []
-        self._stop_requested = False
-        if resume:
-            self._resume()
+        self._window = _empty_window()
+        self._step_start: dict[str, Any] | None = None  # set while a step is in flight
+        self._updating = False  # True while the optimizer changes the weights
+        self._deferred_signal: int | None = None
+        if resume_from is not None:
+            self._resume(resume_from)
         elif (self.work_dir / "last.pt").exists():
             raise ConfigError(f"{self.work_dir} already holds a run (last.pt); use --resume to continue it or choose another work_dir")
 
@@ -98,60 +123,95 @@ class Trainer:
             log.warning("the corpus has no 'val' split: no dev evaluation, the last checkpoint is also the best")
             return {}
         dev = {}
+        rebuilt = []
         for d in self.directions + self.zero_shot:
             if d[0] == d[1]:
                 continue
-            src, tgt = direction_pairs(self.data, "val", *d, limit=self.cfg.preprocess.max_valid_sentences)
+            limit = self.cfg.preprocess.max_valid_sentences
+            src, tgt = direction_pairs(self.data, "val", *d, limit=limit)
             if src:
-                refs = [self.data.vocabs[d[1]].decode(t.tolist()) for t in tgt]
+                # BLEU against the corpus's own lines, as the test-set evaluation scores them.
+                refs = direction_references(self.data, "val", *d, limit=limit)
+                if refs is None:
+                    refs = [self.data.vocabs[d[1]].decode(t.tolist()) for t in tgt]
+                    rebuilt.append(direction_name(d))
                 dev[d] = DevSet(d[0], d[1], src, tgt, refs)
+        if rebuilt:
+            log.warning("the prepared data keeps no raw validation text: dev BLEU of %s is computed on references "
+                        "rebuilt from subword ids cut to max_len=%d", ", ".join(rebuilt), self.cfg.preprocess.max_len)
         return dev
 
     # -- checkpoints ---------------------------------------------------------------------
-    def _training_state(self) -> dict[str, Any]:
+    def _training_state(self, history: list[dict[str, Any]] | None = None,
+                        best_bleu: float | None = None) -> dict[str, Any]:
+        history = self.history if history is None else history
         return {
             "step": self.step,
             "elapsed": self.elapsed,
-            "best_bleu": self.best_bleu,
+            "best_bleu": self.best_bleu if best_bleu is None else best_bleu,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "batches": {direction_name(d): b.state_dict() for d, b in self.batches.items()},
             "torch_rng": torch.get_rng_state(),
-            "history": json.dumps(self.history),
+            "history": json.dumps(history),
+            "log_window": dict(self._window),
         }
 
-    def _save(self, name: str) -> Path:
+    def _save(self, name: str, history: list[dict[str, Any]] | None = None, best_bleu: float | None = None) -> Path:
         path = self.work_dir / name
-        save_atomic(build_payload(self.cfg, self.model, self.data.vocabs, self.directions, self._training_state()), path)
+        save_atomic(build_payload(self.cfg, self.model, self.data.vocabs, self.directions,
+                                  self._training_state(history, best_bleu)), path)
         return path
 
-    def _resume(self) -> None:
+    def _read_resume_checkpoint(self) -> dict[str, Any]:
         path = self.work_dir / "last.pt"
+        if not path.exists():
+            raise CheckpointError(f"nothing to resume: {path} does not exist (start the run without --resume)")
         payload = read_checkpoint(path)
         if "training" not in payload:
-            raise CheckpointError(f"{path} holds no training state to resume from")
+            raise CheckpointError(f"{path} holds no training state to resume from (a checkpoint for translation only?)")
+        return payload
+
+    def _resume(self, payload: dict[str, Any]) -> None:
+        path = self.work_dir / "last.pt"
         stored = payload["config"]
         for section in ("model", "directions", "preprocess"):
-            if stored[section] != self.cfg.model_dump(mode="json")[section]:
+            if stored.get(section) != self.cfg.model_dump(mode="json")[section]:
                 raise ConfigError(f"cannot resume {path}: config section '{section}' differs from the one it was trained with")
-        self.model.load_state_dict(payload["model"])
         st = payload["training"]
-        self.optimizer.load_state_dict(st["optimizer"])
-        self.scheduler.load_state_dict(st["scheduler"])
-        for d, b in self.batches.items():
-            b.load_state_dict(st["batches"][direction_name(d)])
-        torch.set_rng_state(st["torch_rng"])
-        self.step, self.elapsed, self.best_bleu = st["step"], st["elapsed"], st["best_bleu"]
-        self.history = json.loads(st["history"])
-        self._truncate_metrics_after(self.step)
+        try:
+            self.model.load_state_dict(payload["model"])
+            self.optimizer.load_state_dict(st["optimizer"])
+            self.scheduler.load_state_dict(st["scheduler"])
+            for d, b in self.batches.items():
+                b.load_state_dict(st["batches"][direction_name(d)])
+            torch.set_rng_state(st["torch_rng"])
+            self.step, self.elapsed, self.best_bleu = st["step"], st["elapsed"], st["best_bleu"]
+            self.history = json.loads(st["history"])
+        except (KeyError, RuntimeError, TypeError, ValueError) as err:
+            raise CheckpointError(f"cannot resume {path}: its training state does not fit this run "
+                                  f"(corrupt checkpoint?): {_one_line(err)}") from None
+        self._window = {**_empty_window(), **st.get("log_window", {})}
+        self._reconcile_metrics()
         log.info("resumed from %s at step %d", path, self.step)
 
-    def _truncate_metrics_after(self, step: int) -> None:
-        """Drop log lines written after the checkpoint we resume from (they will be redone)."""
+    def _reconcile_metrics(self) -> None:
+        """Make metrics.jsonl match the state resumed from: drop the lines written after it
+        (and a line of its own step that the state says is still owed); they will be redone."""
         path = self.work_dir / "metrics.jsonl"
-        if path.exists():
-            kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-            path.write_text("".join(line + "\n" for line in kept))
+        if not path.exists():
+            return
+        validated = bool(self.history) and self.history[-1]["step"] == self.step
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec["step"] > self.step:
+                continue
+            if rec["step"] == self.step and (rec.get("type") == "valid" and not validated
+                                             or rec.get("type") == "train" and self._window["n"] > 0):
+                continue
+            kept.append(line)
+        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
     # -- loop ----------------------------------------------------------------------------
     def _log(self, record: dict[str, Any]) -> None:
@@ -175,25 +235,64 @@ class Trainer:
         self.model.train()
         return {"type": "valid", "step": self.step, "mean_bleu": mean_bleu, "directions": results}
 
-    def _request_stop(self, *_: Any) -> None:
-        self._stop_requested = True
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self._updating:  # let the weight update finish: the step is then whole
+            self._deferred_signal = signum
+            return
+        raise TrainingInterrupted(signal.Signals(signum).name, signum)
+
+    def _step_boundary(self) -> dict[str, Any]:
+        """What a step changes before it updates the weights (cheap to copy every step)."""
+        return {"scheduler": self.scheduler.state_dict(),
+                "batches": {d: b.state_dict() for d, b in self.batches.items()},
+                "torch_rng": torch.get_rng_state()}
+
+    def _rewind(self, start: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(start["scheduler"])
+        for d, b in self.batches.items():
+            if b.state_dict() != start["batches"][d]:
+                b.load_state_dict(start["batches"][d])
+        torch.set_rng_state(start["torch_rng"])
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _save_on_interrupt(self, err: KeyboardInterrupt) -> TrainingInterrupted:
+        """Write last.pt at the step boundary the interrupt fell on; never validate or touch best.pt."""
+        signum = getattr(err, "signum", signal.SIGINT)
+        how = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        if self._updating:  # raised from inside the weight update: whether it happened is unknown
+            last = self.work_dir / "last.pt"
+            then = ("last.pt left as it was (the last validation); --resume continues from there" if last.exists()
+                    else "no checkpoint yet: start the run again")
+            return TrainingInterrupted(f"{how} during the weight update of step {self.step + 1}: {then}", signum)
+        if self._step_start is not None:
+            self._rewind(self._step_start)
+            self._step_start = None
+        path = self._save("last.pt")
+        return TrainingInterrupted(f"{how} at step {self.step}: saved {path}; continue with --resume", signum)
 
     def train(self) -> TrainResult:
         tc = self.cfg.train
         (self.work_dir / "config.json").write_text(json.dumps(self.cfg.model_dump(mode="json"), indent=1))
+        if self.step == 0:  # a new run: a log left by one stopped before its first checkpoint is stale
+            (self.work_dir / "metrics.jsonl").write_text("", encoding="utf-8")
         self.model.train()
-        old_handler = signal.signal(signal.SIGTERM, self._request_stop) if _in_main_thread() else None
-        window_tokens, window_time = 0, 0.0
         total_tokens, total_time = 0, 0.0
-        acc = {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0}
         # With a wall-clock budget the bar counts seconds of training, otherwise steps.
         by_time = tc.max_minutes is not None
         bar = tqdm(total=round(tc.max_minutes * 60) if by_time else tc.max_steps,
                    initial=round(self.elapsed) if by_time else self.step,
                    desc="train", unit="s" if by_time else "step", dynamic_ncols=True, mininterval=2)
+        old_handlers: dict[int, Any] = {}
         try:
-            while self.step < tc.max_steps and not self._budget_spent() and not self._stop_requested:
+            if _in_main_thread():
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    old_handlers[sig] = signal.signal(sig, self._on_signal)
+            while True:
+                self._after_step(bar)
+                if self.step >= tc.max_steps or self._budget_spent():
+                    break
                 t0 = time.perf_counter()
+                self._step_start = self._step_boundary()
                 direction = self.scheduler.next()
                 batch = self.batches[direction].next()
                 with autocast(self.precision):
@@ -203,63 +302,74 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_norm)
-                self.optimizer.step()
-                self.step += 1
-                dt = time.perf_counter() - t0
-                self.elapsed += dt
                 ntok = batch.n_src_tokens + batch.n_tgt_tokens
-                window_tokens, window_time = window_tokens + ntok, window_time + dt
+                w = self._window
+                self._updating = True  # signals wait until the step is committed
+                self.optimizer.step()
+                dt = time.perf_counter() - t0
+                window = {"nll": w["nll"] + out.nll_sum, "tok": w["tok"] + out.n_tokens, "pen": w["pen"] + out.penalty,
+                          "n": w["n"] + 1, "tokens": w["tokens"] + ntok, "time": w["time"] + dt}
+                self.step, self.elapsed, self._window, self._step_start = self.step + 1, self.elapsed + dt, window, None
+                self._updating = False
+                if self._deferred_signal is not None:
+                    signum, self._deferred_signal = self._deferred_signal, None
+                    raise TrainingInterrupted(signal.Signals(signum).name, signum)
                 total_tokens, total_time = total_tokens + ntok, total_time + dt
-                acc["nll"] += out.nll_sum
-                acc["tok"] += out.n_tokens
-                acc["pen"] += out.penalty
-                acc["n"] += 1
                 if by_time:
                     bar.update(max(0, min(round(self.elapsed), bar.total) - bar.n))
                 else:
                     bar.update(1)
-                if self.step % tc.log_every == 0:
-                    rec = {"type": "train", "step": self.step, "loss": acc["nll"] / max(acc["tok"], 1),
-                           "penalty": acc["pen"] / acc["n"], "tokens_per_s": window_tokens / max(window_time, 1e-9),
-                           "lr": self.optimizer.param_groups[0]["lr"], "elapsed_s": round(self.elapsed, 2)}
-                    self._log(rec)
-                    bar.set_postfix(step=self.step, loss=f"{rec['loss']:.3f}", pen=f"{rec['penalty']:.2f}", tok_s=f"{rec['tokens_per_s']:.0f}")
-                    acc = {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0}
-                    window_tokens, window_time = 0, 0.0
-                if self.step % tc.valid_every == 0:
-                    self._validate_and_save()
-        except KeyboardInterrupt:
-            log.warning("interrupted at step %d: saving last.pt", self.step)
-            self._save("last.pt")
-            raise
+            if not self.history or self.history[-1]["step"] != self.step:
+                self._validate_and_save()
+        except KeyboardInterrupt as err:
+            raise self._save_on_interrupt(err) from None
         finally:
             bar.close()
-            if old_handler is not None:
-                signal.signal(signal.SIGTERM, old_handler)
-        if not self.history or self.history[-1]["step"] != self.step:
-            self._validate_and_save()
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
         best = self.work_dir / "best.pt"
         return TrainResult(self.work_dir, self.step, self.best_bleu, best if best.exists() else None,
                            self.work_dir / "last.pt", self.history, total_tokens / max(total_time, 1e-9))
 
+    def _after_step(self, bar: tqdm) -> None:
+        """The log line and validation owed at the current step, unless already done (state-driven,
+        so a resumed run does exactly what an interrupt cut short)."""
+        tc = self.cfg.train
+        w = self._window
+        if self.step and self.step % tc.log_every == 0 and w["n"] > 0:
+            rec = {"type": "train", "step": self.step, "loss": w["nll"] / max(w["tok"], 1),
+                   "penalty": w["pen"] / w["n"], "tokens_per_s": w["tokens"] / max(w["time"], 1e-9),
+                   "lr": self.optimizer.param_groups[0]["lr"], "elapsed_s": round(self.elapsed, 2)}
+            self._log(rec)
+            self._window = _empty_window()
+            bar.set_postfix(step=self.step, loss=f"{rec['loss']:.3f}", pen=f"{rec['penalty']:.2f}",
+                            tok_s=f"{rec['tokens_per_s']:.0f}")
+        if self.step and self.step % tc.valid_every == 0 and (not self.history or self.history[-1]["step"] != self.step):
+            self._validate_and_save()
+
     def _validate_and_save(self) -> None:
         rec = self.validate() if self.devsets else {"type": "valid", "step": self.step, "mean_bleu": float("nan"), "directions": {}}
         rec["elapsed_s"] = round(self.elapsed, 2)
-        self.history.append(rec)
-        self._log(rec)
         score = rec["mean_bleu"]
         improved = not np.isnan(score) and (self.best_bleu is None or score > self.best_bleu)
-        if improved:
-            self.best_bleu = score
-        self._save("last.pt")
+        history, best_bleu = self.history + [rec], (score if improved else self.best_bleu)
+        # The files first, the state last: stopped in between, the state still owes this
+        # validation, and redoing it rewrites the same metrics line and best.pt.
+        self._log(rec)
         if improved or not self.devsets:
-            self._save("best.pt")
+            self._save("best.pt", history, best_bleu)
+        self._save("last.pt", history, best_bleu)
+        self.history, self.best_bleu = history, best_bleu
         summary = " ".join(f"{n}={r['bleu']:.1f}{'*' if r['zero_shot'] else ''}" for n, r in rec["directions"].items())
         tqdm.write(f"step {self.step}: dev mean BLEU {score:.2f} {'(best)' if improved else ''} | {summary}")
         try:
             plot_training_curves(self.work_dir / "metrics.jsonl", self.work_dir / "curves.png")
         except (ValueError, KeyError) as err:
             log.warning("could not plot curves: %s", err)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]
 
 
 def _in_main_thread() -> bool:

@@ -21,6 +21,7 @@ class DevSet:
     src: list[np.ndarray]
     tgt: list[np.ndarray]
     references: list[str]
+    """Target lines as the corpus holds them (what BLEU is scored against), aligned with `tgt`."""
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> tuple[float, float]:
@@ -35,16 +36,11 @@ def tag_prefix(model: TranslationModel, vocab: Vocab, tgt_lang: str) -> int | No
 
 
 @torch.inference_mode()
-def evaluate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
-                    beam: int = 1, max_len: int = 100) -> dict[str, float]:
+def translate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
+                     beam: int = 1, max_len: int = 100) -> list[str]:
+    """The model's translations of the dev sources (greedy, or beam search), in their order."""
     model.eval()
     prefix = tag_prefix(model, vocabs[dev.src_lang], dev.tgt_lang)
-    nll, ntok = 0.0, 0
-    for start in range(0, len(dev.src), batch_size):
-        b = make_batch(dev.src[start:start + batch_size], dev.tgt[start:start + batch_size], dev.src_lang, dev.tgt_lang, prefix)
-        out = model.loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, b.src_lang, b.tgt_lang)
-        nll += out.nll_sum
-        ntok += out.n_tokens
     hyps = [""] * len(dev.src)
     decoder = model.decoder_for(dev.tgt_lang)
     for idx, ids, lengths in length_sorted_batches(dev.src, batch_size, prefix):
@@ -54,5 +50,22 @@ def evaluate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Voca
         out_ids = greedy_search(decoder, state, limit) if beam == 1 else beam_search(decoder, state, limit, beam)
         for i, h in zip(idx, out_ids):
             hyps[i] = vocabs[dev.tgt_lang].decode(h)
+    return hyps
+
+
+@torch.inference_mode()
+def evaluate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
+                    beam: int = 1, max_len: int = 100) -> dict[str, float]:
+    """Teacher-forced loss on the (subword) dev pairs; BLEU and chrF of the translations against
+    `dev.references`, the corpus's own target lines."""
+    model.eval()
+    prefix = tag_prefix(model, vocabs[dev.src_lang], dev.tgt_lang)
+    nll, ntok = 0.0, 0
+    for start in range(0, len(dev.src), batch_size):
+        b = make_batch(dev.src[start:start + batch_size], dev.tgt[start:start + batch_size], dev.src_lang, dev.tgt_lang, prefix)
+        out = model.loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, b.src_lang, b.tgt_lang)
+        nll += out.nll_sum
+        ntok += out.n_tokens
+    hyps = translate_devset(model, dev, vocabs, batch_size, beam, max_len)
     bleu, chrf = corpus_scores(hyps, dev.references)
     return {"loss": nll / max(ntok, 1), "ppl": float(np.exp(min(nll / max(ntok, 1), 50))), "bleu": bleu, "chrf": chrf}

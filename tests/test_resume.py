@@ -1,0 +1,280 @@
+"""Stopping a run (SIGTERM, Ctrl-C, a crash) and resuming it ends exactly like a run never stopped.
+
+One uninterrupted run is the reference; every other run is stopped somewhere (mid-step, during
+the weight update, during a validation, between writing a metrics line and the checkpoints),
+resumed, and then compared with it: last.pt and best.pt tensor by tensor, the training state,
+the history and metrics.jsonl (wall-clock fields aside).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+import torch
+import yaml
+
+from interlingua.cli import main
+from interlingua.config import parse_config
+from interlingua.data.prepare import prepare
+from interlingua.training import trainer as trainer_mod
+from interlingua.training.checkpoint import read_checkpoint
+from interlingua.training.trainer import Trainer, TrainingInterrupted
+
+from conftest import tiny_config
+
+# Validations at 8, 16 and 24 (the last step); train log lines every 5 steps, so a stop at
+# step 12 falls between two validations and in the middle of a log window.
+RUN = dict(directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]]},
+           preprocess={"max_valid_sentences": 12},
+           model={"dropout": 0.3},
+           train={"max_steps": 24, "valid_every": 8, "log_every": 5, "batch_size": 8, "softmax_sample": 50})
+WALL_CLOCK = {"elapsed_s", "tokens_per_s"}
+LOSS_CALL_OF_STEP_13 = 15  # the validation at step 8 computes its dev loss with two calls, one a direction
+
+
+def _config(corpus, work):
+    return parse_config(tiny_config(corpus, work, **RUN))
+
+
+@pytest.fixture(scope="module")
+def straight(multi30k_corpus, tmp_path_factory):
+    """The reference: the same run, never stopped (and its prepared data, shared by the others)."""
+    work = tmp_path_factory.mktemp("straight")
+    cfg = _config(multi30k_corpus, work)
+    data = prepare(cfg)
+    Trainer(cfg, data=data).train()
+    return work, data
+
+
+def _metrics(work):
+    return [{k: v for k, v in json.loads(line).items() if k not in WALL_CLOCK}
+            for line in (work / "metrics.jsonl").read_text().splitlines()]
+
+
+def _without_wall_clock(history):
+    return [{k: v for k, v in rec.items() if k not in WALL_CLOCK} for rec in history]
+
+
+def _assert_equal_tree(a, b, where):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _assert_equal_tree(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_equal_tree(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def _assert_same_checkpoint(a, b):
+    pa, pb = read_checkpoint(a), read_checkpoint(b)
+    _assert_equal_tree(pa["model"], pb["model"], f"{a.name} weights")
+    sa, sb = dict(pa["training"]), dict(pb["training"])
+    for st in (sa, sb):
+        st.pop("elapsed")
+        st["history"] = _without_wall_clock(json.loads(st["history"]))
+        st["log_window"] = {k: v for k, v in st["log_window"].items() if k != "time"}
+    _assert_equal_tree(sa, sb, f"{a.name} training state")
+
+
+def assert_same_run(reference, resumed):
+    for name in ("last.pt", "best.pt"):
+        _assert_same_checkpoint(reference / name, resumed / name)
+    assert _metrics(resumed) == _metrics(reference)
+    assert [r["step"] for r in _metrics(reference) if r["type"] == "valid"] == [8, 16, 24]
+
+
+def _call_hook(obj, name, at_call, action, monkeypatch=None):
+    """Wrap obj.name so that its `at_call`-th call (1-based) runs `action` around the real call."""
+    original = getattr(obj, name)
+    calls = {"n": 0}
+
+    def wrapper(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == at_call:
+            return action(original, *args, **kwargs)
+        return original(*args, **kwargs)
+
+    (monkeypatch.setattr if monkeypatch is not None else setattr)(obj, name, wrapper)
+    return calls
+
+
+def _sigterm_mid_call(original, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # delivered at the next bytecode, inside this call
+    return original(*args, **kwargs)
+
+
+def _resume_and_finish(corpus, work, data):
+    result = Trainer(_config(corpus, work), resume=True, data=data).train()
+    assert result.steps == 24
+
+
+def test_sigterm_through_the_cli_resumes_exactly(multi30k_corpus, straight, tmp_path, capsys, monkeypatch):
+    reference, _ = straight
+    work = tmp_path / "run"
+    shutil.copytree(reference / "data", work / "data")  # the prepared cache, reused as is
+    cfg_path = tmp_path / "exp.yaml"
+    cfg_path.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, work, **RUN)))
+
+    real_init = Trainer.__init__
+
+    def init_then_arm(self, *args, **kwargs):  # SIGTERM in the forward pass of step 13
+        real_init(self, *args, **kwargs)
+        _call_hook(self.model, "loss", LOSS_CALL_OF_STEP_13, _sigterm_mid_call)
+
+    monkeypatch.setattr(Trainer, "__init__", init_then_arm)
+    handler_before = signal.getsignal(signal.SIGTERM)
+    code = main(["train", str(cfg_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 128 + signal.SIGTERM
+    assert err[-1] == f"interrupted: SIGTERM at step 12: saved {work / 'last.pt'}; continue with --resume"
+    state = read_checkpoint(work / "last.pt")["training"]
+    assert state["step"] == 12 and [h["step"] for h in json.loads(state["history"])] == [8]
+    # No validation at the stop and no new best.pt: both still those of step 8.
+    assert [r["step"] for r in _metrics(work) if r["type"] == "valid"] == [8]
+    assert json.loads(read_checkpoint(work / "best.pt")["training"]["history"])[-1]["step"] == 8
+    assert signal.getsignal(signal.SIGTERM) == handler_before  # the trainer's handler is gone again
+
+    monkeypatch.setattr(Trainer, "__init__", real_init)
+    code = main(["train", str(cfg_path), "--resume"])
+    assert code == 0 and "trained 24 steps" in capsys.readouterr().out
+    assert_same_run(reference, work)
+
+
+def test_ctrl_c_mid_step_resumes_exactly(multi30k_corpus, straight, tmp_path):
+    reference, data = straight
+    work = tmp_path / "run"
+    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+
+    def ctrl_c(original, *args, **kwargs):
+        original(*args, **kwargs)  # the forward pass has drawn from the RNG, the batch is taken
+        raise KeyboardInterrupt
+
+    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
+        trainer.train()
+    assert read_checkpoint(work / "last.pt")["training"]["step"] == 12
+    assert [r["step"] for r in _metrics(work)] == [5, 8, 10]  # nothing at the stop
+    _resume_and_finish(multi30k_corpus, work, data)
+    assert_same_run(reference, work)
+
+
+def test_sigterm_during_the_weight_update_finishes_that_step(multi30k_corpus, straight, tmp_path):
+    reference, data = straight
+    work = tmp_path / "run"
+    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+    _call_hook(trainer.optimizer, "step", 13, _sigterm_mid_call)
+    with pytest.raises(TrainingInterrupted, match="SIGTERM at step 13: saved") as info:
+        trainer.train()
+    assert info.value.signum == signal.SIGTERM
+    assert read_checkpoint(work / "last.pt")["training"]["step"] == 13
+    _resume_and_finish(multi30k_corpus, work, data)
+    assert_same_run(reference, work)
+
+
+def test_interrupt_raised_inside_the_weight_update_keeps_the_last_validation(multi30k_corpus, straight, tmp_path):
+    reference, data = straight
+    work = tmp_path / "run"
+    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+
+    def ctrl_c(original, *args, **kwargs):
+        original(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    _call_hook(trainer.optimizer, "step", 13, ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="last.pt left as it was"):
+        trainer.train()
+    assert read_checkpoint(work / "last.pt")["training"]["step"] == 8
+    _resume_and_finish(multi30k_corpus, work, data)
+    assert_same_run(reference, work)
+
+
+def test_ctrl_c_during_a_validation_redoes_it(multi30k_corpus, straight, tmp_path, monkeypatch):
+    reference, data = straight
+    work = tmp_path / "run"
+    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+
+    def ctrl_c(original, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    # Two directions: calls 3 and 4 are the validation at step 16.
+    _call_hook(trainer_mod, "evaluate_devset", 4, ctrl_c, monkeypatch)
+    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 16"):
+        trainer.train()
+    monkeypatch.undo()
+    state = read_checkpoint(work / "last.pt")["training"]
+    assert state["step"] == 16 and [h["step"] for h in json.loads(state["history"])] == [8]
+    _resume_and_finish(multi30k_corpus, work, data)
+    assert_same_run(reference, work)
+
+
+def test_stop_between_a_metrics_line_and_the_checkpoints(multi30k_corpus, straight, tmp_path):
+    """The validation at 16 is logged, then the run is stopped before it saves: on resume
+    the orphan line is dropped and the validation done again, once."""
+    reference, data = straight
+    work = tmp_path / "run"
+    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+
+    def ctrl_c(original, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    # _save calls: best.pt and last.pt at step 8 (a first validation always improves), then the
+    # first write of step 16's validation, which is stopped.
+    _call_hook(trainer, "_save", 3, ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="at step 16"):
+        trainer.train()
+    assert [r["step"] for r in _metrics(work) if r["type"] == "valid"] == [8, 16]  # the orphan line
+    assert json.loads(read_checkpoint(work / "last.pt")["training"]["history"])[-1]["step"] == 8
+    _resume_and_finish(multi30k_corpus, work, data)
+    assert_same_run(reference, work)
+
+
+def test_crash_after_the_last_checkpoint_drops_and_redoes_later_lines(multi30k_corpus, straight, tmp_path):
+    """A run killed outright (no chance to save) resumes from the last validation's last.pt;
+    metrics.jsonl lines written after it are dropped and written again exactly once."""
+    reference, data = straight
+    work = tmp_path / "run"
+    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+    kept = {}
+    real_save = trainer._save
+
+    def save_and_keep(name, *args, **kwargs):
+        path = real_save(name, *args, **kwargs)
+        if name == "last.pt" and trainer.step == 16 and not kept:
+            kept["bytes"] = path.read_bytes()
+        return path
+
+    trainer._save = save_and_keep
+    trainer.train()
+    (work / "last.pt").write_bytes(kept["bytes"])  # as if killed after step 24 but before its save
+    lines_before = [r["step"] for r in _metrics(work)]
+    assert lines_before == [5, 8, 10, 15, 16, 20, 24]
+    _resume_and_finish(multi30k_corpus, work, data)
+    assert [r["step"] for r in _metrics(work)] == lines_before
+    assert_same_run(reference, work)
+
+
+def test_stop_before_the_first_checkpoint_then_start_again(multi30k_corpus, straight, tmp_path):
+    """Interrupted inside the weight update of step 7 there is no checkpoint to go back to:
+    the run is started again, and its log does not keep the stale line of step 5."""
+    reference, data = straight
+    work = tmp_path / "run"
+    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+
+    def ctrl_c(original, *args, **kwargs):
+        original(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    _call_hook(trainer.optimizer, "step", 7, ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="step 7: no checkpoint yet: start the run again"):
+        trainer.train()
+    assert not (work / "last.pt").exists() and [r["step"] for r in _metrics(work)] == [5]
+    Trainer(_config(multi30k_corpus, work), data=data).train()
+    assert_same_run(reference, work)
