@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,10 @@ MULTI30K = SHARED_DATA / "multi30k"
 # In CI the shared data, the papers and the optional extras are always installed: a test that
 # would skip for want of them is a suite that silently shrinks, so there it fails instead.
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# The measured precision choice (`precision: auto`) is cached per machine; tests keep theirs
+# out of the user's cache (child processes inherit the variable).
+os.environ["INTERLINGUA_CACHE_DIR"] = tempfile.mkdtemp(prefix="interlingua-test-cache-")
 
 
 def missing(reason: str) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -34,10 +35,24 @@ AMX_ONLY = "processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n"
 OLD_XEON = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n"
 
 
-def _cpu(monkeypatch, cpuinfo, amx=False, avx512_bf16=False):
+def _cpu(monkeypatch, cpuinfo, amx=False, avx512_bf16=False, speedup=1.5):
+    """A CPU with these flags on which the bf16 probe measures `speedup`."""
     monkeypatch.setattr(precision, "cpu_flags", lambda: precision.parse_cpu_flags(cpuinfo))
     monkeypatch.setattr(precision.torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     monkeypatch.setattr(precision.torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    probes = []
+
+    def probe() -> float:
+        probes.append(1)
+        return speedup
+
+    monkeypatch.setattr(precision, "measure_bf16_speedup", probe)
+    return probes
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def test_cpu_flags_are_read_as_words():
@@ -45,18 +60,42 @@ def test_cpu_flags_are_read_as_words():
     assert precision.parse_cpu_flags(AMD_ZEN4) >= {"avx512_bf16", "avx512f"}
     assert "amx_bf16" not in precision.parse_cpu_flags(AMD_ZEN4)
     assert precision.parse_cpu_flags("no flags line at all\n") == frozenset()
+    assert precision.parse_cpu_model("processor\t: 0\nmodel name\t: AMD EPYC 9B14\n") == "AMD EPYC 9B14"
 
 
-@pytest.mark.parametrize("cpuinfo, expected", [
-    (SAPPHIRE_RAPIDS, "bf16"),  # AMX and AVX512-BF16
-    (AMX_ONLY, "bf16"),
-    (AMD_ZEN4, "bf16"),  # AVX512-BF16 alone: measured 1.5x faster than fp32 in training (module docstring)
-    (OLD_XEON, "fp32"),  # bf16 would be emulated
-], ids=["amx+avx512_bf16", "amx", "avx512_bf16", "neither"])
-def test_auto_precision_is_bf16_only_with_native_bf16(cpuinfo, expected, monkeypatch):
-    _cpu(monkeypatch, cpuinfo, amx=True, avx512_bf16=True)  # the flags decide, not torch's probes
+@pytest.mark.parametrize("cpuinfo, speedup, expected", [
+    (SAPPHIRE_RAPIDS, 1.9, "bf16"),  # AMX and AVX512-BF16, bf16 measured faster
+    (AMX_ONLY, 1.9, "bf16"),
+    (AMD_ZEN4, 1.5, "bf16"),  # AVX512-BF16 where it is fast (AMD Zen 4)
+    (AMD_ZEN4, 0.69, "fp32"),  # AVX512-BF16 where bf16 steps are slower (Intel Xeon without AMX)
+    (AMD_ZEN4, 1.05, "fp32"),  # no clear gain: fp32
+    (OLD_XEON, 9.0, "fp32"),  # bf16 would be emulated: no probe at all
+], ids=["amx+avx512_bf16", "amx", "avx512_bf16-fast", "avx512_bf16-slow", "avx512_bf16-even", "neither"])
+def test_auto_precision_is_bf16_only_with_native_bf16_measured_faster(cpuinfo, speedup, expected, monkeypatch):
+    probes = _cpu(monkeypatch, cpuinfo, amx=True, avx512_bf16=True, speedup=speedup)  # the flags decide, not torch's probes
     assert precision.resolve_precision("auto") == expected
     assert precision.resolve_precision("fp32") == "fp32"
+    assert len(probes) == (0 if cpuinfo == OLD_XEON else 1)
+
+
+def test_the_probe_runs_once_per_machine_and_its_answer_is_cached(monkeypatch, tmp_path):
+    probes = _cpu(monkeypatch, AMD_ZEN4, speedup=0.7)
+    assert precision.resolve_precision("auto") == "fp32" and len(probes) == 1
+    assert precision.resolve_precision("auto") == "fp32" and len(probes) == 1  # from the cache
+    cached = json.loads(precision.cache_path().read_text())
+    assert precision.cache_path().parent == tmp_path / "cache"
+    [(key, entry)] = cached.items()
+    assert "avx512_bf16" in key and f"threads {torch.get_num_threads()}" in key and entry["speedup"] == 0.7
+    monkeypatch.setattr(precision.torch, "get_num_threads", lambda: 97)  # another setting: measured again
+    assert precision.resolve_precision("auto") == "fp32" and len(probes) == 2
+    precision.cache_path().write_text("{not json")  # a damaged cache is measured anew and rewritten
+    assert precision.resolve_precision("auto") == "fp32" and len(probes) == 3
+    assert len(json.loads(precision.cache_path().read_text())) == 1
+
+
+def test_the_real_probe_measures_a_ratio():
+    speedup = precision.measure_bf16_speedup(steps=1, batch=4, length=4, hidden=32, vocab=50)
+    assert math.isfinite(speedup) and speedup > 0
 
 
 @pytest.mark.parametrize("amx, avx512_bf16, expected", [

@@ -1,17 +1,25 @@
-"""Numeric precision on the CPU: bf16 autocast only where the CPU computes bf16 natively.
+"""Numeric precision on the CPU: bf16 autocast only where it is measured to be faster here.
 
-With bf16 dot-product instructions, AMX (Intel Sapphire Rapids and later) or AVX512-BF16
-(e.g. AMD Zen 4), bf16 training steps are faster than fp32 ones: on the project's AMD EPYC
-VM (AVX512-BF16, no AMX) a paper-size step took 0.89 s against 1.37 s in fp32, 0.16 s against
-0.28 s at the CPU recipes' size (one thread, the two interleaved in one process). Without
-either, PyTorch emulates bf16, hundreds of times slower, so `auto` falls back to fp32 there.
+bf16 needs dot-product instructions to be fast: AMX (Intel Sapphire Rapids and later) or
+AVX512-BF16 (e.g. AMD Zen 4). Without either PyTorch emulates bf16, hundreds of times slower,
+so `auto` is fp32 there without further ado. With them the outcome depends on the chip: on
+an AMD EPYC with AVX512-BF16 bf16 training steps run faster than fp32, on an Intel Xeon with
+AVX512-BF16 but no AMX slower. So where the flags allow bf16, `auto` runs a short probe (a
+few training steps of a small LSTM + output layer in both precisions, interleaved) and keeps
+bf16 only when it wins clearly. The answer is cached per CPU model, flags, torch version and
+thread count in `$INTERLINGUA_CACHE_DIR` (default `~/.cache/interlingua`)/precision.json.
 Master weights and the loss stay fp32 either way.
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
+import json
 import logging
+import os
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -20,6 +28,9 @@ log = logging.getLogger(__name__)
 
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """/proc/cpuinfo flags of the instructions that make bf16 matrix products fast."""
+
+MIN_BF16_SPEEDUP = 1.1
+"""`auto` keeps bf16 only when its probe steps are at least this much faster than fp32 ones."""
 
 
 def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
@@ -31,13 +42,32 @@ def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
     return frozenset()
 
 
+def parse_cpu_model(cpuinfo: str) -> str:
+    """The 'model name' of the first CPU in a /proc/cpuinfo text ('' when absent)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return ""
+
+
 @functools.lru_cache(maxsize=1)
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
 def cpu_flags() -> frozenset[str]:
     """This machine's CPU flags (empty where /proc/cpuinfo cannot be read)."""
-    try:
-        return parse_cpu_flags(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return frozenset()
+    return parse_cpu_flags(_cpuinfo())
+
+
+def cpu_model() -> str:
+    """This machine's CPU model name, or the platform's processor string."""
+    import platform
+    return parse_cpu_model(_cpuinfo()) or platform.processor() or platform.machine()
 
 
 def _torch_probe(name: str) -> bool:
@@ -48,18 +78,109 @@ def _torch_probe(name: str) -> bool:
         return False
 
 
-def cpu_has_native_bf16() -> bool:
-    """AMX-BF16 or AVX512-BF16: from /proc/cpuinfo, or where it is missing from torch's own probes."""
+def native_bf16_features() -> list[str]:
+    """AMX-BF16 / AVX512-BF16 as found in /proc/cpuinfo, or where it is missing from torch's own probes."""
     flags = cpu_flags()
     if flags:
-        return any(f in flags for f in NATIVE_BF16_FLAGS)
-    return _torch_probe("_is_amx_tile_supported") or _torch_probe("_is_avx512_bf16_supported")
+        return [f for f in NATIVE_BF16_FLAGS if f in flags]
+    found = []
+    if _torch_probe("_is_amx_tile_supported"):
+        found.append("amx_bf16")
+    if _torch_probe("_is_avx512_bf16_supported"):
+        found.append("avx512_bf16")
+    return found
+
+
+def cpu_has_native_bf16() -> bool:
+    return bool(native_bf16_features())
+
+
+def measure_bf16_speedup(steps: int = 4, batch: int = 32, length: int = 16, hidden: int = 256,
+                         vocab: int = 4000) -> float:
+    """fp32 step time / bf16 step time of a small LSTM + output layer, forward and backward.
+
+    The two precisions alternate step by step (after one warm-up step each), so a machine that
+    slows down during the probe slows both alike; medians resist single slow steps."""
+    gen = torch.Generator().manual_seed(0)
+    lstm = torch.nn.LSTM(hidden, hidden, batch_first=True)
+    out = torch.nn.Linear(hidden, vocab)
+    x = torch.randn(batch, length, hidden, generator=gen)
+    y = torch.randint(vocab, (batch * length,), generator=gen)
+
+    def step(precision: str) -> float:
+        t0 = time.perf_counter()
+        with autocast(precision):
+            h, _ = lstm(x)
+            loss = torch.nn.functional.cross_entropy(out(h).reshape(-1, vocab).float(), y)
+        loss.backward()
+        lstm.zero_grad(set_to_none=True)
+        out.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    for i in range(steps + 1):
+        for precision in ("fp32", "bf16"):
+            t = step(precision)
+            if i:
+                times[precision].append(t)
+    return statistics.median(times["fp32"]) / statistics.median(times["bf16"])
+
+
+def cache_path() -> Path:
+    root = os.environ.get("INTERLINGUA_CACHE_DIR") or Path.home() / ".cache" / "interlingua"
+    return Path(root) / "precision.json"
+
+
+def _machine_key(features: list[str]) -> str:
+    return f"{cpu_model()} | {'+'.join(features)} | torch {torch.__version__} | threads {torch.get_num_threads()}"
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(path: Path, data: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError as err:  # a read-only home must not stop training
+        log.warning("could not cache the precision probe in %s: %s", path, err)
+
+
+def bf16_speedup() -> float:
+    """This machine's measured bf16 speed-up, from the cache or from a probe run now (a few seconds)."""
+    key = _machine_key(native_bf16_features())
+    path = cache_path()
+    cached = _read_cache(path)
+    entry = cached.get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("speedup"), (int, float)):
+        return float(entry["speedup"])
+    log.info("measuring whether bf16 is faster than fp32 on this CPU (once per machine)")
+    speedup = measure_bf16_speedup()
+    cached[key] = {"speedup": round(speedup, 3), "measured": datetime.datetime.now().isoformat(timespec="seconds")}
+    _write_cache(path, cached)
+    return speedup
 
 
 def resolve_precision(requested: str) -> str:
-    """'auto' -> 'bf16' where the CPU has native bf16, else 'fp32'; an explicit 'bf16' on a CPU without it warns."""
+    """'auto' -> 'bf16' where the CPU has native bf16 and bf16 steps measure faster here, else 'fp32'.
+
+    An explicit 'bf16' on a CPU without native bf16 is kept but warned about."""
     if requested == "auto":
-        return "bf16" if cpu_has_native_bf16() else "fp32"
+        features = native_bf16_features()
+        if not features:
+            return "fp32"
+        speedup = bf16_speedup()
+        choice = "bf16" if speedup >= MIN_BF16_SPEEDUP else "fp32"
+        log.info("precision auto -> %s (%s; bf16 steps %.2fx the speed of fp32 here, cached in %s)",
+                 choice, "+".join(features), speedup, cache_path())
+        return choice
     if requested == "bf16" and not cpu_has_native_bf16():
         log.warning("precision bf16 requested but this CPU has no native bf16 (no AMX / AVX512-BF16): "
                     "it is emulated, expect training to be far slower than fp32")
