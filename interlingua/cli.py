@@ -140,8 +140,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                                        probing_dir=Path(args.probing_dir) if args.probing_dir else None, jobs=args.jobs)
     print((out_dir / f"{args.suite}.md").read_text())
     print(f"written: {out_dir / (args.suite + '.md')}, {out_dir / (args.suite + '.json')}")
-    print(f"wall clock: suite {result['total_elapsed_s']:.1f} s, loading model and references "
-          f"{result['setup_elapsed_s']:.1f} s")
+    print(f"wall clock: suite {result.total_elapsed_s:.1f} s, loading model and references "
+          f"{result.setup_elapsed_s:.1f} s")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:

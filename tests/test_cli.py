@@ -151,13 +151,14 @@ def test_evaluate_sentence_suite_through_cli(trained_model, multi30k_corpus, tmp
 
 def test_evaluate_passes_probing_dir_through(tmp_path, capsys, monkeypatch):
     import interlingua.evaluation.vectors as vectors
+    from interlingua.evaluation.sentence.suites import SuiteResult
     seen = {}
 
     def fake(suite, checkpoint, data_root, out_dir, **kwargs):
         seen.update(suite=suite, **kwargs)
         (out_dir / f"{suite}.md").parent.mkdir(parents=True, exist_ok=True)
         (out_dir / f"{suite}.md").write_text("# report\n")
-        return {"total_elapsed_s": 12.5, "setup_elapsed_s": 3.0}
+        return vectors.SentenceEvaluation(SuiteResult(suite, [], {}, total_elapsed_s=12.5), setup_elapsed_s=3.0)
 
     monkeypatch.setattr(vectors, "evaluate_sentence_vectors", fake)
     code, out = run(["evaluate", "probing", "--model", str(tmp_path / "x.pt"), "--data-root", str(tmp_path),

@@ -15,6 +15,8 @@ from interlingua.evaluation.sentence.paper_numbers import (CAPTION, LOCAL_NOTE, 
                                                            paper_tasks)
 from interlingua.evaluation.sentence.probing_sets import OFFICIAL_PROBING
 from interlingua.evaluation.sentence.report import Table, render_markdown, write_report
+from interlingua.evaluation.sentence.suites import downstream, similarity
+from interlingua.evaluation.sentence.suites.tables import with_paper
 from interlingua.evaluation.sentence.tasks import CLASSIFICATION_TASKS, STS_YEARS, Pairs
 
 PAPERS = Path(__file__).resolve().parents[1].parent / "shared" / "papers"
@@ -110,7 +112,8 @@ def test_the_two_papers_agree_where_they_overlap():
 
 
 def test_task_names_are_the_suites():
-    source = inspect.getsource(suites)
+    modules = (suites.downstream, suites.similarity, suites.nli, suites.probing, suites.crosslingual, suites.retrieval)
+    source = "".join(inspect.getsource(m) for m in modules)
     known = set(CLASSIFICATION_TASKS) | set(STS_YEARS) | set(OFFICIAL_PROBING.values())
     known |= {name for name in ("STS-B", "SICK-R", "SICK-E") if f'"{name}"' in source}
     assert paper_tasks() <= known
@@ -137,7 +140,7 @@ def _fake_result(tmp_path) -> dict:
     probing = Table("Probing (accuracy %)", ["ours", "chance"], reference_columns=["chance"])
     probing.add("WC (local)", [5.0, 0.1])
     return {"suite": "fake", "embedders": ["ours", "bow"],
-            "tables": [suites._with_paper(table), suites._with_paper(probing), Table("other", ["ours"])]}
+            "tables": [with_paper(table), with_paper(probing), Table("other", ["ours"])]}
 
 
 def test_report_shows_published_rows_apart_from_ours(tmp_path):
@@ -163,27 +166,27 @@ def test_report_shows_published_rows_apart_from_ours(tmp_path):
 
 def test_suites_attach_published_rows(tmp_path, monkeypatch):
     """Downstream and similarity suites on stubbed data and scores: paper rows under the right tables only."""
-    monkeypatch.setattr(suites, "load_classification", lambda *a, **kw: type("T", (), {"note": ""})())
-    monkeypatch.setattr(suites, "_cap_classification", lambda task, ctx: task)
-    monkeypatch.setattr(suites, "evaluate_classification", lambda *a, **kw: {"acc": 70.0})
-    monkeypatch.setattr(suites, "task_majority", lambda *a, **kw: 50.0)
+    monkeypatch.setattr(downstream, "load_classification", lambda *a, **kw: type("T", (), {"note": ""})())
+    monkeypatch.setattr(downstream, "_cap_classification", lambda task, ctx: task)
+    monkeypatch.setattr(downstream, "evaluate_classification", lambda *a, **kw: {"acc": 70.0})
+    monkeypatch.setattr(downstream, "task_majority", lambda *a, **kw: 50.0)
     pairs = Pairs(["a"], ["b"], [1.0])
-    monkeypatch.setattr(suites, "load_sts", lambda root, year: {"sub": pairs})
-    monkeypatch.setattr(suites, "sts_cosine", lambda enc, data: {"all": {"pearson": {"mean": 0.5}, "spearman": {"mean": 0.4}},
-                                                                 "subsets": {"sub": {"pearson": 0.5}}})
-    monkeypatch.setattr(suites, "load_stsb", lambda root: {"train": pairs})
-    monkeypatch.setattr(suites, "load_sick", lambda root, what: {"train": pairs})
-    monkeypatch.setattr(suites, "trainable_relatedness", lambda *a, **kw: {"pearson": 0.7})
+    monkeypatch.setattr(similarity, "load_sts", lambda root, year: {"sub": pairs})
+    monkeypatch.setattr(similarity, "sts_cosine", lambda enc, data: {
+        "all": {"pearson": {"mean": 0.5}, "spearman": {"mean": 0.4}}, "subsets": {"sub": {"pearson": 0.5}}})
+    monkeypatch.setattr(similarity, "load_stsb", lambda root: {"train": pairs})
+    monkeypatch.setattr(similarity, "load_sick", lambda root, what: {"train": pairs})
+    monkeypatch.setattr(similarity, "trainable_relatedness", lambda *a, **kw: {"pearson": 0.7})
     (tmp_path / "data").mkdir()
     embedders = {"ours": HashedBagOfWords(dim=4)}
 
     down = suites.run_suite("downstream", embedders, tmp_path / "data", tmp_path / "out")
-    assert [label for label, _ in down["tables"][0].paper][-1] == "GloVe-BoW (002 T2)"
+    assert [label for label, _ in down.tables[0].paper][-1] == "GloVe-BoW (002 T2)"
     assert "| SST2 | *61.87* | *61.92* | *61.91* | *61.92* | *62.02* | *62.24* | *54.68* |" in \
         (tmp_path / "out" / "downstream.md").read_text(encoding="utf-8")
 
     sim = suites.run_suite("similarity", embedders, tmp_path / "data", tmp_path / "out")
-    pearson, spearman, trained, subsets = sim["tables"]
+    pearson, spearman, trained, subsets = sim.tables
     assert len(pearson.paper) == 5 and spearman.paper == [] and subsets.paper == []
     assert dict(trained.paper)["GloVe-BoW (002 T2)"] == {"STS-B": 0.163, "SICK-R": 0.174}
     md = (tmp_path / "out" / "similarity.md").read_text(encoding="utf-8")
@@ -203,17 +206,17 @@ def test_similarity_on_a_trained_checkpoint_shows_ours_beside_the_published_rows
     root = need_data("senteval_downstream").parent
     embedders = {"model": Embedder(trained_model), "untrained": Embedder.untrained_like(trained_model)}
     res = suites.run_suite("similarity", embedders, root, tmp_path, quick=True, max_examples=200)
-    assert res["skipped"] == {}
+    assert res.skipped == {}
     tasks = [*STS_YEARS, "STS-B", "SICK-R"]
     scores = {}
     for task in tasks:
-        got = res["results"][task]
+        got = res.tasks[task].scores
         scores[task] = [got[n]["all"]["pearson"]["mean"] if "all" in got[n] else got[n]["pearson"] for n in embedders]
     values = np.array(list(scores.values()))
     # measured 0.25-0.47 (model) and 0.43-0.57 (untrained): both correlate with the gold scores, and differently
     assert np.isfinite(values).all() and values.min() > 0.1 and values.max() < 0.95, scores
     assert all(abs(model - untrained) > 0.01 for model, untrained in values), scores
-    pearson, _, trained, _ = res["tables"]
+    pearson, _, trained, _ = res.tables
     assert [label for label, _ in pearson.paper][-1] == "M↔M (000 T10)" and dict(trained.paper)["GloVe-BoW (002 T2)"]
     md = (tmp_path / "similarity.md").read_text(encoding="utf-8")
     cells = [f"**{v:.3f}**" if v == max(scores["STS16"]) else f"{v:.3f}" for v in scores["STS16"]]

@@ -4,18 +4,33 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from interlingua.evaluation.sentence import reference_embedders, run_suite
+from interlingua.evaluation.sentence.suites import AllResult, SuiteResult
 from interlingua.workers import usable_cores
 from interlingua.inference.embedder import Embedder
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class SentenceEvaluation:
+    """A suite's result on a checkpoint, and the seconds spent before it loading the model and references
+    (not part of the suite's report, whose `total_elapsed_s` is the suite's own wall clock)."""
+
+    result: SuiteResult | AllResult
+    setup_elapsed_s: float
+
+    @property
+    def total_elapsed_s(self) -> float:
+        return self.result.total_elapsed_s
+
+
 def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Path, out_dir: str | Path | None = None,
                               quick: bool = False, references: bool = True, probing_dir: Path | None = None,
-                              cache_dir: str | Path | None = None, jobs: int | None = None) -> dict:
+                              cache_dir: str | Path | None = None, jobs: int | None = None) -> SentenceEvaluation:
     """Run `suite` on the checkpoint's vectors (and its references); writes `<out_dir>/<suite>.md/.json`.
 
     What keeps `all` inside its 30-minute budget: per-head probing runs for the trained model
@@ -23,8 +38,8 @@ def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Pat
     then loaded from `cache_dir` (default `<out_dir>/cache/bow-subword-<lines>`). `probing_dir`
     holds the official SentEval probing files (default `<data_root>/senteval_probing`).
     `jobs` worker processes fit the probes (default: one per usable core).
-    The result's `total_elapsed_s` is the suite's wall clock; `setup_elapsed_s` the seconds
-    spent loading the model and building the references before it."""
+    `total_elapsed_s` is the suite's wall clock; `setup_elapsed_s` the seconds spent loading
+    the model and building the references before it."""
     start = time.perf_counter()
     out = Path(out_dir) if out_dir else Path(checkpoint).parent / "eval"
     embedders: dict = {"model": Embedder(checkpoint)}
@@ -36,7 +51,5 @@ def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Pat
     setup = time.perf_counter() - start
     result = run_suite(suite, embedders, Path(data_root), out, quick=quick, probing_dir=probing_dir,
                        per_head_embedders=["model"], jobs=usable_cores() if jobs is None else jobs)
-    result["setup_elapsed_s"] = round(setup, 2)
-    log.info("suite '%s': %.1f s (plus %.1f s loading the model and references)", suite,
-             result["total_elapsed_s"], setup)
-    return result
+    log.info("suite '%s': %.1f s (plus %.1f s loading the model and references)", suite, result.total_elapsed_s, setup)
+    return SentenceEvaluation(result, round(setup, 2))

@@ -1,4 +1,5 @@
-"""Suite reports: `<suite>.json` (everything) and `<suite>.md` (tables with one column per embedder).
+"""Suite reports: `<suite>.json` (everything) and `<suite>.md` (tables with one column per embedder),
+rendered from the report layout that `SuiteResult.to_dict()` gives (or a saved JSON file).
 
 Putting every embedder in its own column keeps the reference points (bag of subwords,
 untrained model, majority class) beside the model, so a number is never read alone. A table
@@ -128,4 +129,15 @@ def write_report(result: dict, out_dir: Path) -> tuple[Path, Path]:
     tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False))
     tmp.replace(json_path)
     md_path.write_text(render_markdown(result), encoding="utf-8")
+    return md_path, json_path
+
+
+def write_all_report(result: dict, out_dir: Path) -> tuple[Path, Path]:
+    """`all.json` holds every suite's result; `all.md` joins their reports. Returns both paths."""
+    out_dir = Path(out_dir)
+    json_path, md_path = out_dir / "all.json", out_dir / "all.md"
+    json_path.write_text(json.dumps(jsonable(result), indent=1, ensure_ascii=False))
+    parts = [render_markdown(r) for r in result["suites"].values()]
+    md_path.write_text(f"# Sentence-vector evaluation: all suites ({result['total_elapsed_s']:.0f} s)\n\n"
+                       + "\n\n".join(parts), encoding="utf-8")
     return md_path, json_path
