@@ -53,6 +53,13 @@ def positive_float(text: str) -> float:
     return _number(text, float, 0.0, strict=True)
 
 
+def _use_threads(threads: int | None) -> None:
+    """`--threads N`: torch's thread count for the rest of the command (default: torch's own)."""
+    if threads:
+        import torch
+        torch.set_num_threads(threads)
+
+
 def cmd_data(args: argparse.Namespace) -> None:
     if args.dataset == "multi30k":
         from interlingua.data.download import get_multi30k
@@ -95,7 +102,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from interlingua.inference.translator import Translator
-    tr = Translator(args.model, threads=args.threads)
+    _use_threads(args.threads)
+    tr = Translator(args.model)
     lines = _read_lines(args.input)
     out = tr.translate(lines, args.src, args.tgt, beam_size=args.beam, length_penalty=args.length_penalty,
                        max_len=args.max_len, batch_size=args.batch_size, pivot=args.pivot, progress=True)
@@ -123,7 +131,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.suite == "bleu":
         from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
         from interlingua.inference.translator import Translator
-        tr = Translator(args.model, threads=args.threads)
+        _use_threads(args.threads)
+        tr = Translator(args.model)
         corpus = args.corpus or tr.loaded.config.corpus
         res = bleu_matrix(tr, corpus, split=args.split, beam_size=args.beam, batch_size=args.batch_size,
                           pivot=args.pivot, max_sentences=args.max_sentences)

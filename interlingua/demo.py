@@ -19,7 +19,7 @@ from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
 from interlingua.evaluation.sentence.retrieval import retrieval_accuracy
 from interlingua.inference.embedder import Embedder
 from interlingua.inference.translator import Translator
-from interlingua.training.checkpoint import load_model
+from interlingua.modules.checkpoint import load_model
 from interlingua.training.trainer import Trainer
 
 log = logging.getLogger(__name__)

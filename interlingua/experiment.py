@@ -21,7 +21,7 @@ from interlingua.config import load_config
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
 from interlingua.evaluation.paper_numbers import paper_bleu
 from interlingua.inference.translator import Translator
-from interlingua.training.checkpoint import read_checkpoint
+from interlingua.modules.checkpoint import read_checkpoint
 from interlingua.training.trainer import Trainer
 from interlingua.workers import process_pool
 

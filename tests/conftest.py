@@ -87,7 +87,7 @@ def trained_model(multi30k_corpus, tmp_path_factory) -> Path:
 def untrained_model(trained_model, tmp_path_factory) -> Path:
     """trained_model's architecture and vocabularies with freshly initialised weights: a checkpoint that learned nothing."""
     from interlingua.inference.embedder import Embedder
-    from interlingua.training.checkpoint import read_checkpoint, save_atomic
+    from interlingua.modules.checkpoint import read_checkpoint, save_atomic
     payload = read_checkpoint(trained_model)
     payload.pop("training", None)
     payload["model"] = Embedder.untrained_like(trained_model, seed=1).model.state_dict()

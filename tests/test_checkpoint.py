@@ -6,7 +6,7 @@ import torch
 from interlingua.config import parse_config
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.inference.translator import Translator
-from interlingua.training.checkpoint import load_model, read_checkpoint
+from interlingua.modules.checkpoint import load_model, read_checkpoint
 from interlingua.training.trainer import Trainer
 
 from conftest import tiny_config
@@ -75,7 +75,7 @@ def test_resume_refuses_a_different_model(multi30k_corpus, tmp_path):
 
 
 def test_interrupted_write_keeps_previous_checkpoint(trained_model, tmp_path, monkeypatch):
-    from interlingua.training import checkpoint as ck
+    from interlingua.modules import checkpoint as ck
     target = tmp_path / "ckpt.pt"
     shutil.copyfile(trained_model, target)
     before = target.read_bytes()
@@ -129,7 +129,7 @@ def test_config_that_does_not_match_the_weights(trained_model, tmp_path, capsys,
 
 
 def test_newer_checkpoint_format_is_refused(trained_model, tmp_path, capsys, monkeypatch):
-    from interlingua.training.checkpoint import VERSION
+    from interlingua.modules.checkpoint import VERSION
     newer = _rewritten(trained_model, tmp_path / "newer.pt", lambda p: p.__setitem__("version", VERSION + 1))
     with pytest.raises(CheckpointError, match=rf"newer interlingua \(checkpoint format {VERSION + 1}, this version reads up to {VERSION}\)"):
         read_checkpoint(newer)

@@ -38,7 +38,7 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
             if json.loads(line)["type"] == "valid"] == [10, 12, 20]  # resumed at 12, not restarted
     from interlingua.inference.embedder import Embedder
     from interlingua.inference.translator import Translator
-    from interlingua.training.checkpoint import read_checkpoint
+    from interlingua.modules.checkpoint import read_checkpoint
     assert read_checkpoint(tmp_path / "run" / "last.pt")["training"]["step"] == 20
 
     code, out = run(["translate", "--model", str(ckpt), "--src", "en", "--tgt", "de", "--beam", "2"],

@@ -16,9 +16,9 @@ import torch
 
 from interlingua.config import ModelConfig, parse_config
 from interlingua.data.vocab import BOS, EOS, PAD, Vocab
-from interlingua.inference.search import greedy_search
+from interlingua.modules.checkpoint import build_payload, save_atomic
 from interlingua.modules.model import TranslationModel
-from interlingua.training.checkpoint import build_payload, save_atomic
+from interlingua.modules.search import greedy_search
 
 from conftest import tiny_config
 

@@ -5,7 +5,7 @@ from sacrebleu.metrics import BLEU
 
 from interlingua.inference.embedder import Embedder
 from interlingua.inference.translator import Translator
-from interlingua.training.checkpoint import load_model
+from interlingua.modules.checkpoint import load_model
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.evaluation.sentence.retrieval import cosine_matrix
 

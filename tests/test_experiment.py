@@ -8,7 +8,7 @@ import yaml
 
 from interlingua.config import load_config
 from interlingua.experiment import paper_setting, run_experiments, summary_markdown
-from interlingua.training.checkpoint import load_model
+from interlingua.modules.checkpoint import load_model
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 

@@ -19,8 +19,8 @@ import yaml
 from interlingua.cli import main
 from interlingua.config import parse_config
 from interlingua.data.prepare import prepare
+from interlingua.modules.checkpoint import read_checkpoint
 from interlingua.training import trainer as trainer_mod
-from interlingua.training.checkpoint import read_checkpoint
 from interlingua.training.trainer import Trainer, TrainingInterrupted
 
 from conftest import tiny_config

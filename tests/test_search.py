@@ -5,9 +5,9 @@ import torch
 
 from interlingua.config import ModelConfig
 from interlingua.data.vocab import BOS, EOS
-from interlingua.inference.search import beam_search, beam_search_nbest, greedy_search
 from interlingua.modules.decoders import DecoderState
 from interlingua.modules.model import TranslationModel
+from interlingua.modules.search import beam_search, beam_search_nbest, greedy_search
 
 
 def model_and_state(seed=0, batch=4):

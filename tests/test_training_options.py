@@ -17,10 +17,10 @@ from interlingua.data.batching import make_batch
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.data.prepare import prepare
 from interlingua.modules import model as model_mod
+from interlingua.modules.checkpoint import read_checkpoint
 from interlingua.modules.model import TranslationModel
 from interlingua.training import precision
 from interlingua.training import trainer as trainer_mod
-from interlingua.training.checkpoint import read_checkpoint
 from interlingua.training.precision import autocast
 from interlingua.training.trainer import Trainer
 from interlingua.training.validation import evaluate_devset, translate_devset

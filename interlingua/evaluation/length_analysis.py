@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from sacrebleu.metrics import BLEU  # noqa: E402
 
-from interlingua.evaluation.plots import save_figure  # noqa: E402
+from interlingua.figures import save_figure  # noqa: E402
 from interlingua.inference.translator import Translator  # noqa: E402
 
 DEFAULT_EDGES = (10, 20, 30)

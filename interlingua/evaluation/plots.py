@@ -1,7 +1,6 @@
-"""PNG plots of what people would rather look at than read: curves, BLEU matrices, attention."""
+"""PNG score matrices (BLEU/chrF heat maps); the bridge attention heat maps are drawn in sentence/heads.py."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -10,42 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-
-def save_figure(fig, out_png: Path) -> Path:
-    """Lay out, write (creating the folder) and close a figure; returns the PNG's path."""
-    fig.tight_layout()
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return out_png
-
-
-def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
-    """Train loss / penalty over steps, and dev BLEU per direction at each validation."""
-    train, valid = [], []
-    for line in metrics_jsonl.read_text().splitlines():
-        rec = json.loads(line)
-        (train if rec.get("type") == "train" else valid).append(rec)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    if train:
-        steps = [r["step"] for r in train]
-        axes[0].plot(steps, [r["loss"] for r in train], label="train token NLL")
-        axes[0].set_title("training loss")
-        axes[1].plot(steps, [r["penalty"] for r in train], color="tab:orange")
-        axes[1].set_title("bridge penalty ||AA^T - I||^2")
-    for ax in axes[:2]:
-        ax.set_xlabel("step")
-    if valid:
-        steps = [r["step"] for r in valid]
-        for name in valid[-1]["directions"]:
-            vals = [r["directions"].get(name, {}).get("bleu", np.nan) for r in valid]
-            axes[2].plot(steps, vals, marker=".", label=name, linestyle="--" if valid[-1]["directions"][name].get("zero_shot") else "-")
-        axes[2].plot(steps, [r["mean_bleu"] for r in valid], color="black", linewidth=2.5, label="mean (selection)")
-        axes[2].set_title("dev BLEU")
-        axes[2].set_xlabel("step")
-        axes[2].legend(fontsize=6, ncol=2)
-    save_figure(fig, out_png)
+from interlingua.figures import save_figure  # noqa: E402
 
 
 def plot_score_matrix(matrix: dict[str, dict[str, float | None]], languages: list[str], zero_shot: set[tuple[str, str]],

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from interlingua.data.inputs import encode_inputs, length_sorted_batches
 from interlingua.data.vocab import language_tag
 from interlingua.errors import InterlinguaError
-from interlingua.inference.inputs import encode_inputs, length_sorted_batches
-from interlingua.training.checkpoint import LoadedModel, load_model
+from interlingua.modules.checkpoint import LoadedModel, load_model
 
 
 class Embedder:

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from interlingua.data.inputs import encode_inputs, length_sorted_batches
 from interlingua.data.vocab import language_tag
-from interlingua.inference.inputs import encode_inputs, length_sorted_batches
-from interlingua.inference.search import beam_search, greedy_search
-from interlingua.training.checkpoint import LoadedModel, load_model
+from interlingua.modules.checkpoint import LoadedModel, load_model
+from interlingua.modules.search import beam_search, greedy_search
 
 log = logging.getLogger(__name__)
 
@@ -22,15 +22,15 @@ class Translator:
 
     >>> tr = Translator("runs/demo/best.pt")
     >>> tr.translate(["ein hund läuft."], src="de", tgt="fr", beam_size=5)
+
+    It runs on torch's current thread count; setting that (`torch.set_num_threads`) is the caller's choice.
     """
 
-    def __init__(self, checkpoint: str | Path | LoadedModel, threads: int | None = None):
+    def __init__(self, checkpoint: str | Path | LoadedModel):
         self.loaded = checkpoint if isinstance(checkpoint, LoadedModel) else load_model(checkpoint)
         self.model = self.loaded.model.eval()
         self.vocabs = self.loaded.vocabs
         self.pre = self.loaded.config.preprocess
-        if threads:
-            torch.set_num_threads(threads)
 
     @property
     def source_languages(self) -> list[str]:

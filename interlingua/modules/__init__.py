@@ -1,1 +1,1 @@
-"""Neural building blocks: encoders, bridges, decoders, and the model that joins them."""
+"""Neural building blocks: encoders, bridges, decoders, the model that joins them, its search and its checkpoints."""

@@ -32,9 +32,9 @@ from interlingua.data.directions import Direction, DirectionScheduler, build_dir
 from interlingua.data.prepare import PreparedData, direction_pairs, direction_references, prepare
 from interlingua.data.vocab import language_tag
 from interlingua.errors import CheckpointError, ConfigError, DataError
-from interlingua.evaluation.plots import plot_training_curves
+from interlingua.figures import plot_training_curves
+from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic
 from interlingua.modules.model import TranslationModel
-from interlingua.training.checkpoint import build_payload, read_checkpoint, save_atomic
 from interlingua.training.precision import autocast, resolve_precision
 from interlingua.training.validation import DevSet, evaluate_devset
 

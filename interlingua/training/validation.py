@@ -8,10 +8,10 @@ from sacrebleu.metrics import BLEU, CHRF
 import torch
 
 from interlingua.data.batching import make_batch
+from interlingua.data.inputs import length_sorted_batches
 from interlingua.data.vocab import Vocab, language_tag
-from interlingua.inference.inputs import length_sorted_batches
-from interlingua.inference.search import beam_search, greedy_search
 from interlingua.modules.model import TranslationModel
+from interlingua.modules.search import beam_search, greedy_search
 
 
 @dataclass

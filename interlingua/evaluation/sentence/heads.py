@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.stats import entropy  # noqa: E402
 
-from interlingua.evaluation.plots import save_figure  # noqa: E402
+from interlingua.figures import save_figure  # noqa: E402
 from interlingua.evaluation.sentence.protocol import EvaluationError  # noqa: E402
 
 
