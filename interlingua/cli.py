@@ -8,23 +8,20 @@ import sys
 from pathlib import Path
 
 from interlingua.errors import InterlinguaError
+from interlingua.textio import decode_lines
 
 log = logging.getLogger("interlingua")
 
 
 def _read_lines(path: str | None) -> list[str]:
-    """Input lines, split only at line breaks (\\n, \\r\\n, \\r) as for stdin, so that every
-    command gives one output line (or vector) per input line whichever way the text came in."""
-    try:
-        if path in (None, "-"):
-            return [line.rstrip("\r\n") for line in sys.stdin]
-        p = Path(path)
-        if not p.is_file():
-            raise InterlinguaError(f"input file not found: {p}")
-        with open(p, encoding="utf-8") as f:
-            return [line.rstrip("\r\n") for line in f]
-    except UnicodeDecodeError as err:
-        raise InterlinguaError(f"{'stdin' if path in (None, '-') else path} is not UTF-8 text: {err}") from None
+    """Input lines from a file or stdin, split and decoded alike (`textio.decode_lines`), so that
+    every command gives one output line (or vector) per input line whichever way the text came in."""
+    if path in (None, "-"):
+        return decode_lines(sys.stdin.buffer.read(), "stdin")
+    p = Path(path)
+    if not p.is_file():
+        raise InterlinguaError(f"input file not found: {p}")
+    return decode_lines(p.read_bytes(), str(p))
 
 
 def _number(text: str, kind: type, low: float, strict: bool) -> int | float:

@@ -98,7 +98,7 @@ def _cli(argv, capsys, monkeypatch, stdin="a dog .\n"):
     import sys
 
     from interlingua.cli import main
-    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8"))
     code = main(argv)
     err = capsys.readouterr().err
     return code, [line for line in err.splitlines() if line.strip()]

@@ -14,7 +14,7 @@ from conftest import REPO, tiny_config
 
 def run(argv, stdin="", capsys=None, monkeypatch=None):
     if monkeypatch is not None:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8"))
     code = main(argv)
     out = capsys.readouterr() if capsys is not None else None
     return code, out

@@ -110,7 +110,7 @@ def test_embed_gives_one_row_per_line_and_zeros_for_empty_lines(checkpoint, tmp_
         (tmp_path / "in.txt").write_text(text, encoding="utf-8")
         argv += ["-i", str(tmp_path / "in.txt")]
     else:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8")), encoding="utf-8"))
     caplog.set_level(logging.WARNING, logger="interlingua")
     assert main(argv) == 0
     vecs = np.load(tmp_path / "v.npy")
@@ -140,7 +140,7 @@ def test_translate_and_embed_agree_on_lines(checkpoint, tmp_path, capsys):
 
 
 def test_embed_only_empty_lines(checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("\n\n"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n\n".encode("utf-8")), encoding="utf-8"))
     assert main(["embed", "--model", str(checkpoint), "--lang", "en", "-o", str(tmp_path / "v.npy")]) == 0
     vecs = np.load(tmp_path / "v.npy")
     assert vecs.shape == (2, 64) and not vecs.any()
@@ -152,3 +152,48 @@ def test_input_that_is_not_utf8_is_one_clear_error(checkpoint, tmp_path, capsys)
                  "-o", str(tmp_path / "v.npy")]) == 2
     err = capsys.readouterr().err
     assert "is not UTF-8 text" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("raw, needle", [
+    (b"a dog runs .\ntwo men \xff\xfe .\n", "stdin: line 2 is not UTF-8 text (byte 0xff at column 9)"),
+    (b"ok\r\nok\n\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "stdin: line 3 is not UTF-8 text (byte 0x89 at column 1)"),
+    (b"ok\nbinary\x00data\n", "stdin: line 2 holds NUL bytes: binary data, not text"),
+], ids=["latin1", "png", "nul"])
+@pytest.mark.parametrize("command", ["translate", "embed"])
+def test_stdin_that_is_not_text_names_the_line(checkpoint, tmp_path, monkeypatch, capsys, raw, needle, command):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8"))
+    args = ["--src", "en", "--tgt", "de"] if command == "translate" else ["--lang", "en", "-o", str(tmp_path / "v.npy")]
+    assert main([command, "--model", str(checkpoint), *args]) == 2
+    out = capsys.readouterr()
+    assert out.err.strip() == f"error: {needle}" and out.out == ""
+    assert not (tmp_path / "v.npy").exists()
+
+
+def test_files_the_cli_reads_name_the_bad_line(tmp_path, capsys):
+    """A corpus file, a corpus YAML and a config YAML with a Latin-1 byte: one error naming file and line."""
+    from interlingua.data.corpus import load_corpus, read_lines
+    from interlingua.errors import InterlinguaError
+    bad = tmp_path / "train.en"
+    bad.write_bytes("one\ntwo\ncaf\xe9\n".encode("latin-1"))
+    with pytest.raises(InterlinguaError, match=rf"{bad}: line 3 is not UTF-8 text \(byte 0xe9 at column 4\)"):
+        read_lines(bad)
+    gz = tmp_path / "train.de.gz"
+    import gzip
+    gz.write_bytes(gzip.compress(b"eins\n\xff\n"))
+    with pytest.raises(InterlinguaError, match="line 2 is not UTF-8"):
+        read_lines(gz)
+    corpus = tmp_path / "corpus.yaml"
+    corpus.write_bytes(b"languages: [en, de]\n# caf\xe9\n")
+    with pytest.raises(InterlinguaError, match=rf"{corpus}: line 2 is not UTF-8"):
+        load_corpus(corpus)
+    config = tmp_path / "run.yaml"
+    config.write_bytes(b"name: x\n# \xff\n")
+    assert main(["train", str(config)]) == 2
+    assert f"{config}: line 2 is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_line_splitting_is_the_same_for_files_and_stdin():
+    from interlingua.textio import decode_lines
+    assert decode_lines(b"", "x") == []
+    assert decode_lines(b"a\r\nb\rc\n\nd", "x") == ["a", "b", "c", "", "d"]
+    assert decode_lines("a\u2028b\x0cc\n".encode(), "x") == ["a\u2028b\x0cc"]

@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from interlingua.errors import DataError
+from interlingua.textio import decode_lines, read_text
 
 _WS = re.compile(r"\s+")
 _LANG = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")
@@ -60,7 +61,7 @@ def load_corpus(path: str | Path) -> Corpus:
     if not path.is_file():
         raise DataError(f"corpus file not found: {path}")
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        spec = yaml.safe_load(read_text(path)) or {}
     except yaml.YAMLError as err:
         raise DataError(f"corpus {path} is not valid YAML: {err}") from None
     if not isinstance(spec, dict):
@@ -110,15 +111,16 @@ def normalize_line(line: str, lowercase: bool, normalize: bool) -> str:
 
 
 def read_lines(path: Path) -> list[str]:
-    """All lines of a (possibly gzipped) UTF-8 file, newline stripped."""
+    """All lines of a (possibly gzipped) UTF-8 file, newline stripped; bad bytes name their line."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            return [line.rstrip("\r\n") for line in f]
+        with opener(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         raise DataError(f"file not found: {path}") from None
-    except (UnicodeDecodeError, OSError, EOFError) as err:
+    except (OSError, EOFError) as err:
         raise DataError(f"cannot read {path}: {err}") from None
+    return decode_lines(raw, str(path))
 
 
 def read_group(group: ParallelGroup, limit: int | None = None) -> dict[str, list[str]]:

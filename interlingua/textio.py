@@ -1,0 +1,52 @@
+"""Text in from files and pipes: lines split the same way everywhere, and undecodable input
+named by its line, so that a stray Latin-1 or binary file gets one clear error, not a traceback.
+
+Lines split only at line breaks (\\n, \\r\\n, \\r), as Python's text files do, so a file and the
+same text on stdin give the same lines; other characters Unicode counts as breaks (U+2028,
+form feed) stay inside their line.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from interlingua.errors import InterlinguaError
+
+_LINE_BREAK = re.compile(rb"\r\n|\n|\r")
+
+
+class TextDecodeError(InterlinguaError):
+    """Input that is not UTF-8 text; the message names the source and the line."""
+
+
+def decode_lines(raw: bytes, source: str) -> list[str]:
+    """UTF-8 `raw` bytes as lines without their breaks; a final break ends the last line."""
+    if not raw:
+        return []
+    pieces = _LINE_BREAK.split(raw)
+    if pieces[-1] == b"":  # the text ended with a line break
+        pieces.pop()
+    lines = []
+    for number, piece in enumerate(pieces, 1):
+        if b"\0" in piece:
+            raise TextDecodeError(f"{source}: line {number} holds NUL bytes: binary data, not text")
+        try:
+            lines.append(piece.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise TextDecodeError(f"{source}: line {number} is not UTF-8 text "
+                                  f"(byte 0x{piece[err.start]:02x} at column {err.start + 1})") from None
+    return lines
+
+
+def decode_text(raw: bytes, source: str) -> str:
+    """A whole UTF-8 document (a config, a corpus description); errors name the line."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        decode_lines(raw, source)  # raises, naming the first bad line
+        raise
+
+
+def read_text(path: Path, source: str | None = None) -> str:
+    """The UTF-8 text of a file; undecodable bytes raise `TextDecodeError` naming the line."""
+    return decode_text(Path(path).read_bytes(), source or str(path))
