@@ -6,10 +6,11 @@ The validated config is stored inside every checkpoint, so a checkpoint explains
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
+                      model_validator)
 
 from interlingua.errors import ConfigError
 from interlingua.textio import read_text
@@ -58,7 +59,32 @@ class DirectionsConfig(_Strict):
         return self
 
 
-class EncoderConfig(_Strict):
+class KindConfig(_Strict):
+    """The settings of one kind of model slot (encoder, bridge or decoder); `type` names the kind.
+
+    Each slot's config is a union of its kinds' configs, told apart by `type` (the kind's
+    name in the slot's registry, `interlingua.modules.registry`); a missing `type` means the
+    slot's default kind, so configs and checkpoints written before a slot had kinds still read."""
+
+    type: str
+
+
+def _kinds(default: str, *members: type[KindConfig]) -> Any:
+    """A slot's config type: `members` told apart by their `type`, `default` where it is missing."""
+
+    def tag(value: Any) -> str | None:
+        if isinstance(value, dict):
+            return value.get("type", default)
+        return getattr(value, "type", None)
+
+    tagged = tuple(Annotated[m, Tag(m.model_fields["type"].default)] for m in members)
+    return Annotated[Union[tagged], Discriminator(
+        tag, custom_error_type="unknown_kind",
+        custom_error_message=f"unknown type; known types: {', '.join(repr(m.model_fields['type'].default) for m in members)}")]
+
+
+# -- encoders ---------------------------------------------------------------------------------
+class BiLSTMEncoderConfig(KindConfig):
     type: Literal["bilstm"] = "bilstm"
     layers: int = Field(2, ge=1, le=16)
     hidden: int = Field(512, ge=2)
@@ -72,26 +98,46 @@ class EncoderConfig(_Strict):
         return v
 
 
-class BridgeConfig(_Strict):
-    type: Literal["attention", "none"] = "attention"
+EncoderConfig = _kinds("bilstm", BiLSTMEncoderConfig)
+
+
+# -- bridges ----------------------------------------------------------------------------------
+class AttentionBridgeConfig(KindConfig):
+    type: Literal["attention"] = "attention"
     heads: int = Field(10, ge=1, le=1024)
     """k, the number of attention heads (columns of M)."""
     hidden: int = Field(1024, ge=1)
     """d_w, the inner size of the bridge's two-layer scorer."""
 
 
-class DecoderConfig(_Strict):
+class NoBridgeConfig(KindConfig):
+    type: Literal["none"] = "none"
+    heads: int = Field(10, ge=1, le=1024)
+    """Unused: kept so that `type` alone switches a config between `attention` and `none`."""
+    hidden: int = Field(1024, ge=1)
+    """Unused, as `heads`."""
+
+
+BridgeConfig = _kinds("attention", AttentionBridgeConfig, NoBridgeConfig)
+
+
+# -- decoders ---------------------------------------------------------------------------------
+class LSTMDecoderConfig(KindConfig):
+    type: Literal["lstm"] = "lstm"
     layers: int = Field(2, ge=1, le=16)
     hidden: int = Field(512, ge=2)
     input_feed: bool = False
     """Luong input feeding: slower on CPU (one step at a time in training)."""
 
 
+DecoderConfig = _kinds("lstm", LSTMDecoderConfig)
+
+
 class ModelConfig(_Strict):
     embed_dim: int = Field(512, ge=2)
-    encoder: EncoderConfig = Field(default_factory=EncoderConfig)
-    bridge: BridgeConfig = Field(default_factory=BridgeConfig)
-    decoder: DecoderConfig = Field(default_factory=DecoderConfig)
+    encoder: EncoderConfig = Field(default_factory=BiLSTMEncoderConfig)
+    bridge: BridgeConfig = Field(default_factory=AttentionBridgeConfig)
+    decoder: DecoderConfig = Field(default_factory=LSTMDecoderConfig)
     dropout: float = Field(0.3, ge=0.0, lt=1.0)
     shared: bool = False
     """One encoder and one decoder for all languages with a target-language tag (Johnson et al.)."""
@@ -139,12 +185,40 @@ class ExperimentConfig(_Strict):
 def _format_validation_error(err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():
-        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        path = _key_path(e["loc"]) or "(top level)"
         msg = e["msg"]
+        if e["type"] == "unknown_kind":
+            msg = (msg.replace("unknown type", f"unknown type {e['input'].get('type')!r}", 1)
+                   if isinstance(e["input"], dict) else f"expected a mapping, got {type(e['input']).__name__}")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
         lines.append(f"{path}: {msg}")
     return f"invalid config {source}: " + "; ".join(lines)
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    """The dotted key path of an error location, without the kind tags pydantic puts after a
+    slot (`model.decoder.lstm.hidden` is the key `model.decoder.hidden`)."""
+    parts: list[str] = []
+    node: Any = ExperimentConfig
+    rest = list(loc)
+    while rest:
+        part = rest.pop(0)
+        parts.append(str(part))
+        field = node.model_fields.get(part) if isinstance(node, type) and issubclass(node, BaseModel) else None
+        node = None
+        if field is None:
+            continue
+        ann = field.annotation
+        args = get_args(ann) if get_origin(ann) is Union else (ann,)
+        args = tuple(get_args(a)[0] if get_origin(a) is Annotated else a for a in args)
+        members = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        kinds = {m.model_fields["type"].default: m for m in members if issubclass(m, KindConfig)}
+        if kinds and rest and rest[0] in kinds:
+            node = kinds[rest.pop(0)]
+        elif len(members) == 1:
+            node = members[0]
+    return ".".join(parts)
 
 
 def parse_config(data: dict[str, Any], source: str = "<dict>", base_dir: Path | None = None) -> ExperimentConfig:

@@ -46,3 +46,17 @@ def test_shipped_recipes_are_valid():
     assert recipes
     for r in recipes:
         load_config(r)
+
+
+def test_model_slots_are_kinds_chosen_by_type():
+    cfg = parse_config({"corpus": "c.yaml", "model": {"decoder": {"hidden": 8}, "bridge": {"type": "none"}}})
+    assert cfg.model.decoder.type == "lstm" and cfg.model.encoder.type == "bilstm" and cfg.model.bridge.type == "none"
+    # a wrong key inside a kind's settings names the key's path, not pydantic's union tag
+    with pytest.raises(ConfigError, match=r"model\.bridge\.hiden: unknown key"):
+        parse_config({"corpus": "c.yaml", "model": {"bridge": {"type": "none", "hiden": 3}}})
+    with pytest.raises(ConfigError, match=r"config <dict>: model\.decoder\.inputfeed: unknown key$"):
+        parse_config({"corpus": "c.yaml", "model": {"decoder": {"inputfeed": True}}})
+    with pytest.raises(ConfigError, match=r"model\.decoder: unknown type 'transformer'; known types: 'lstm'"):
+        parse_config({"corpus": "c.yaml", "model": {"decoder": {"type": "transformer"}}})
+    with pytest.raises(ConfigError, match=r"model\.bridge: expected a mapping"):
+        parse_config({"corpus": "c.yaml", "model": {"bridge": 3}})

@@ -2,7 +2,7 @@
 
 Tiny random models, no training: the log-probabilities of a target sequence from one
 teacher-forced pass equal those from feeding its tokens one at a time through
-`LSTMDecoder.step`, with and without input feeding, with and without the bridge; and greedy
+`Decoder.step`, with and without input feeding, with and without the bridge; and greedy
 search, batched, follows the argmax path of step-by-step decoding of each sentence alone.
 Also home of the tiny random checkpoints that other inference tests build on.
 """
@@ -81,7 +81,7 @@ def _stepwise_logprobs(model: TranslationModel, src: torch.Tensor, length: int, 
     """One sentence alone (no padding anywhere): log p of each next token, BOS fed first."""
     dec = model.decoder_for("de")
     bridged = model.encode(src[None, :length], torch.tensor([length]), "en")
-    state = dec.start(bridged.memory, bridged.memory_mask)
+    state = dec.start_state(bridged.memory, bridged.memory_mask)
     prev, rows = torch.tensor([BOS]), []
     for tok in tokens:
         logp, state = dec.step(prev, state)
@@ -101,7 +101,7 @@ def test_teacher_forcing_equals_step_by_step(bridge, input_feed):
     src, lengths, tgt, tgt_in, tgt_out = _batch(17)
     dec = model.decoder_for("de")
     bridged = model.encode(src, lengths, "en")
-    att, _ = dec(tgt_in, dec.start(bridged.memory, bridged.memory_mask))
+    att, _ = dec(tgt_in, dec.start_state(bridged.memory, bridged.memory_mask))
     forced = torch.log_softmax(dec.generator(att).float(), dim=-1)       # (batch, T, V), padded batch
     total = 0.0
     for i, seq in enumerate(tgt):
@@ -117,7 +117,7 @@ def test_teacher_forcing_equals_step_by_step(bridge, input_feed):
 def _argmax_path(model: TranslationModel, src: torch.Tensor, length: int, max_len: int) -> list[int]:
     dec = model.decoder_for("de")
     bridged = model.encode(src[None, :length], torch.tensor([length]), "en")
-    state = dec.start(bridged.memory, bridged.memory_mask)
+    state = dec.start_state(bridged.memory, bridged.memory_mask)
     prev, out = torch.tensor([BOS]), []
     for _ in range(max_len):
         logp, state = dec.step(prev, state)
@@ -140,7 +140,7 @@ def test_batched_greedy_search_follows_the_argmax_path_of_each_sentence(bridge, 
         src, lengths, *_ = _batch(9, seed)
         dec = model.decoder_for("de")
         bridged = model.encode(src, lengths, "en")
-        batched = greedy_search(dec, dec.start(bridged.memory, bridged.memory_mask), 12)
+        batched = greedy_search(dec, dec.start_state(bridged.memory, bridged.memory_mask), 12)
         alone = [_argmax_path(model, src[i], int(lengths[i]), 12) for i in range(len(SRC_LENGTHS))]
         assert batched == alone, (bridge, input_feed, seed)
         mixed += len({len(h) for h in batched}) > 1

@@ -18,12 +18,12 @@ def model_and_state(seed=0, batch=4):
     src = torch.randint(4, 12, (batch, 5))
     bridged = model.encode(src, torch.tensor([5, 4, 3, 5][:batch]), "en")
     dec = model.decoder_for("de")
-    return dec, dec.start(bridged.memory, bridged.memory_mask)
+    return dec, dec.start_state(bridged.memory, bridged.memory_mask)
 
 
 def sequence_logprob(dec, state, row, seq, finished=True):
     """log p(seq + EOS); for an unfinished sequence log p(seq), an upper bound of any completion."""
-    st = state.select(torch.tensor([row]))
+    st = dec.reorder_state(state, torch.tensor([row]))
     prev, total = torch.tensor([BOS]), 0.0
     for tok in seq + ([EOS] if finished else []):
         logp, st = dec.step(prev, st)
@@ -73,6 +73,12 @@ class BigramDecoder:
 
     def step(self, prev, state):
         return self.logp[prev], state
+
+    def reorder_state(self, state, indices):
+        return state.select(indices)
+
+    def batch_size(self, state):
+        return state.hidden.size(1)
 
 
 def bigram_state(batch=1):
@@ -137,7 +143,7 @@ def test_beam_one_equals_greedy_for_every_decoder(bridge, input_feed):
         src, lengths, *_ = _batch(9, seed)
         dec = model.decoder_for("de")
         bridged = model.encode(src, lengths, "en")
-        state = dec.start(bridged.memory, bridged.memory_mask)
+        state = dec.start_state(bridged.memory, bridged.memory_mask)
         for alpha in (0.0, 1.0):
             assert beam_search(dec, state, 12, beam_size=1, length_penalty=alpha) == greedy_search(dec, state, 12)
 

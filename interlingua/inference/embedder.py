@@ -48,7 +48,7 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        return self.model.cfg.encoder.hidden
+        return self.model.bridge.output_dim
 
     def _prefix(self, lang: str) -> int | None:
         return self.vocabs[lang].piece_id(language_tag(lang)) if self.model.cfg.shared else None
@@ -64,21 +64,16 @@ class Embedder:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if pooling not in ("mean", "heads"):
             raise InterlinguaError(f"unknown pooling '{pooling}' (use 'mean' or 'heads')")
-        if pooling == "heads" and not self.model.has_bridge:
-            raise InterlinguaError("pooling='heads' needs an attention-bridge model; this one has bridge: none")
+        bridge = self.model.bridge
+        if pooling == "heads" and bridge.heads is None:
+            raise InterlinguaError(f"pooling='heads' needs an attention-bridge model; this one has bridge: {bridge.kind}")
         self.model.encoder_for(lang)
         seqs = encode_inputs(sentences, self.vocabs[lang], self.pre, empty_output="their vectors are zeros")
-        k = self.model.cfg.bridge.heads
-        shape = (len(seqs), k, self.dim) if pooling == "heads" else (len(seqs), self.dim)
+        shape = (len(seqs), bridge.heads, self.dim) if pooling == "heads" else (len(seqs), self.dim)
         out = np.zeros(shape, dtype=np.float32)
         for idx, ids, lengths in length_sorted_batches(seqs, batch_size, self._prefix(lang)):
             bridged = self.model.encode(ids, lengths, lang)
-            mem, mask = bridged.memory.float(), bridged.memory_mask
-            if pooling == "heads":
-                vecs = mem
-            else:
-                m = mask.unsqueeze(-1).float()
-                vecs = (mem * m).sum(1) / m.sum(1).clamp_min(1.0)
+            vecs = bridge.head_vectors(bridged) if pooling == "heads" else bridge.pooled(bridged)
             out[idx] = vecs.numpy()
         return out
 
@@ -95,14 +90,14 @@ class Embedder:
         return att, [self.vocabs[lang].sp.id_to_piece(int(i)) for i in seqs[0]]
 
     def _encode_for_attention(self, sentences: Sequence[str], lang: str) -> list[np.ndarray]:
-        if not self.model.has_bridge:
-            raise InterlinguaError("this model has no attention bridge (bridge: none)")
+        if not self.model.bridge.attention_available:
+            raise InterlinguaError(f"this model has no attention bridge (bridge: {self.model.bridge.kind})")
         self.model.encoder_for(lang)
         return encode_inputs(sentences, self.vocabs[lang], self.pre)
 
     @torch.inference_mode()
     def _attentions(self, seqs: list[np.ndarray], lang: str, batch_size: int) -> list[np.ndarray]:
-        k = self.model.cfg.bridge.heads
+        k = self.model.bridge.heads
         out = [np.zeros((k, 0), dtype=np.float32) for _ in seqs]
         for idx, ids, lengths in length_sorted_batches(seqs, batch_size, self._prefix(lang)):
             att = self.model.encode(ids, lengths, lang).attention.float().numpy()

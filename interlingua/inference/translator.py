@@ -80,14 +80,12 @@ class Translator:
         self._check(src, tgt)
         seqs = encode_inputs(sentences, self.vocabs[src], self.pre)
         prefix = self.vocabs[src].piece_id(language_tag(tgt)) if self.model.cfg.shared else None
-        decoder = self.model.decoder_for(tgt)
         out = [""] * len(seqs)
         n_batches = (sum(1 for s in seqs if len(s)) + batch_size - 1) // batch_size
         for idx, ids, lengths in tqdm(length_sorted_batches(seqs, batch_size, prefix), total=n_batches,
                                        desc=f"{src}->{tgt}", unit="batch", disable=not progress, leave=False):
             limit = max_len or min(int(lengths.max()) * 2 + 10, 4 * self.pre.max_len)
-            bridged = self.model.encode(ids, lengths, src)
-            state = decoder.start(bridged.memory, bridged.memory_mask)
+            decoder, state = self.model.start_decoding(self.model.encode(ids, lengths, src), tgt)
             if beam_size == 1:
                 hyps = greedy_search(decoder, state, limit)
             else:

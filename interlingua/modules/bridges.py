@@ -8,22 +8,14 @@ with the penalty ||A A^T - I||_F^2 that pushes heads toward different parts of t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
+from interlingua.config import AttentionBridgeConfig, NoBridgeConfig
+from interlingua.modules.base import Bridge, BridgeOutput
+from interlingua.modules.registry import BRIDGES
 
-@dataclass
-class BridgeOutput:
-    memory: torch.Tensor
-    """(batch, mem_len, d) what the decoder attends to: M (mem_len = k) or H."""
-    memory_mask: torch.Tensor
-    """(batch, mem_len) True where the decoder may attend."""
-    attention: torch.Tensor | None
-    """(batch, k, src_len) bridge attention A (None without a bridge)."""
-    penalty: torch.Tensor
-    """(batch,) ||A A^T - I||_F^2 per sentence (zeros without a bridge)."""
+__all__ = ["AttentionBridge", "BridgeOutput", "NoBridge", "orthogonality_penalty"]
 
 
 def orthogonality_penalty(attention: torch.Tensor) -> torch.Tensor:
@@ -33,14 +25,22 @@ def orthogonality_penalty(attention: torch.Tensor) -> torch.Tensor:
     return ((gram - eye) ** 2).sum(dim=(1, 2))
 
 
-class AttentionBridge(nn.Module):
+@BRIDGES.register("attention")
+class AttentionBridge(Bridge):
     """Shared inner-attention layer with k heads and scorer size d_w."""
+
+    attention_available = True
 
     def __init__(self, input_dim: int, hidden: int, heads: int):
         super().__init__()
         self.w1 = nn.Linear(input_dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, heads, bias=False)
         self.heads = heads
+        self.output_dim = input_dim
+
+    @classmethod
+    def from_config(cls, cfg: AttentionBridgeConfig, *, input_dim: int, **_: object) -> "AttentionBridge":
+        return cls(input_dim, cfg.hidden, cfg.heads)
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> BridgeOutput:
         """states H (batch, n, d_h), mask (batch, n) -> M (batch, k, d_h) and A (batch, k, n)."""
@@ -52,8 +52,17 @@ class AttentionBridge(nn.Module):
         return BridgeOutput(memory, memory_mask, attention, orthogonality_penalty(attention))
 
 
-class NoBridge(nn.Module):
+@BRIDGES.register("none")
+class NoBridge(Bridge):
     """Pass the encoder states through: the decoder attends to every source token."""
+
+    def __init__(self, input_dim: int | None = None):
+        super().__init__()
+        self.output_dim = input_dim  # type: ignore[assignment]  (H's size; unknown when built without it)
+
+    @classmethod
+    def from_config(cls, cfg: NoBridgeConfig, *, input_dim: int, **_: object) -> "NoBridge":
+        return cls(input_dim)
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> BridgeOutput:
         zero = torch.zeros(states.size(0), dtype=torch.float32, device=states.device)

@@ -74,6 +74,12 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return payload
 
 
+def stored_config(payload: dict[str, Any], path: str | Path) -> ExperimentConfig:
+    """The config a checkpoint was written with, in today's shape: checkpoints written before the
+    model's slots had kinds lack `model.decoder.type` (and read as the default kinds)."""
+    return parse_config(payload["config"], source=f"stored in {path}")
+
+
 @dataclass
 class LoadedModel:
     model: TranslationModel
@@ -88,7 +94,7 @@ def load_model(path: str | Path) -> LoadedModel:
     """Rebuild the model and vocabularies of a checkpoint, in eval mode."""
     payload = read_checkpoint(path)
     try:
-        cfg = parse_config(payload["config"], source=f"stored in {path}")
+        cfg = stored_config(payload, path)
         protos = payload["vocabs"]
         cache: dict[bytes, Vocab] = {}
         vocabs = {lang: cache.setdefault(p, Vocab(p)) for lang, p in protos.items()}

@@ -1,4 +1,4 @@
-"""Language-specific LSTM decoders with Luong ("general") attention over the bridge memory.
+"""Language-specific decoders (kinds: `lstm`). The LSTM decoder: LSTM with Luong ("general") attention over the bridge memory.
 
 Initial state: tanh(W mean(memory)) (paper 001), so the decoder starts from the sentence
 vector itself. Without input feeding the whole target sequence runs through one fused LSTM
@@ -12,7 +12,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from interlingua.config import LSTMDecoderConfig
 from interlingua.data.vocab import PAD
+from interlingua.modules.base import Decoder
+from interlingua.modules.registry import DECODERS
 
 
 @dataclass
@@ -38,7 +41,8 @@ class DecoderState:
         )
 
 
-class LSTMDecoder(nn.Module):
+@DECODERS.register("lstm")
+class LSTMDecoder(Decoder):
     def __init__(self, vocab_size: int, embed_dim: int, hidden: int, layers: int, memory_dim: int,
                  dropout: float, input_feed: bool):
         super().__init__()
@@ -52,7 +56,12 @@ class LSTMDecoder(nn.Module):
         self.generator = nn.Linear(hidden, vocab_size)
         self.dropout = nn.Dropout(dropout)
 
-    def start(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> DecoderState:
+    @classmethod
+    def from_config(cls, cfg: LSTMDecoderConfig, *, vocab_size: int, embed_dim: int, memory_dim: int, dropout: float,
+                    **_: object) -> "LSTMDecoder":
+        return cls(vocab_size, embed_dim, cfg.hidden, cfg.layers, memory_dim, dropout, cfg.input_feed)
+
+    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> DecoderState:
         """Initial state from the masked mean of the memory (mean of M's k columns)."""
         m = memory_mask.unsqueeze(-1).to(memory.dtype)
         pooled = (memory * m).sum(1) / m.sum(1).clamp_min(1.0)
@@ -94,3 +103,9 @@ class LSTMDecoder(nn.Module):
         """One inference step: prev (batch,) token ids -> log-probabilities (batch, V), new state."""
         att, _, state = self._step(self.embed(prev).unsqueeze(1), state)
         return torch.log_softmax(self.generator(att[:, 0]).float(), dim=-1), state
+
+    def reorder_state(self, state: DecoderState, indices: torch.Tensor) -> DecoderState:
+        return state.select(indices)
+
+    def batch_size(self, state: DecoderState) -> int:
+        return state.hidden.size(1)

@@ -1,10 +1,13 @@
-"""Language-specific encoders: token ids -> states H (batch, src_len, d_h) and a padding mask."""
+"""Language-specific encoders: token ids -> states H (batch, src_len, d_h) and a padding mask (kinds: `bilstm`)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from interlingua.config import BiLSTMEncoderConfig
 from interlingua.data.vocab import PAD
+from interlingua.modules.base import Encoder
+from interlingua.modules.registry import ENCODERS
 
 
 def lengths_to_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -20,7 +23,8 @@ def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.gather(1, idx.unsqueeze(-1).expand_as(x))
 
 
-class BiLSTMEncoder(nn.Module):
+@ENCODERS.register("bilstm")
+class BiLSTMEncoder(Encoder):
     """Stacked bidirectional LSTM (the papers: 2 layers, d_h = 512, 256 per direction).
 
     Each direction is a plain unidirectional LSTM over a right-padded batch; the backward one
@@ -40,6 +44,11 @@ class BiLSTMEncoder(nn.Module):
             nn.LSTM(embed_dim if i == 0 else hidden, half, batch_first=True) for i in range(layers))
         self.dropout = nn.Dropout(dropout)
         self.output_dim = hidden
+
+    @classmethod
+    def from_config(cls, cfg: BiLSTMEncoderConfig, *, vocab_size: int, embed_dim: int, dropout: float,
+                    **_: object) -> "BiLSTMEncoder":
+        return cls(vocab_size, embed_dim, cfg.hidden, cfg.layers, dropout)
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src (batch, src_len), lengths (batch,) -> H (batch, src_len, d_h), mask (batch, src_len)."""

@@ -3,10 +3,16 @@
 Language-specific modules live in ModuleDicts keyed by language code; with `shared: true`
 one encoder and one decoder (key "shared") serve every language and the source carries a
 target-language tag (Johnson et al.), the same picture with one module on each side.
+Each slot is built by its registry from the config's `type` (`interlingua.modules.registry`),
+so the model knows its parts only through the `Encoder`, `Bridge` and `Decoder` interfaces.
+
+`model(batch, ...)` is the training entry (it returns the loss terms, so a wrapper such as
+DistributedDataParallel can wrap the model); `loss(...)` is the same on plain tensors.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -15,9 +21,9 @@ from torch import nn
 from interlingua.config import ModelConfig
 from interlingua.data.vocab import PAD
 from interlingua.errors import LanguageError
-from interlingua.modules.bridges import AttentionBridge, BridgeOutput, NoBridge
-from interlingua.modules.decoders import DecoderState, LSTMDecoder
-from interlingua.modules.encoders import BiLSTMEncoder
+from interlingua.data.batching import Batch
+from interlingua.modules.base import BridgeOutput, Decoder, Encoder
+from interlingua.modules.registry import BRIDGES, DECODERS, ENCODERS
 
 SHARED = "shared"
 
@@ -37,16 +43,18 @@ class TranslationModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.encoder_langs, self.decoder_langs = sorted(encoder_langs), sorted(decoder_langs)
-        d_h = cfg.encoder.hidden
         enc_keys = [SHARED] if cfg.shared else self.encoder_langs
         dec_keys = [SHARED] if cfg.shared else self.decoder_langs
         size = (lambda key: next(iter(vocab_sizes.values()))) if cfg.shared else vocab_sizes.__getitem__
         self.encoders = nn.ModuleDict({
-            k: BiLSTMEncoder(size(k), cfg.embed_dim, d_h, cfg.encoder.layers, cfg.dropout) for k in enc_keys})
-        self.bridge = AttentionBridge(d_h, cfg.bridge.hidden, cfg.bridge.heads) if cfg.bridge.type == "attention" else NoBridge()
+            k: ENCODERS.build(cfg.encoder, vocab_size=size(k), embed_dim=cfg.embed_dim, dropout=cfg.dropout)
+            for k in enc_keys})
+        d_h = self.encoders[enc_keys[0]].output_dim
+        self.bridge = BRIDGES.build(cfg.bridge, input_dim=d_h)
         self.decoders = nn.ModuleDict({
-            k: LSTMDecoder(size(k), cfg.embed_dim, cfg.decoder.hidden, cfg.decoder.layers, d_h,
-                           cfg.dropout, cfg.decoder.input_feed) for k in dec_keys})
+            k: DECODERS.build(cfg.decoder, vocab_size=size(k), embed_dim=cfg.embed_dim,
+                              memory_dim=self.bridge.output_dim, dropout=cfg.dropout)
+            for k in dec_keys})
         if cfg.param_init:
             self.reset_uniform(cfg.param_init)
 
@@ -61,14 +69,15 @@ class TranslationModel(nn.Module):
 
     @property
     def has_bridge(self) -> bool:
-        return isinstance(self.bridge, AttentionBridge)
+        """Whether the bridge attends over the source (has an attention A to show)."""
+        return self.bridge.attention_available
 
-    def encoder_for(self, lang: str) -> BiLSTMEncoder:
+    def encoder_for(self, lang: str) -> Encoder:
         if lang not in self.encoder_langs:
             raise LanguageError(f"the model has no encoder for '{lang}' (source languages: {', '.join(self.encoder_langs)})")
         return self.encoders[SHARED if self.cfg.shared else lang]
 
-    def decoder_for(self, lang: str) -> LSTMDecoder:
+    def decoder_for(self, lang: str) -> Decoder:
         if lang not in self.decoder_langs:
             raise LanguageError(f"the model has no decoder for '{lang}' (target languages: {', '.join(self.decoder_langs)})")
         return self.decoders[SHARED if self.cfg.shared else lang]
@@ -77,8 +86,16 @@ class TranslationModel(nn.Module):
         states, mask = self.encoder_for(src_lang)(src, lengths)
         return self.bridge(states, mask)
 
-    def start_decoding(self, bridged: BridgeOutput, tgt_lang: str) -> DecoderState:
-        return self.decoder_for(tgt_lang).start(bridged.memory, bridged.memory_mask)
+    def start_decoding(self, bridged: BridgeOutput, tgt_lang: str) -> tuple[Decoder, Any]:
+        """The target language's decoder and its start state for `bridged` (what the search takes)."""
+        decoder = self.decoder_for(tgt_lang)
+        return decoder, decoder.start_state(bridged.memory, bridged.memory_mask)
+
+    def forward(self, batch: Batch, penalty_weight: float = 0.0, label_smoothing: float = 0.0,
+                softmax_sample: int = 0) -> LossOutput:
+        """The training entry: the loss terms of one batch (see `loss`)."""
+        return self.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang, batch.tgt_lang,
+                         penalty_weight, label_smoothing, softmax_sample)
 
     def loss(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
              src_lang: str, tgt_lang: str, penalty_weight: float = 0.0, label_smoothing: float = 0.0,
@@ -90,7 +107,7 @@ class TranslationModel(nn.Module):
         not over the whole vocabulary: the generator is ~35% of a step's arithmetic at 8k types."""
         bridged = self.encode(src, src_lengths, src_lang)
         decoder = self.decoder_for(tgt_lang)
-        att, _ = decoder(tgt_in, decoder.start(bridged.memory, bridged.memory_mask))
+        att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask))
         real = tgt_out != PAD
         gold = tgt_out[real]
         if softmax_sample > 0 and self.training:

@@ -1,15 +1,17 @@
-"""Batched greedy and beam search over a decoder's `step`."""
+"""Batched greedy and beam search over any decoder kind's `step` (the `Decoder` interface)."""
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from interlingua.data.vocab import BOS, EOS
-from interlingua.modules.decoders import DecoderState, LSTMDecoder
+from interlingua.modules.base import Decoder
 
 
-def greedy_search(decoder: LSTMDecoder, state: DecoderState, max_len: int) -> list[list[int]]:
+def greedy_search(decoder: Decoder, state: Any, max_len: int) -> list[list[int]]:
     """Most probable token at every step; finished sentences leave the batch."""
-    batch = state.hidden.size(1)
+    batch = decoder.batch_size(state)
     prev = torch.full((batch,), BOS, dtype=torch.long)
     active = torch.arange(batch)
     outputs: list[list[int]] = [[] for _ in range(batch)]
@@ -24,18 +26,18 @@ def greedy_search(decoder: LSTMDecoder, state: DecoderState, max_len: int) -> li
             break
         if done.any():
             keep = (~done).nonzero().squeeze(1)
-            state, tok, active = state.select(keep), tok[keep], active[keep]
+            state, tok, active = decoder.reorder_state(state, keep), tok[keep], active[keep]
         prev = tok
     return outputs
 
 
-def beam_search(decoder: LSTMDecoder, state: DecoderState, max_len: int, beam_size: int,
+def beam_search(decoder: Decoder, state: Any, max_len: int, beam_size: int,
                 length_penalty: float = 1.0) -> list[list[int]]:
     """Beam search: the best-scoring hypothesis of each sentence (see `beam_search_nbest`)."""
     return [nbest[0][1] if nbest else [] for nbest in beam_search_nbest(decoder, state, max_len, beam_size, length_penalty)]
 
 
-def beam_search_nbest(decoder: LSTMDecoder, state: DecoderState, max_len: int, beam_size: int,
+def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int,
                       length_penalty: float = 1.0) -> list[list[tuple[float, list[int]]]]:
     """Beam search; every finished hypothesis of each sentence as (score, token ids), best first.
 
@@ -52,8 +54,8 @@ def beam_search_nbest(decoder: LSTMDecoder, state: DecoderState, max_len: int, b
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     k = beam_size
-    batch = state.hidden.size(1)
-    state = state.select(torch.arange(batch).repeat_interleave(k))
+    batch = decoder.batch_size(state)
+    state = decoder.reorder_state(state, torch.arange(batch).repeat_interleave(k))
     scores = torch.full((batch, k), float("-inf"))
     scores[:, 0] = 0.0
     seqs = torch.full((batch * k, 0), BOS, dtype=torch.long)
@@ -79,7 +81,7 @@ def beam_search_nbest(decoder: LSTMDecoder, state: DecoderState, max_len: int, b
         origin = (beam_i.gather(1, order) + torch.arange(n).unsqueeze(1) * k).view(-1)
         prev = tok.gather(1, order).view(-1)
         seqs = torch.cat([seqs[origin], prev.unsqueeze(1)], dim=1)
-        state = state.select(origin)
+        state = decoder.reorder_state(state, origin)
         done = torch.tensor([len(finished[int(a)]) >= k for a in active])
         if t == max_len - 1:
             done[:] = True
@@ -95,5 +97,5 @@ def beam_search_nbest(decoder: LSTMDecoder, state: DecoderState, max_len: int, b
             keep_rows = (~done).nonzero().squeeze(1)
             flat = (keep_rows.unsqueeze(1) * k + torch.arange(k)).view(-1)
             active, scores = active[keep_rows], scores[keep_rows]
-            seqs, prev, state = seqs[flat], prev[flat], state.select(flat)
+            seqs, prev, state = seqs[flat], prev[flat], decoder.reorder_state(state, flat)
     return [sorted(f, key=lambda x: -x[0]) for f in finished]

@@ -33,7 +33,7 @@ from interlingua.data.prepare import PreparedData, direction_pairs, direction_re
 from interlingua.data.vocab import language_tag
 from interlingua.errors import CheckpointError, ConfigError, DataError
 from interlingua.figures import plot_training_curves
-from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic
+from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic, stored_config
 from interlingua.modules.model import TranslationModel
 from interlingua.training.precision import autocast, resolve_precision
 from interlingua.training.validation import DevSet, evaluate_devset
@@ -174,9 +174,9 @@ class Trainer:
 
     def _resume(self, payload: dict[str, Any]) -> None:
         path = self.work_dir / "last.pt"
-        stored = payload["config"]
+        stored = stored_config(payload, path).model_dump(mode="json")
         for section in ("model", "directions", "preprocess"):
-            if stored.get(section) != self.cfg.model_dump(mode="json")[section]:
+            if stored[section] != self.cfg.model_dump(mode="json")[section]:
                 raise ConfigError(f"cannot resume {path}: config section '{section}' differs from the one it was trained with")
         st = payload["training"]
         try:
@@ -296,9 +296,8 @@ class Trainer:
                 direction = self.scheduler.next()
                 batch = self.batches[direction].next()
                 with autocast(self.precision):
-                    out = self.model.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang,
-                                          batch.tgt_lang, tc.penalty_weight, tc.label_smoothing,
-                                          tc.softmax_sample)
+                    out = self.model(batch, penalty_weight=tc.penalty_weight, label_smoothing=tc.label_smoothing,
+                                     softmax_sample=tc.softmax_sample)
                 self.optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_norm)

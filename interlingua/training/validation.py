@@ -42,10 +42,8 @@ def translate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Voc
     model.eval()
     prefix = tag_prefix(model, vocabs[dev.src_lang], dev.tgt_lang)
     hyps = [""] * len(dev.src)
-    decoder = model.decoder_for(dev.tgt_lang)
     for idx, ids, lengths in length_sorted_batches(dev.src, batch_size, prefix):
-        bridged = model.encode(ids, lengths, dev.src_lang)
-        state = decoder.start(bridged.memory, bridged.memory_mask)
+        decoder, state = model.start_decoding(model.encode(ids, lengths, dev.src_lang), dev.tgt_lang)
         limit = min(int(lengths.max()) * 2 + 10, max_len)
         out_ids = greedy_search(decoder, state, limit) if beam == 1 else beam_search(decoder, state, limit, beam)
         for i, h in zip(idx, out_ids):
@@ -63,7 +61,7 @@ def evaluate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Voca
     nll, ntok = 0.0, 0
     for start in range(0, len(dev.src), batch_size):
         b = make_batch(dev.src[start:start + batch_size], dev.tgt[start:start + batch_size], dev.src_lang, dev.tgt_lang, prefix)
-        out = model.loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, b.src_lang, b.tgt_lang)
+        out = model(b)
         nll += out.nll_sum
         ntok += out.n_tokens
     hyps = translate_devset(model, dev, vocabs, batch_size, beam, max_len)

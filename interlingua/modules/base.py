@@ -1,0 +1,116 @@
+"""What every kind of encoder, bridge and decoder offers: the interfaces the model, the search,
+the trainer and the embedder are written against (kinds: `interlingua.modules.registry`).
+
+    encoder[src_lang]:  ids (batch, n), lengths -> states H (batch, n, d_h), mask (batch, n)
+    bridge (shared):    H, mask -> BridgeOutput: memory M, its mask, attention A or None, penalty
+    decoder[tgt_lang]:  memory -> state; teacher forcing over a whole target (training) or one
+                        step at a time (search), both through the same `generator`
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from interlingua.config import KindConfig
+
+
+class Kind(nn.Module):
+    """A module that a registry can build from its config (`type` chooses the class)."""
+
+    kind: ClassVar[str] = ""
+    """The kind's name in its registry (set by `Registry.register`)."""
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, cfg: KindConfig, **context: Any) -> "Kind":
+        """Build from the slot's config; `context` holds what the model knows (sizes, dropout):
+        take what the kind needs and ignore the rest (`**_`)."""
+
+
+class Encoder(Kind):
+    """Built with context `vocab_size`, `embed_dim`, `dropout`."""
+
+    output_dim: int
+    """d_h, the size of each state of H."""
+
+    @abstractmethod
+    def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (batch, n) right-padded ids, lengths (batch,) -> H (batch, n, d_h), mask (batch, n),
+        True on real tokens; padded positions of H are zero."""
+
+
+@dataclass
+class BridgeOutput:
+    memory: torch.Tensor
+    """(batch, mem_len, d) what the decoder attends to: M (mem_len = k) or H."""
+    memory_mask: torch.Tensor
+    """(batch, mem_len) True where the decoder may attend."""
+    attention: torch.Tensor | None
+    """(batch, k, src_len) bridge attention A (None without a bridge)."""
+    penalty: torch.Tensor
+    """(batch,) ||A A^T - I||_F^2 per sentence (zeros without a bridge)."""
+
+
+class Bridge(Kind):
+    """Built with context `input_dim` (the encoder's d_h)."""
+
+    output_dim: int
+    """Size of each memory row (and of the sentence vector)."""
+    heads: int | None = None
+    """k where the memory has a fixed number of rows, one vector per head; None where it follows
+    the sentence length (no per-head vectors)."""
+    attention_available: bool = False
+    """Whether `BridgeOutput.attention` holds an attention over the source tokens."""
+
+    @abstractmethod
+    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> BridgeOutput:
+        """H (batch, n, d_h), mask (batch, n) -> memory, mask, attention, penalty."""
+
+    def pooled(self, out: BridgeOutput) -> torch.Tensor:
+        """The sentence vector (batch, output_dim), fp32: the masked mean of the memory rows."""
+        mem, m = out.memory.float(), out.memory_mask.unsqueeze(-1).float()
+        return (mem * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+    def head_vectors(self, out: BridgeOutput) -> torch.Tensor:
+        """One vector per head (batch, heads, output_dim), fp32; only where `heads` is not None."""
+        if self.heads is None:
+            raise ValueError(f"bridge '{self.kind}' has no per-head vectors")
+        return out.memory.float()
+
+
+class Decoder(Kind):
+    """Built with context `vocab_size`, `embed_dim`, `memory_dim` (the bridge's output_dim), `dropout`.
+
+    A decoder state is whatever the kind needs between steps; only the decoder looks inside it.
+    Greedy and beam search (`interlingua.modules.search`) use `start_state`, `step`,
+    `reorder_state` and `batch_size`; training uses `start_state`, `forward` and `generator`.
+    """
+
+    generator: nn.Linear
+    """Output layer: decoder states (..., H) -> vocabulary logits (the sampled softmax slices its rows)."""
+
+    @abstractmethod
+    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> Any:
+        """The state before the first target token, for a batch of memories."""
+
+    @abstractmethod
+    def forward(self, tgt_in: torch.Tensor, state: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher forcing: tgt_in (batch, T) -> states (batch, T, H) for `generator`, and the
+        attention over the memory (batch, T, mem_len) or None."""
+
+    @abstractmethod
+    def step(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """One inference step: prev (batch,) token ids -> log-probabilities (batch, V) fp32, new state.
+        Must equal the teacher-forced log_softmax(generator(states)) at the same position."""
+
+    @abstractmethod
+    def reorder_state(self, state: Any, indices: torch.Tensor) -> Any:
+        """Select / repeat / reorder the state's batch rows (beam search, finished sentences)."""
+
+    @abstractmethod
+    def batch_size(self, state: Any) -> int:
+        """Number of sentences (batch rows) a state holds."""

@@ -1,0 +1,150 @@
+"""Kinds and registries: each model slot is built by its registry from the config's `type`;
+search works on any `Decoder`; checkpoints written before slots had kinds load and give the
+same translations and vectors (tests/fixtures/legacy_*, written by make_legacy_checkpoints.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from interlingua.config import ModelConfig, load_config
+from interlingua.data.vocab import EOS
+from interlingua.errors import InterlinguaError
+from interlingua.inference.embedder import Embedder
+from interlingua.inference.translator import Translator
+from interlingua.modules.base import Bridge, Decoder, Encoder
+from interlingua.modules.bridges import AttentionBridge, NoBridge
+from interlingua.modules.checkpoint import load_model, read_checkpoint
+from interlingua.modules.decoders import LSTMDecoder
+from interlingua.modules.encoders import BiLSTMEncoder
+from interlingua.modules.model import TranslationModel
+from interlingua.modules.registry import BRIDGES, DECODERS, ENCODERS, Registry
+from interlingua.modules.search import beam_search, greedy_search
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_registries_hold_the_builtin_kinds():
+    assert ENCODERS.names() == ["bilstm"] and ENCODERS.get("bilstm") is BiLSTMEncoder
+    assert BRIDGES.names() == ["attention", "none"]
+    assert BRIDGES.get("attention") is AttentionBridge and BRIDGES.get("none") is NoBridge
+    assert DECODERS.names() == ["lstm"] and DECODERS.get("lstm") is LSTMDecoder
+    with pytest.raises(KeyError, match="no decoder kind 'transformer' .*registered: lstm"):
+        DECODERS.get("transformer")
+
+
+def test_register_checks_the_base_class_and_duplicate_names():
+    reg = Registry("encoder", Encoder)
+    with pytest.raises(TypeError, match="must subclass Encoder"):
+        reg.register("x")(nn.Linear)
+    reg.register("bilstm")(BiLSTMEncoder)
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("bilstm")(type("Other", (BiLSTMEncoder,), {}))
+
+
+@pytest.mark.parametrize("bridge", ["attention", "none"])
+def test_the_model_builds_its_slots_by_type(bridge):
+    cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 8, "layers": 1},
+                                      "bridge": {"type": bridge, "heads": 2, "hidden": 4},
+                                      "decoder": {"hidden": 8, "layers": 1}})
+    model = TranslationModel(cfg, {"en": 10, "de": 11}, ["en"], ["de"])
+    assert isinstance(model.encoder_for("en"), Encoder) and isinstance(model.bridge, Bridge)
+    assert isinstance(model.decoder_for("de"), Decoder)
+    assert model.bridge.kind == bridge and model.decoder_for("de").kind == "lstm"
+    assert model.has_bridge == model.bridge.attention_available == (bridge == "attention")
+    assert model.bridge.heads == (2 if bridge == "attention" else None) and model.bridge.output_dim == 8
+
+
+def test_model_call_is_the_training_loss():
+    from interlingua.data.batching import make_batch
+    torch.manual_seed(0)
+    cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 8, "layers": 1},
+                                      "bridge": {"heads": 2, "hidden": 4}, "decoder": {"hidden": 8, "layers": 1},
+                                      "dropout": 0.0})
+    model = TranslationModel(cfg, {"en": 10, "de": 10}, ["en"], ["de"])
+    b = make_batch([np.array([4, 5, 6]), np.array([7, 8])], [np.array([5, 9]), np.array([4, 4, 6])], "en", "de")
+    called = model(b, penalty_weight=0.5, label_smoothing=0.1)
+    direct = model.loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, "en", "de", 0.5, 0.1)
+    assert torch.equal(called.loss, direct.loss) and called.n_tokens == direct.n_tokens == 7
+    assert called.nll_sum == direct.nll_sum and called.penalty == direct.penalty
+
+
+class UnigramDecoder(Decoder):
+    """A decoder kind that is not an LSTM: the next token depends on the memory and the previous token only."""
+
+    def __init__(self, vocab: int, dim: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.generator = nn.Linear(dim, vocab)
+
+    @classmethod
+    def from_config(cls, cfg, **_):
+        raise NotImplementedError
+
+    def start_state(self, memory, memory_mask):
+        m = memory_mask.unsqueeze(-1).to(memory.dtype)
+        return (memory * m).sum(1) / m.sum(1)
+
+    def forward(self, tgt_in, state):
+        return torch.tanh(self.embed(tgt_in) + state.unsqueeze(1)), None
+
+    def step(self, prev, state):
+        out, _ = self(prev.unsqueeze(1), state)
+        return torch.log_softmax(self.generator(out[:, 0]), -1), state
+
+    def reorder_state(self, state, indices):
+        return state.index_select(0, indices)
+
+    def batch_size(self, state):
+        return state.size(0)
+
+
+@torch.inference_mode()
+def test_search_runs_any_decoder_kind():
+    torch.manual_seed(0)
+    dec = UnigramDecoder(9, 6)
+    with torch.no_grad():
+        dec.generator.bias[EOS] -= 1.0
+    state = dec.start_state(torch.randn(5, 3, 6), torch.tensor([[1, 1, 0]] * 5, dtype=torch.bool))
+    greedy = greedy_search(dec, state, 7)
+    assert len(greedy) == 5 and all(len(h) <= 7 for h in greedy)
+    assert beam_search(dec, state, 7, beam_size=1) == greedy
+    assert len(beam_search(dec, state, 7, beam_size=3)) == 5
+
+
+def test_every_shipped_recipe_parses_to_the_default_kinds():
+    recipes = sorted((REPO / "recipes").rglob("*.yaml"))
+    assert len(recipes) > 10
+    for r in recipes:
+        m = load_config(r).model
+        assert (m.encoder.type, m.decoder.type) == ("bilstm", "lstm") and m.bridge.type in ("attention", "none")
+
+
+@pytest.mark.parametrize("name", ["attention", "nobridge_feed"])
+def test_checkpoint_written_before_kinds_translates_and_embeds_the_same(name):
+    """The fixture was written by the code before slots had kinds (no `decoder.type` stored)."""
+    path = FIXTURES / f"legacy_{name}.pt"
+    assert "type" not in read_checkpoint(path)["config"]["model"]["decoder"]
+    expected = json.loads((FIXTURES / f"legacy_{name}.json").read_text(encoding="utf-8"))
+    loaded = load_model(path)
+    assert loaded.config.model.decoder.type == "lstm"
+    tr, emb = Translator(loaded), Embedder(loaded)
+    sentences = expected["sentences"]
+    for key, want in expected["translations"].items():
+        s, t, beam = key.split("-")
+        assert tr.translate(sentences[s], s, t, beam_size=int(beam[4:]), max_len=12) == want, key
+    for lang, want in expected["mean"].items():
+        np.testing.assert_allclose(emb.encode(sentences[lang], lang), np.array(want), rtol=1e-5, atol=1e-6)
+    for lang, want in expected["heads"].items():
+        np.testing.assert_allclose(emb.encode(sentences[lang], lang, pooling="heads"), np.array(want), rtol=1e-5, atol=1e-6)
+    for lang, want in expected["attention"].items():
+        for got, w in zip(emb.attentions(sentences[lang], lang), want):
+            np.testing.assert_allclose(got, np.array(w, dtype=np.float32).reshape(got.shape), rtol=1e-5, atol=1e-6)
+    if not loaded.model.has_bridge:
+        with pytest.raises(InterlinguaError, match="bridge: none"):
+            emb.encode(sentences["en"], "en", pooling="heads")
