@@ -41,7 +41,7 @@ def gemm_rate(n: int, dtype: torch.dtype, reps: int) -> float:
 
 def training_step(trainer) -> None:
     """One step as Trainer.train takes it (interlingua/training/trainer.py), without the bookkeeping."""
-    from interlingua.training.precision import autocast
+    from interlingua.precision import autocast
     tc = trainer.cfg.train
     batch = trainer.batches[trainer.scheduler.next()].next()
     with autocast(trainer.precision):

@@ -65,7 +65,7 @@ def run_ours(args: argparse.Namespace) -> dict:
     trainer.train()
     wall = time.time() - t0
     rates = window_rates(our_marks(cfg.work_dir / "metrics.jsonl", cfg.train.batch_size), args.warmup)
-    from interlingua.training import precision as precision_rule
+    from interlingua import precision as precision_rule
     probe = precision_rule.bf16_speedup() if precision_rule.cpu_has_native_bf16() else None
     rec = {"system": "interlingua", "config": tag, "precision": trainer.precision,
            "auto_precision": precision_rule.resolve_precision("auto"), "bf16_probe_speedup": probe,

@@ -163,8 +163,12 @@ class TrainConfig(_Strict):
     log_every: int = Field(50, ge=1)
     valid_beam: int = Field(1, ge=1)
     seed: int = 1234
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """bf16 autocast with fp32 master weights; `auto` uses it only where the CPU has native bf16."""
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    """Autocast with fp32 master weights. `auto`: bf16 on CUDA GPUs that have it (fp16 with a
+    gradient scaler on older ones); on the CPU bf16 only where it has native bf16 and a probe
+    measures it faster (see `interlingua.runtime`)."""
+    device: str = "auto"
+    """cpu, cuda, cuda:N, mps, or auto (CUDA when present, else MPS, else the CPU)."""
     threads: int | None = Field(None, ge=1)
     bucket_pool: int = Field(50, ge=1)
     """Batches per length-sorting pool: larger pools waste less padding, shuffle less."""

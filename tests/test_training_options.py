@@ -19,9 +19,9 @@ from interlingua.data.prepare import prepare
 from interlingua.modules import model as model_mod
 from interlingua.modules.checkpoint import read_checkpoint
 from interlingua.modules.model import TranslationModel
-from interlingua.training import precision
+from interlingua import precision
 from interlingua.training import trainer as trainer_mod
-from interlingua.training.precision import autocast
+from interlingua.precision import autocast
 from interlingua.training.trainer import Trainer
 from interlingua.training.validation import evaluate_devset, translate_devset
 
@@ -107,12 +107,12 @@ def test_auto_precision_asks_torch_where_cpuinfo_is_missing(amx, avx512_bf16, ex
 
 def test_explicit_bf16_is_kept_but_warned_about_without_native_bf16(monkeypatch, caplog):
     _cpu(monkeypatch, OLD_XEON)
-    with caplog.at_level(logging.WARNING, logger="interlingua.training.precision"):
+    with caplog.at_level(logging.WARNING, logger="interlingua.precision"):
         assert precision.resolve_precision("bf16") == "bf16"
     assert "no native bf16" in caplog.text
     caplog.clear()
     _cpu(monkeypatch, AMD_ZEN4)
-    with caplog.at_level(logging.WARNING, logger="interlingua.training.precision"):
+    with caplog.at_level(logging.WARNING, logger="interlingua.precision"):
         assert precision.resolve_precision("bf16") == "bf16"
     assert caplog.text == ""
 

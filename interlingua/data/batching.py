@@ -27,6 +27,13 @@ class Batch:
     src_lang: str
     tgt_lang: str
 
+    def to(self, device: torch.device | str) -> "Batch":
+        """The same batch on `device` (itself when it is already there)."""
+        tensors = [t.to(device, non_blocking=True) for t in (self.src, self.src_lengths, self.tgt_in, self.tgt_out)]
+        if all(a is b for a, b in zip(tensors, (self.src, self.src_lengths, self.tgt_in, self.tgt_out))):
+            return self
+        return Batch(*tensors, self.src_lang, self.tgt_lang)
+
     @property
     def n_src_tokens(self) -> int:
         return int(self.src_lengths.sum())

@@ -35,7 +35,7 @@ from interlingua.errors import CheckpointError, ConfigError, DataError
 from interlingua.figures import plot_training_curves
 from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic, stored_config
 from interlingua.modules.model import TranslationModel
-from interlingua.training.precision import autocast, resolve_precision
+from interlingua.runtime import Runtime
 from interlingua.training.validation import DevSet, evaluate_devset
 
 log = logging.getLogger(__name__)
@@ -75,10 +75,9 @@ class Trainer:
         self.work_dir = Path(cfg.work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         tc = cfg.train
-        if tc.threads:
-            torch.set_num_threads(tc.threads)
-        torch.manual_seed(tc.seed)
-        self.precision = resolve_precision(tc.precision)
+        self.runtime = Runtime.create(tc.device, tc.precision, tc.threads, tc.seed).apply()
+        self.precision = self.runtime.precision
+        log.info("training on %s", self.runtime.describe())
         # Read the checkpoint before the (possibly long) data preparation: a bad one fails at once.
         resume_from = self._read_resume_checkpoint() if resume else None
         self.data = data or prepare(cfg)
@@ -87,7 +86,8 @@ class Trainer:
         self.decoder_langs = sorted({t for _, t in self.directions})
         self.zero_shot = zero_shot_directions(self.directions, self.data.languages)
         self.model = TranslationModel(cfg.model, {lang: len(v) for lang, v in self.data.vocabs.items()},
-                                      self.encoder_langs, self.decoder_langs)
+                                      self.encoder_langs, self.decoder_langs).to(self.runtime.device)
+        self.scaler = self.runtime.grad_scaler()
         self.optimizer = (torch.optim.SGD(self.model.parameters(), lr=tc.lr) if tc.optimizer == "sgd"
                           else torch.optim.Adam(self.model.parameters(), lr=tc.lr, fused=True))
         self.scheduler = DirectionScheduler(self.directions, tc.seed)
@@ -152,7 +152,8 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "batches": {direction_name(d): b.state_dict() for d, b in self.batches.items()},
-            "torch_rng": torch.get_rng_state(),
+            "torch_rng": self.runtime.rng_state(),
+            "grad_scaler": self.scaler.state_dict() if self.scaler else None,
             "history": json.dumps(history),
             "log_window": dict(self._window),
         }
@@ -185,7 +186,9 @@ class Trainer:
             self.scheduler.load_state_dict(st["scheduler"])
             for d, b in self.batches.items():
                 b.load_state_dict(st["batches"][direction_name(d)])
-            torch.set_rng_state(st["torch_rng"])
+            self.runtime.set_rng_state(st["torch_rng"])
+            if self.scaler and st.get("grad_scaler"):
+                self.scaler.load_state_dict(st["grad_scaler"])
             self.step, self.elapsed, self.best_bleu = st["step"], st["elapsed"], st["best_bleu"]
             self.history = json.loads(st["history"])
         except (KeyError, RuntimeError, TypeError, ValueError) as err:
@@ -225,7 +228,7 @@ class Trainer:
     def validate(self) -> dict[str, Any]:
         results = {}
         for d, dev in self.devsets.items():
-            with autocast(self.precision):
+            with self.runtime.autocast():
                 r = evaluate_devset(self.model, dev, self.data.vocabs, beam=self.cfg.train.valid_beam,
                                     max_len=2 * self.cfg.preprocess.max_len)
             r["zero_shot"] = d in self.zero_shot
@@ -245,14 +248,14 @@ class Trainer:
         """What a step changes before it updates the weights (cheap to copy every step)."""
         return {"scheduler": self.scheduler.state_dict(),
                 "batches": {d: b.state_dict() for d, b in self.batches.items()},
-                "torch_rng": torch.get_rng_state()}
+                "torch_rng": self.runtime.rng_state()}
 
     def _rewind(self, start: dict[str, Any]) -> None:
         self.scheduler.load_state_dict(start["scheduler"])
         for d, b in self.batches.items():
             if b.state_dict() != start["batches"][d]:
                 b.load_state_dict(start["batches"][d])
-        torch.set_rng_state(start["torch_rng"])
+        self.runtime.set_rng_state(start["torch_rng"])
         self.optimizer.zero_grad(set_to_none=True)
 
     def _save_on_interrupt(self, err: KeyboardInterrupt) -> TrainingInterrupted:
@@ -294,17 +297,25 @@ class Trainer:
                 t0 = time.perf_counter()
                 self._step_start = self._step_boundary()
                 direction = self.scheduler.next()
-                batch = self.batches[direction].next()
-                with autocast(self.precision):
+                batch = self.batches[direction].next().to(self.runtime.device)
+                with self.runtime.autocast():
                     out = self.model(batch, penalty_weight=tc.penalty_weight, label_smoothing=tc.label_smoothing,
                                      softmax_sample=tc.softmax_sample)
                 self.optimizer.zero_grad(set_to_none=True)
-                out.loss.backward()
+                if self.scaler:  # fp16: scaled loss, gradients unscaled before clipping
+                    self.scaler.scale(out.loss).backward()
+                    self.scaler.unscale_(self.optimizer)
+                else:
+                    out.loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_norm)
                 ntok = batch.n_src_tokens + batch.n_tgt_tokens
                 w = self._window
                 self._updating = True  # signals wait until the step is committed
-                self.optimizer.step()
+                if self.scaler:
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                else:
+                    self.optimizer.step()
                 dt = time.perf_counter() - t0
                 window = {"nll": w["nll"] + out.nll_sum, "tok": w["tok"] + out.n_tokens, "pen": w["pen"] + out.penalty,
                           "n": w["n"] + 1, "tokens": w["tokens"] + ntok, "time": w["time"] + dt}
