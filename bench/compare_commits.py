@@ -1,0 +1,125 @@
+"""Two commits side by side: the same recipe, seed and step budget trained by each at the same
+time (one thread each), then the test BLEU matrix translated by each at the same time.
+
+Run: python bench/compare_commits.py --base REV [--head HEAD] [--recipe recipes/cpu_m2m_mono.yaml]
+     [--steps 1500] [--out bench/results/compare_commits.jsonl]
+
+Each commit runs from its own `git worktree` (under --work) with this checkout's virtualenv, so
+only the project's code differs. Both sides are timed the same way: training tokens/s is the
+median of the logged windows after the first, translation speed is the wall clock of the whole
+`interlingua evaluate bleu` command (loading included) divided by the sentences translated.
+One JSON line per commit and one with the head/base ratios are appended to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import append_result  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def checkout(rev: str, work: Path) -> Path:
+    sha = git("rev-parse", "--short", rev)
+    tree = work / f"src_{sha}"
+    if not tree.exists():
+        git("worktree", "add", "--detach", str(tree), sha)
+    return tree
+
+
+def run_side_by_side(commands: dict[str, list[str]], trees: dict[str, Path], logs: Path) -> dict[str, float]:
+    """Start every command at once (one thread each); wall-clock seconds per side."""
+    procs, started, walls = {}, {}, {}
+    for side, cmd in commands.items():
+        env = {**os.environ, "PYTHONPATH": str(trees[side]), "OMP_NUM_THREADS": "1"}
+        log = open(logs / f"{side}_{cmd[3]}.log", "w")
+        started[side] = time.perf_counter()
+        procs[side] = (subprocess.Popen(cmd, cwd=trees[side], env=env, stdout=log, stderr=subprocess.STDOUT), log)
+    for side, (proc, log) in procs.items():
+        if proc.wait() != 0:
+            raise SystemExit(f"{side}: {' '.join(commands[side])} failed, see {log.name}")
+        walls[side] = time.perf_counter() - started[side]
+        log.close()
+    return walls
+
+
+def train_rate(metrics: Path) -> float:
+    rates = [json.loads(line)["tokens_per_s"] for line in metrics.read_text().splitlines()
+             if json.loads(line).get("type") == "train"]
+    return statistics.median(rates[1:] or rates)
+
+
+def test_bleu(eval_dir: Path, lines_per_direction: int) -> tuple[float, int]:
+    """Mean BLEU over the supervised directions of the matrix, and the sentences translated."""
+    [path] = sorted(eval_dir.glob("bleu_*.json"))
+    res = json.loads(path.read_text())
+    zero = set(res.get("zero_shot", []))
+    cells = [(s, t, v) for s, row in res["bleu"].items() for t, v in row.items() if v is not None and s != t]
+    supervised = [v for s, t, v in cells if f"{s}-{t}" not in zero]
+    return statistics.mean(supervised), len(cells) * lines_per_direction
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", required=True)
+    ap.add_argument("--head", default="HEAD")
+    ap.add_argument("--recipe", default="recipes/cpu_m2m_mono.yaml")
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    ap.add_argument("--work", default=str(ROOT / "runs" / "compare_commits"))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    trees = {"base": checkout(args.base, work), "head": checkout(args.head, work)}
+    shas = {side: git("-C", str(tree), "rev-parse", "--short", "HEAD") for side, tree in trees.items()}
+    py = [sys.executable, "-m", "interlingua.cli"]
+    corpus = work / "multi30k" / "corpus.yaml"
+    if not corpus.exists():
+        subprocess.run(py + ["data", "multi30k", "--from", args.data, "--dest", str(corpus.parent)], cwd=trees["head"],
+                       env={**os.environ, "PYTHONPATH": str(trees["head"])}, check=True)
+    runs = {side: work / f"run_{shas[side]}" for side in trees}
+    train = {side: py + ["train", str(trees[side] / args.recipe), "--set", f"corpus={corpus}",
+                         "--set", f"work_dir={runs[side]}", "--set", f"train.max_steps={args.steps}",
+                         "--set", "train.max_minutes=null", "--set", "train.threads=1",
+                         "--set", f"train.valid_every={max(args.steps // 3, 1)}"] for side in trees}
+    for side in trees:
+        for f in ("last.pt", "best.pt", "metrics.jsonl"):
+            (runs[side] / f).unlink(missing_ok=True)
+    train_walls = run_side_by_side(train, trees, work)
+    evaluate = {side: py + ["evaluate", "bleu", "--model", str(runs[side] / "best.pt"), "--split", "test_2016_flickr",
+                            "--out", str(runs[side] / "eval")] for side in trees}
+    eval_walls = run_side_by_side(evaluate, trees, work)
+    with gzip.open(corpus.parent / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
+        lines = sum(1 for _ in f)
+    records = {}
+    for side in trees:
+        bleu, sentences = test_bleu(runs[side] / "eval", lines)
+        records[side] = {"bench": "compare_commits", "side": side, "commit": shas[side], "recipe": args.recipe,
+                         "steps": args.steps, "threads": 1, "train_tokens_per_s": round(train_rate(runs[side] / "metrics.jsonl"), 1),
+                         "train_wall_s": round(train_walls[side], 1), "test_bleu_mean_supervised": round(bleu, 2),
+                         "translate_sentences_per_s": round(sentences / eval_walls[side], 2),
+                         "translate_wall_s": round(eval_walls[side], 1)}
+        append_result(args.out, records[side])
+    b, h = records["base"], records["head"]
+    append_result(args.out, {"bench": "compare_commits", "side": "ratio head/base", "base": shas["base"], "head": shas["head"],
+                             "train_tokens_per_s": round(h["train_tokens_per_s"] / b["train_tokens_per_s"], 3),
+                             "translate_sentences_per_s": round(h["translate_sentences_per_s"] / b["translate_sentences_per_s"], 3),
+                             "test_bleu_difference": round(h["test_bleu_mean_supervised"] - b["test_bleu_mean_supervised"], 2)})
+
+
+if __name__ == "__main__":
+    main()
