@@ -1,16 +1,19 @@
-"""interlingua: multilingual NMT through a shared, language-agnostic attention bridge."""
+"""interlingua: multilingual NMT through a shared, language-agnostic attention bridge.
+
+>>> import interlingua
+>>> model = interlingua.load("runs/demo/best.pt", device="auto")
+>>> model.translate(["a dog runs."], src="en", tgt="de", beam=5)
+>>> model.encode(["a dog runs."], lang="en")        # (1, d) float32 sentence vectors
+"""
 
 __version__ = "0.1.0"
 
-__all__ = ["Translator", "Embedder", "__version__"]
+__all__ = ["load", "Model", "Languages", "__version__"]
 
 
 def __getattr__(name: str):
     # Lazy so that `import interlingua` (and the CLI's --help) does not import torch.
-    if name == "Translator":
-        from interlingua.inference.translator import Translator
-        return Translator
-    if name == "Embedder":
-        from interlingua.inference.embedder import Embedder
-        return Embedder
+    if name in ("load", "Model", "Languages"):
+        from interlingua.inference import api
+        return getattr(api, name)
     raise AttributeError(name)

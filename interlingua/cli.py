@@ -87,10 +87,21 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     print(f"prepared {cfg.work_dir / 'data'}: vocabularies {sizes}; lines per split {counts}")
 
 
+def _add_device(parser: argparse.ArgumentParser, overrides_config: bool = False) -> None:
+    """The one `--device` option; for train/experiment it overrides the config's train.device."""
+    parser.add_argument("--device", default=None if overrides_config else "auto",
+                        help="where the model runs: auto (a GPU when available, else the CPU), cpu, cuda, cuda:N, mps"
+                             + (" (default: the config's train.device, auto)" if overrides_config else " (default: auto)"))
+
+
+def _device_override(args: argparse.Namespace) -> list[str]:
+    return [*args.set, f"train.device={args.device}"] if args.device else list(args.set)
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from interlingua.config import load_config
     from interlingua.training.trainer import train
-    cfg = load_config(args.config, args.set)
+    cfg = load_config(args.config, _device_override(args))
     result = train(cfg, resume=args.resume)
     best = "n/a" if result.best_bleu is None else f"{result.best_bleu:.2f}"
     print(f"trained {result.steps} steps; best dev mean BLEU {best}; "
@@ -98,12 +109,12 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from interlingua.inference.translator import Translator
+    from interlingua.inference.api import load
     _use_threads(args.threads)
-    tr = Translator(args.model)
-    lines = _read_lines(args.input)
-    out = tr.translate(lines, args.src, args.tgt, beam_size=args.beam, length_penalty=args.length_penalty,
-                       max_len=args.max_len, batch_size=args.batch_size, pivot=args.pivot, progress=True)
+    model = load(args.model, args.device)
+    out = model.translate(_read_lines(args.input), args.src, args.tgt, beam=args.beam, pivot=args.pivot,
+                          length_penalty=args.length_penalty, max_len=args.max_len, batch_size=args.batch_size,
+                          progress=True)
     text = "".join(s + "\n" for s in out)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -114,9 +125,9 @@ def cmd_translate(args: argparse.Namespace) -> None:
 def cmd_embed(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from interlingua.inference.embedder import Embedder
-    emb = Embedder(args.model)
-    vecs = emb.encode(_read_lines(args.input), args.lang, pooling=args.pooling, batch_size=args.batch_size)
+    from interlingua.inference.api import load
+    model = load(args.model, args.device)
+    vecs = model.encode(_read_lines(args.input), args.lang, pooling=args.pooling, batch_size=args.batch_size)
     if args.output:
         np.save(args.output, vecs)
     else:
@@ -126,24 +137,20 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.suite == "bleu":
-        from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
-        from interlingua.inference.translator import Translator
+        from interlingua.evaluation.bleu_matrix import evaluate_bleu
         _use_threads(args.threads)
-        tr = Translator(args.model)
-        corpus = args.corpus or tr.loaded.config.corpus
-        res = bleu_matrix(tr, corpus, split=args.split, beam_size=args.beam, batch_size=args.batch_size,
-                          pivot=args.pivot, max_sentences=args.max_sentences)
-        out_dir = Path(args.out or Path(args.model).parent / "eval")
-        stem = f"bleu_{args.split}_beam{args.beam}" + (f"_pivot-{args.pivot}" if args.pivot else "")
-        files = write_matrix(res, out_dir, stem, title=f"{Path(args.model).name} on {args.split}")
-        print(res.to_markdown(f"{Path(args.model).name} on {args.split}"))
-        print("\nwritten: " + ", ".join(str(f) for f in files))
+        report = evaluate_bleu(args.model, corpus=args.corpus, split=args.split, beam_size=args.beam,
+                               batch_size=args.batch_size, pivot=args.pivot, max_sentences=args.max_sentences,
+                               out_dir=args.out, device=args.device)
+        print(report.markdown)
+        print("\nwritten: " + ", ".join(str(f) for f in report.files))
         return
     from interlingua.evaluation.vectors import evaluate_sentence_vectors
     out_dir = Path(args.out or Path(args.model).parent / "eval")
     result = evaluate_sentence_vectors(args.suite, args.model, data_root=Path(args.data_root), out_dir=out_dir,
                                        quick=args.quick, references=not args.no_references,
-                                       probing_dir=Path(args.probing_dir) if args.probing_dir else None, jobs=args.jobs)
+                                       probing_dir=Path(args.probing_dir) if args.probing_dir else None, jobs=args.jobs,
+                                       device=args.device)
     print((out_dir / f"{args.suite}.md").read_text())
     print(f"written: {out_dir / (args.suite + '.md')}, {out_dir / (args.suite + '.json')}")
     print(f"wall clock: suite {result.total_elapsed_s:.1f} s, loading model and references "
@@ -152,9 +159,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def cmd_attention(args: argparse.Namespace) -> None:
     from interlingua.evaluation.sentence.heads import plot_head_heatmap
-    from interlingua.inference.embedder import Embedder
-    emb = Embedder(args.model)
-    att, pieces = emb.attention(args.sentence, args.lang)
+    from interlingua.inference.api import load
+    att, pieces = load(args.model, args.device).attention(args.sentence, args.lang)
     plot_head_heatmap(att, pieces, Path(args.output), title=f"bridge attention ({args.lang}): {args.sentence}")
     print(f"written {args.output}")
 
@@ -169,39 +175,26 @@ def _named_models(specs: list[str]) -> dict[str, Path]:
 
 
 def cmd_analyze(args: argparse.Namespace) -> None:
-    from interlingua.evaluation.bleu_matrix import load_split_texts, parallel_texts
     models = _named_models(args.model)
-    first = next(iter(models.values()))
-    out = Path(args.out or first.parent / "analysis")
+    out = Path(args.out or next(iter(models.values())).parent / "analysis")
     if args.what == "heads":
-        from interlingua.evaluation.penalty_analysis import penalty_analysis
-        from interlingua.inference.embedder import Embedder
-        embedders = {name: Embedder(path) for name, path in models.items()}
-        for emb in embedders.values():
-            emb.model.encoder_for(args.lang)  # unknown language: one error listing the known ones
-        corpus = args.corpus or next(iter(embedders.values())).loaded.config.corpus
-        sentences = _read_lines(args.input) if args.input else \
-            [s for g in load_split_texts(Path(corpus), args.split) for s in g.get(args.lang, [])]
-        if not sentences:
-            raise InterlinguaError(f"no '{args.lang}' sentences in {args.input or f'split {args.split} of {corpus}'}")
-        penalty_analysis(embedders, sentences, args.lang, args.sentence or sentences[0], out)
+        from interlingua.evaluation.penalty_analysis import analyze_heads
+        sentences = _read_lines(args.input) if args.input else None
+        analyze_heads(models, args.lang, out, sentences=sentences, example=args.sentence, corpus=args.corpus,
+                      split=args.split, device=args.device, sentences_name=str(args.input))
         print((out / "heads.md").read_text())
         print(f"written: {out}/heads.md, heads.json, heads_*.png")
     else:
-        from interlingua.evaluation.length_analysis import bleu_by_length, write_length_report
-        from interlingua.inference.translator import Translator
-        translators = {name: Translator(path) for name, path in models.items()}
-        corpus = args.corpus or next(iter(translators.values())).loaded.config.corpus
-        src, ref = parallel_texts(load_split_texts(Path(corpus), args.split), args.src, args.tgt)
-        result = bleu_by_length(translators, src, ref, args.src, args.tgt, beam_size=args.beam)
-        write_length_report(result, out, f"BLEU by source length, {args.src}->{args.tgt} ({args.split})")
+        from interlingua.evaluation.length_analysis import analyze_lengths
+        analyze_lengths(models, args.src, args.tgt, out, corpus=args.corpus, split=args.split, beam_size=args.beam,
+                        device=args.device)
         print((out / "length_buckets.md").read_text())
         print(f"written: {out}/length_buckets.md, .json, .png")
 
 
 def cmd_experiment(args: argparse.Namespace) -> None:
     from interlingua.experiment import run_experiments
-    runs = run_experiments([Path(r) for r in args.recipes], args.set, Path(args.out), beam=args.beam,
+    runs = run_experiments([Path(r) for r in args.recipes], _device_override(args), Path(args.out), beam=args.beam,
                            max_test=args.max_test_sentences, jobs=args.jobs,
                            notes=Path(args.notes) if args.notes else None)
     print(f"{len(runs)} run(s); table in {args.out}")
@@ -236,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--force", action="store_true", help="re-prepare even if the cache is current")
         else:
             c.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
+            _add_device(c, overrides_config=True)
         c.set_defaults(func=func)
 
     t = sub.add_parser("translate", help="translate lines from stdin (or -i) to stdout (or -o)")
@@ -253,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=positive_int, default=None)
     t.add_argument("-i", "--input", default=None)
     t.add_argument("-o", "--output", default=None)
+    _add_device(t)
     t.set_defaults(func=cmd_translate)
 
     e = sub.add_parser("embed", help="sentence vectors (.npy) for lines from stdin (or -i)")
@@ -262,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--batch-size", type=positive_int, default=64)
     e.add_argument("-i", "--input", default=None, help="one sentence a line; an empty line gets a vector of zeros")
     e.add_argument("-o", "--output", default=None, help=".npy file (default: stdout)")
+    _add_device(e)
     e.set_defaults(func=cmd_embed)
 
     v = sub.add_parser("evaluate", help="BLEU/chrF matrix, or a sentence-vector suite")
@@ -282,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--quick", action="store_true", help="subsample data sets (smoke runs)")
     v.add_argument("--no-references", action="store_true", help="skip the bag-of-words and untrained reference points")
     v.add_argument("--out", default=None, help="output folder (default: <model folder>/eval)")
+    _add_device(v)
     v.set_defaults(func=cmd_evaluate)
 
     a = sub.add_parser("attention", help="heat map of the bridge attention of one sentence")
@@ -289,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--lang", required=True)
     a.add_argument("--output", default="attention.png")
     a.add_argument("sentence")
+    _add_device(a)
     a.set_defaults(func=cmd_attention)
 
     y = sub.add_parser("analyze", help="bridge head entropy and heat maps (penalty study), or BLEU by source length")
@@ -303,11 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--sentence", default=None, help="heads: the sentence to draw (default: the first one)")
     y.add_argument("--beam", type=positive_int, default=1)
     y.add_argument("--out", default=None, help="output folder (default: <first model folder>/analysis)")
+    _add_device(y)
     y.set_defaults(func=cmd_analyze)
 
     x = sub.add_parser("experiment", help="train recipes, evaluate on test, write a paper-style results table")
     x.add_argument("recipes", nargs="+", help="recipe YAML files, e.g. recipes/multi30k/cpu/*.yaml")
     x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every recipe")
+    _add_device(x, overrides_config=True)
     x.add_argument("--out", default="docs/results/multi30k.md")
     x.add_argument("--beam", type=positive_int, default=1)
     x.add_argument("--max-test-sentences", type=positive_int, default=None)

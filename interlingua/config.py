@@ -265,7 +265,3 @@ def apply_override(data: dict[str, Any], item: str) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"override '{item}': '{part}' is not a section")
     node[parts[-1]] = yaml.safe_load(raw)
-
-
-def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
-    return cfg.model_dump(mode="json")

@@ -17,9 +17,7 @@ from interlingua.data.corpus import read_group, load_corpus
 from interlingua.data.download import get_multi30k
 from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
 from interlingua.evaluation.sentence.retrieval import retrieval_accuracy
-from interlingua.inference.embedder import Embedder
-from interlingua.inference.translator import Translator
-from interlingua.modules.checkpoint import load_model
+from interlingua.inference.api import load
 from interlingua.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -66,24 +64,23 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
     print(f"== 2/5 train: en/de/fr many-to-many + monolingual, de<->fr held out, {minutes:g} min budget"
           f"{' (resuming)' if resume else ''}; log {cfg.work_dir / 'metrics.jsonl'}, curves {cfg.work_dir / 'curves.png'}")
     result = Trainer(cfg, resume=resume).train()
-    loaded = load_model(result.best_checkpoint or result.last_checkpoint)
-    translator, embedder = Translator(loaded), Embedder(loaded)
+    model = load(result.best_checkpoint or result.last_checkpoint)
 
     corpus = load_corpus(corpus_yaml)
     test = read_group(corpus.groups("test_2016_flickr")[0], limit=test_sentences)
-    langs = translator.source_languages
+    langs = list(model.languages.sources)
     print("== 3/5 translate (beam 5); * = zero-shot direction")
     picks = [i for i in (5, 42) if i < len(test["en"])] or [0]
     for s in langs:
         for t in langs:
             if s == t:
                 continue
-            hyps = translator.translate([test[s][i] for i in picks], s, t, beam_size=5)
-            mark = "*" if (s, t) not in translator.trained_directions else " "
+            hyps = model.translate([test[s][i] for i in picks], s, t, beam=5)
+            mark = "*" if (s, t) not in model.languages.trained else " "
             for i, h in zip(picks, hyps):
                 print(f"  {s}->{t}{mark} {test[s][i]!r}\n         -> {h!r}")
     print("== 4/5 BLEU matrix on test_2016_flickr (greedy)")
-    matrix = bleu_matrix(translator, corpus_yaml, "test_2016_flickr", beam_size=1, progress=False,
+    matrix = bleu_matrix(model, corpus_yaml, "test_2016_flickr", beam_size=1, progress=False,
                          max_sentences=test_sentences)
     files = write_matrix(matrix, work / "eval", "bleu_test_2016_flickr", title="demo model")
     print(matrix.to_markdown("demo model").split("## chrF")[0])
@@ -92,8 +89,8 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
     print("== 5/5 sentence vectors: cosine similarity of one caption across languages, and retrieval")
     sent = {lang: test[lang][7] for lang in langs}
     other = test["en"][len(test["en"]) // 2 + 3]
-    vecs = {lang: embedder.encode([sent[lang]], lang)[0] for lang in langs}
-    vecs["en(other)"] = embedder.encode([other], "en")[0]
+    vecs = {lang: model.encode([sent[lang]], lang)[0] for lang in langs}
+    vecs["en(other)"] = model.encode([other], "en")[0]
 
     def cos(a: np.ndarray, b: np.ndarray) -> float:
         return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-9))
@@ -104,7 +101,7 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
     print("           " + " ".join(f"{n:>9}" for n in names))
     for a in names:
         print(f"  {a:>9}" + " ".join(f"{cos(vecs[a], vecs[b]):9.3f}" for b in names))
-    test_vecs = {lang: embedder.encode(test[lang], lang) for lang in langs}
+    test_vecs = {lang: model.encode(test[lang], lang) for lang in langs}
     acc = {(s, t): retrieval_accuracy(test_vecs[s], test_vecs[t]) for s in langs for t in langs if s != t}
     print(f"  translation retrieval among {len(test['en']):,} test captions (cosine nearest neighbour), src -> tgt accuracy:")
     for (s, t), a in sorted(acc.items()):

@@ -20,7 +20,7 @@ import torch
 from interlingua.config import load_config
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
 from interlingua.evaluation.paper_numbers import paper_bleu
-from interlingua.inference.translator import Translator
+from interlingua.inference.api import load
 from interlingua.modules.checkpoint import read_checkpoint
 from interlingua.training.trainer import Trainer
 from interlingua.workers import process_pool
@@ -68,7 +68,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     last = read_checkpoint(work / "last.pt")  # its config is the one the last training session ran with
     state = last["training"]
     t0 = time.perf_counter()
-    matrix = bleu_matrix(Translator(best), cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
+    matrix = bleu_matrix(load(best, cfg.train.device), cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
     write_matrix(matrix, work / "eval", f"bleu_test_2016_flickr_beam{beam}", title=recipe.stem)
     history = json.loads(state["history"])
     run = {

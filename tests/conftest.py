@@ -86,11 +86,11 @@ def trained_model(multi30k_corpus, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def untrained_model(trained_model, tmp_path_factory) -> Path:
     """trained_model's architecture and vocabularies with freshly initialised weights: a checkpoint that learned nothing."""
-    from interlingua.inference.embedder import Embedder
+    from interlingua.inference.api import load
     from interlingua.modules.checkpoint import read_checkpoint, save_atomic
     payload = read_checkpoint(trained_model)
     payload.pop("training", None)
-    payload["model"] = Embedder.untrained_like(trained_model, seed=1).model.state_dict()
+    payload["model"] = load(trained_model).untrained_like(seed=1).model.state_dict()
     path = tmp_path_factory.mktemp("untrained") / "best.pt"
     save_atomic(payload, path)
     return path

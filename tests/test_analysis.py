@@ -9,12 +9,11 @@ from interlingua.cli import main
 from interlingua.evaluation.bleu_matrix import load_split_texts, parallel_texts
 from interlingua.evaluation.length_analysis import bucket_names, bucket_of
 from interlingua.evaluation.penalty_analysis import head_entropy_table
-from interlingua.inference.embedder import Embedder
-from interlingua.inference.translator import Translator
+from interlingua.inference.api import load
 
 
 def test_attentions_are_distributions_over_each_sentence(trained_model):
-    emb = Embedder(trained_model)
+    emb = load(trained_model)
     sents = ["a dog runs on the grass .", "two men .", "", "a woman in a red dress is singing on a stage ."]
     atts = emb.attentions(sents, "en", batch_size=2)
     assert [a.shape[0] for a in atts] == [4] * 4 and atts[2].shape == (4, 0)
@@ -50,7 +49,7 @@ def _assert_stats_match(stats, groups):
 
 
 def test_head_entropy_is_the_entropy_of_each_heads_attention(trained_model):
-    emb = Embedder(trained_model)
+    emb = load(trained_model)
     # "dog" and "men" have fewer subwords than the 4 heads: heads beyond the length get their own row
     sents = ["dog", "two men .", "", "men", "a dog runs on the grass .", "a woman in a red dress is singing on a stage ."]
     stats = head_entropy_table({"m": emb}, sents, "en")["m"]
@@ -70,7 +69,7 @@ def test_analyze_heads_writes_table13_and_heat_maps(trained_model, untrained_mod
     assert a["heads"] == b["heads"] == 4 and a["sentences"] == b["sentences"] == 1014
     sentences = [s for g in load_split_texts(multi30k_corpus, "val") for s in g.get("en", [])]
     for stats, ckpt in ((a, trained_model), (b, untrained_model)):  # each model's own attention, not the first's
-        _assert_stats_match(stats, _entropies_by_hand(Embedder(ckpt).attentions(sentences, "en")))
+        _assert_stats_match(stats, _entropies_by_hand(load(ckpt).attentions(sentences, "en")))
     # trained with the penalty, the heads focus on a few subwords; fresh weights spread over all of them
     assert a["all_heads"]["mean"] < 1.0 < 2.5 < b["all_heads"]["mean"], (a["all_heads"], b["all_heads"])
     md = (out / "heads.md").read_text()
@@ -104,7 +103,7 @@ def test_analyze_lengths_writes_table_and_plot(trained_model, untrained_model, m
     assert all(t > f for t, f in zip(trained, fresh) if t is not None), (trained, fresh)  # each model translated
     # one bucket scored by hand: the trained model's translations of the 21-30 word sources
     bucket = [i for i, b in enumerate(by_words) if b == 2]
-    hyps = Translator(trained_model).translate([src[i] for i in bucket], "en", "de", beam_size=1)
+    hyps = load(trained_model).translate([src[i] for i in bucket], "en", "de", beam=1)
     by_hand = BLEU(lowercase=True, tokenize="13a").corpus_score(hyps, [[ref[i] for i in bucket]]).score
     assert trained[2] == pytest.approx(by_hand, abs=0.01)
     assert (out / "length_buckets.png").stat().st_size > 1000

@@ -11,6 +11,7 @@ from sacrebleu.metrics import CHRF
 
 from interlingua.evaluation.bleu_matrix import bleu_matrix, load_split_texts, parallel_texts
 from interlingua.evaluation.length_analysis import bleu_by_length, bucket_of
+from interlingua.inference.api import Languages
 
 from conftest import MULTI30K
 
@@ -39,12 +40,11 @@ class StubTranslator:
     """Hypotheses derived from the reference of each source line; records every call."""
 
     def __init__(self, langs):
-        self.source_languages = self.target_languages = list(langs)
-        self.trained_directions = [("en", "de"), ("de", "en")]
+        self.languages = Languages(tuple(langs), tuple(langs), (("en", "de"), ("de", "en")))
         self.refs = {lang: raw_lines(lang) for lang in langs}
         self.calls = []
 
-    def translate(self, sentences, src, tgt, beam_size=1, length_penalty=1.0, batch_size=64, pivot=None, progress=False):
+    def translate(self, sentences, src, tgt, beam=1, length_penalty=1.0, batch_size=64, pivot=None, progress=False):
         index = {s: i for i, s in enumerate(self.refs[src])}
         self.calls.append((src, tgt, pivot))
         return [mangle(self.refs[tgt][index[s]], index[s]) for s in sentences]

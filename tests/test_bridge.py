@@ -79,7 +79,7 @@ def test_loss_adds_the_penalty_per_sentence_to_the_summed_cross_entropy():
     tgt[2, 4:] = 0  # padding
     plain = model.loss(src, lengths, tgt, tgt, "en", "de", penalty_weight=0.0)
     with_pen = model.loss(src, lengths, tgt, tgt, "en", "de", penalty_weight=2.0)
-    pen_sum = model.encode(src, lengths, "en").penalty.sum().detach()
+    pen_sum = model.run_encoder(src, lengths, "en").penalty.sum().detach()
     assert plain.n_tokens == 22
     assert float(plain.loss.detach()) == pytest.approx(plain.nll_sum / 22, rel=1e-5)
     assert float(with_pen.loss.detach()) == pytest.approx((plain.nll_sum + 2.0 * float(pen_sum)) / 22, rel=1e-5)

@@ -5,7 +5,7 @@ import torch
 
 from interlingua.config import parse_config
 from interlingua.errors import CheckpointError, ConfigError
-from interlingua.inference.translator import Translator
+from interlingua.inference.api import load
 from interlingua.modules.checkpoint import load_model, read_checkpoint
 from interlingua.training.trainer import Trainer
 
@@ -15,8 +15,8 @@ from conftest import tiny_config
 def test_round_trip_translates_identically(trained_model, tmp_path):
     copy = tmp_path / "copy.pt"
     shutil.copyfile(trained_model, copy)
-    a = Translator(trained_model).translate(["a man is riding a bike ."], "en", "de")
-    b = Translator(copy).translate(["a man is riding a bike ."], "en", "de")
+    a = load(trained_model).translate(["a man is riding a bike ."], "en", "de")
+    b = load(copy).translate(["a man is riding a bike ."], "en", "de")
     assert a == b and a[0]
     loaded = load_model(copy)
     assert loaded.config.model.bridge.heads == 4 and ("en", "de") in loaded.directions

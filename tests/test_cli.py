@@ -36,8 +36,7 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
 
     assert [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
             if json.loads(line)["type"] == "valid"] == [10, 12, 20]  # resumed at 12, not restarted
-    from interlingua.inference.embedder import Embedder
-    from interlingua.inference.translator import Translator
+    from interlingua.inference.api import load
     from interlingua.modules.checkpoint import read_checkpoint
     assert read_checkpoint(tmp_path / "run" / "last.pt")["training"]["step"] == 20
 
@@ -45,13 +44,13 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
                     stdin="a dog runs .\n\ntwo men .\n", capsys=capsys, monkeypatch=monkeypatch)
     assert code == 0 and len(out.out.splitlines()) == 3 and out.out.splitlines()[1] == ""
     # the same translations as the library gives for these lines and settings
-    assert out.out.splitlines() == Translator(ckpt).translate(["a dog runs .", "", "two men ."], "en", "de", beam_size=2)
+    assert out.out.splitlines() == load(ckpt).translate(["a dog runs .", "", "two men ."], "en", "de", beam=2)
 
     (tmp_path / "in.txt").write_text("a dog .\na cat .\n")
     code, _ = run(["embed", "--model", str(ckpt), "--lang", "en", "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "v.npy")], capsys=capsys)
     vecs = np.load(tmp_path / "v.npy")
     assert code == 0 and vecs.shape == (2, 64)
-    np.testing.assert_allclose(vecs, Embedder(ckpt).encode(["a dog .", "a cat ."], "en"), atol=1e-6)
+    np.testing.assert_allclose(vecs, load(ckpt).encode(["a dog .", "a cat ."], "en"), atol=1e-6)
     assert not np.allclose(vecs[0], vecs[1])
 
     code, out = run(["evaluate", "bleu", "--model", str(ckpt), "--max-sentences", "30", "--out", str(tmp_path / "ev")], capsys=capsys)
@@ -64,7 +63,7 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
     from sacrebleu.metrics import BLEU, CHRF
     from interlingua.data.corpus import load_corpus, read_group
     test = read_group(load_corpus(multi30k_corpus).groups("test_2016_flickr")[0], limit=30)
-    hyps = Translator(ckpt).translate(test["en"], "en", "de", beam_size=1)
+    hyps = load(ckpt).translate(test["en"], "en", "de", beam=1)
     bleu = BLEU(lowercase=True, tokenize="13a").corpus_score(hyps, [test["de"]]).score
     chrf = CHRF(lowercase=True).corpus_score(hyps, [test["de"]]).score
     assert matrix["bleu"]["en"]["de"] == pytest.approx(bleu, abs=0.01)

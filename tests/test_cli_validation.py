@@ -80,11 +80,11 @@ def test_messages_say_what_is_expected(capsys):
         assert needle in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kwargs, needle", [({"beam_size": 0}, "beam_size"), ({"batch_size": 0}, "batch_size"),
+@pytest.mark.parametrize("kwargs, needle", [({"beam": 0}, "beam must"), ({"batch_size": 0}, "batch_size"),
                                             ({"max_len": 0}, "max_len"), ({"length_penalty": -1.0}, "length_penalty")])
 def test_the_library_checks_the_same_ranges(tmp_path, kwargs, needle):
-    from interlingua.inference.translator import Translator
-    tr = Translator(random_checkpoint(tmp_path / "random.pt"))
+    from interlingua.inference.api import load
+    tr = load(random_checkpoint(tmp_path / "random.pt"))
     with pytest.raises(ValueError, match=needle):
         tr.translate(["a dog ."], "en", "de", **kwargs)
 
@@ -103,7 +103,7 @@ def checkpoint(tmp_path_factory):
 @pytest.mark.parametrize("source", ["stdin", "file"])
 def test_embed_gives_one_row_per_line_and_zeros_for_empty_lines(checkpoint, tmp_path, monkeypatch, caplog,
                                                                 pooling, source):
-    from interlingua.inference.embedder import Embedder
+    from interlingua.inference.api import load
     text = "\n".join(LINES) + "\n"
     argv = ["embed", "--model", str(checkpoint), "--lang", "en", "--pooling", pooling, "-o", str(tmp_path / "v.npy")]
     if source == "file":
@@ -114,7 +114,7 @@ def test_embed_gives_one_row_per_line_and_zeros_for_empty_lines(checkpoint, tmp_
     caplog.set_level(logging.WARNING, logger="interlingua")
     assert main(argv) == 0
     vecs = np.load(tmp_path / "v.npy")
-    emb = Embedder(checkpoint)
+    emb = load(checkpoint)
     assert vecs.shape == ((5, 64) if pooling == "mean" else (5, 4, 64))
     for i, line in enumerate(LINES):
         if line.strip():

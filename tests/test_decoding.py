@@ -80,7 +80,7 @@ def _batch(vocab: int, seed: int = 0):
 def _stepwise_logprobs(model: TranslationModel, src: torch.Tensor, length: int, tokens: list[int]) -> torch.Tensor:
     """One sentence alone (no padding anywhere): log p of each next token, BOS fed first."""
     dec = model.decoder_for("de")
-    bridged = model.encode(src[None, :length], torch.tensor([length]), "en")
+    bridged = model.run_encoder(src[None, :length], torch.tensor([length]), "en")
     state = dec.start_state(bridged.memory, bridged.memory_mask)
     prev, rows = torch.tensor([BOS]), []
     for tok in tokens:
@@ -100,7 +100,7 @@ def test_teacher_forcing_equals_step_by_step(bridge, input_feed):
     assert model.has_bridge == (bridge == "attention") and model.decoder_for("de").input_feed == input_feed
     src, lengths, tgt, tgt_in, tgt_out = _batch(17)
     dec = model.decoder_for("de")
-    bridged = model.encode(src, lengths, "en")
+    bridged = model.run_encoder(src, lengths, "en")
     att, _ = dec(tgt_in, dec.start_state(bridged.memory, bridged.memory_mask))
     forced = torch.log_softmax(dec.generator(att).float(), dim=-1)       # (batch, T, V), padded batch
     total = 0.0
@@ -116,7 +116,7 @@ def test_teacher_forcing_equals_step_by_step(bridge, input_feed):
 
 def _argmax_path(model: TranslationModel, src: torch.Tensor, length: int, max_len: int) -> list[int]:
     dec = model.decoder_for("de")
-    bridged = model.encode(src[None, :length], torch.tensor([length]), "en")
+    bridged = model.run_encoder(src[None, :length], torch.tensor([length]), "en")
     state = dec.start_state(bridged.memory, bridged.memory_mask)
     prev, out = torch.tensor([BOS]), []
     for _ in range(max_len):
@@ -139,7 +139,7 @@ def test_batched_greedy_search_follows_the_argmax_path_of_each_sentence(bridge, 
         model = tiny_model(bridge, input_feed, seed=seed, vocab=9, init=0.8)
         src, lengths, *_ = _batch(9, seed)
         dec = model.decoder_for("de")
-        bridged = model.encode(src, lengths, "en")
+        bridged = model.run_encoder(src, lengths, "en")
         batched = greedy_search(dec, dec.start_state(bridged.memory, bridged.memory_mask), 12)
         alone = [_argmax_path(model, src[i], int(lengths[i]), 12) for i in range(len(SRC_LENGTHS))]
         assert batched == alone, (bridge, input_feed, seed)

@@ -25,7 +25,7 @@ import pytest
 import torch
 import yaml
 
-from interlingua import Translator
+from interlingua import Model, load
 from interlingua.cli import main
 from interlingua.data.vocab import PAD
 from interlingua.modules.search import beam_search, greedy_search
@@ -108,9 +108,9 @@ def experiment_yaml(corpus: Path, work_dir: Path) -> Path:
     return path
 
 
-def padded(tr: Translator, sentences: list[str], lang: str) -> tuple[torch.Tensor, torch.Tensor]:
+def padded(tr: Model, sentences: list[str], lang: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Model input for already normalised sentences: right-padded ids and lengths."""
-    ids = tr.vocabs[lang].encode_batch(sentences)
+    ids = tr.vocabs[lang].tokenize_batch(sentences)
     lengths = torch.tensor([len(x) for x in ids])
     src = torch.full((len(ids), int(lengths.max())), PAD, dtype=torch.long)
     for i, x in enumerate(ids):
@@ -129,22 +129,22 @@ def test_kind_learns_the_task_and_translates_reproducibly(overrides, synthetic_c
     sources = src_file.read_text(encoding="utf-8").splitlines()
     references = (synthetic_corpus.parent / "test.xb").read_text(encoding="utf-8").splitlines()
 
-    first = Translator(ckpt)
+    first = load(ckpt)
     for key, value in overrides.items():  # the checkpoint holds the settings asked for
         node = first.loaded.config
         for part in key.split("."):
             node = getattr(node, part)
         assert node == value, key
-    greedy = first.translate(sources, "xa", "xb", beam_size=1)
+    greedy = first.translate(sources, "xa", "xb", beam=1)
     accuracy = token_accuracy(greedy, references)
     print(f"token accuracy {accuracy:.3f}")
     assert accuracy >= MIN_ACCURACY, (accuracy, list(zip(sources, greedy, references))[:5])
 
     # save -> load -> the same translations: a second load, and the command line
-    beam = first.translate(sources, "xa", "xb", beam_size=3)
-    second = Translator(ckpt)
-    assert second.translate(sources, "xa", "xb", beam_size=1) == greedy
-    assert second.translate(sources, "xa", "xb", beam_size=3) == beam
+    beam = first.translate(sources, "xa", "xb", beam=3)
+    second = load(ckpt)
+    assert second.translate(sources, "xa", "xb", beam=1) == greedy
+    assert second.translate(sources, "xa", "xb", beam=3) == beam
     out_file = tmp_path / "out.xb"
     assert main(["translate", "--model", str(ckpt), "--src", "xa", "--tgt", "xb", "--beam", "1",
                  "-i", str(src_file), "-o", str(out_file)]) == 0
@@ -153,7 +153,7 @@ def test_kind_learns_the_task_and_translates_reproducibly(overrides, synthetic_c
     # beam search with beam 1 is greedy search, token for token
     src, lengths = padded(second, sources, "xa")
     with torch.inference_mode():
-        decoder, state = second.model.start_decoding(second.model.encode(src, lengths, "xa"), "xb")
+        decoder, state = second.model.start_decoding(second.model.run_encoder(src, lengths, "xa"), "xb")
         by_greedy = greedy_search(decoder, state, 30)
         by_beam = beam_search(decoder, state, 30, beam_size=1)
     assert by_beam == by_greedy

@@ -35,15 +35,15 @@ def test_pooled_bridge_vector_independent_of_padding():
                                       "decoder": {"hidden": 8, "layers": 1}, "dropout": 0.0})
     model = TranslationModel(cfg, {"en": 40}, ["en"], ["en"]).eval()
     sent = torch.randint(4, 40, (1, 6))
-    a = model.encode(sent, torch.tensor([6]), "en").memory
+    a = model.run_encoder(sent, torch.tensor([6]), "en").memory
     batch = torch.cat([torch.cat([sent, torch.zeros(1, 14, dtype=torch.long)], 1), torch.randint(4, 40, (1, 20))])
-    b = model.encode(batch, torch.tensor([6, 20]), "en").memory
+    b = model.run_encoder(batch, torch.tensor([6, 20]), "en").memory
     assert torch.allclose(a[0], b[0], atol=1e-5)
 
 
 def test_embedder_vectors_independent_of_batching(trained_model):
-    from interlingua.inference.embedder import Embedder
-    emb = Embedder(trained_model)
+    from interlingua.inference.api import load
+    emb = load(trained_model)
     sents = ["a dog.", "two young men are playing soccer on a green field near a big old tree in the park .", "a woman sings"]
     together = emb.encode(sents, "en", batch_size=3)
     alone = np.stack([emb.encode([s], "en")[0] for s in sents])
@@ -69,22 +69,22 @@ def test_param_init_is_uniform_and_keeps_padding_rows_zero():
 def test_pooled_vector_independent_of_padding_through_the_embedder(tmp_path, bridge):
     """`bridge: none` mean-pools the encoder states H over the real tokens only: a sentence
     embedded alone and in a batch with longer ones (so padded) gives the same vector."""
-    from interlingua.inference.embedder import Embedder
+    from interlingua.inference.api import load
     from test_decoding import random_checkpoint
     ckpt = random_checkpoint(tmp_path / "random.pt", param_init=0.5,
                              bridge={"type": bridge, "heads": 4, "hidden": 32}, encoder={"hidden": 64, "layers": 2})
-    emb = Embedder(ckpt)
+    emb = load(ckpt)
     assert emb.model.has_bridge == (bridge == "attention")
     short = "a dog ."
     longer = ["the small child sits near the big red ball in the park .", "a woman runs on the street near the park ."]
     alone = emb.encode([short], "en")[0]
     batched = emb.encode(longer + [short], "en", batch_size=8)
-    n_short = len(emb.vocabs["en"].encode(short))
-    assert all(len(emb.vocabs["en"].encode(s)) > 2 * n_short for s in longer)  # really padded in the batch
+    n_short = len(emb.vocabs["en"].tokenize(short))
+    assert all(len(emb.vocabs["en"].tokenize(s)) > 2 * n_short for s in longer)  # really padded in the batch
     assert np.abs(alone).max() > 0.01
     assert np.allclose(batched[2], alone, atol=1e-5)
     # and the padding is not simply ignored by being tiny: pooling over the padded length would differ
     if bridge == "none":
-        mem = emb.model.encode(torch.tensor([emb.vocabs["en"].encode(short) + [0] * 10]),
+        mem = emb.model.run_encoder(torch.tensor([emb.vocabs["en"].tokenize(short) + [0] * 10]),
                                torch.tensor([n_short]), "en").memory[0]
         assert not np.allclose(mem.mean(0).detach().numpy(), alone, atol=1e-3)

@@ -10,7 +10,7 @@ import pytest
 
 from interlingua.cli import main
 from interlingua.errors import LanguageError
-from interlingua.inference.translator import Translator
+from interlingua.inference.api import load
 
 from test_decoding import random_checkpoint
 
@@ -26,10 +26,10 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def translator(checkpoint):
-    return Translator(checkpoint)
+    return load(checkpoint)
 
 
-@pytest.mark.parametrize("settings", [{}, {"beam_size": 3, "length_penalty": 0.5, "max_len": 15, "batch_size": 2}])
+@pytest.mark.parametrize("settings", [{}, {"beam": 3, "length_penalty": 0.5, "max_len": 15, "batch_size": 2}])
 def test_pivot_is_two_translations_by_hand(translator, settings):
     through = translator.translate(SENTENCES, "en", "fr", pivot="de", **settings)
     mid = translator.translate(SENTENCES, "en", "de", **settings)
@@ -41,8 +41,8 @@ def test_pivot_is_two_translations_by_hand(translator, settings):
 @pytest.mark.parametrize("pivot, role", [("en", "source"), ("fr", "target")])
 def test_pivot_equal_to_source_or_target_is_the_direct_translation(translator, caplog, pivot, role):
     caplog.set_level(logging.INFO, logger="interlingua")
-    out = translator.translate(SENTENCES, "en", "fr", pivot=pivot, beam_size=2)
-    assert out == translator.translate(SENTENCES, "en", "fr", beam_size=2)
+    out = translator.translate(SENTENCES, "en", "fr", pivot=pivot, beam=2)
+    assert out == translator.translate(SENTENCES, "en", "fr", beam=2)
     notes = [r.getMessage() for r in caplog.records if "pivot" in r.getMessage()]
     assert notes == [f"pivot '{pivot}' is the {role} language: translating en->fr directly"]
 
@@ -58,10 +58,10 @@ def test_cli_pivot_matches_the_library(translator, checkpoint, tmp_path, capsys)
             "--beam", "2"]
     assert main(argv + ["--pivot", "de", "-o", str(tmp_path / "out.txt")]) == 0
     lines = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")
-    assert lines == translator.translate(SENTENCES, "en", "fr", pivot="de", beam_size=2) + [""]
+    assert lines == translator.translate(SENTENCES, "en", "fr", pivot="de", beam=2) + [""]
     capsys.readouterr()
     assert main(argv + ["--pivot", "en"]) == 0
-    assert capsys.readouterr().out.split("\n")[:-1] == translator.translate(SENTENCES, "en", "fr", beam_size=2)
+    assert capsys.readouterr().out.split("\n")[:-1] == translator.translate(SENTENCES, "en", "fr", beam=2)
 
 
 def test_cli_says_when_the_pivot_is_the_source(checkpoint):

@@ -14,8 +14,7 @@ from torch import nn
 from interlingua.config import ModelConfig, load_config
 from interlingua.data.vocab import EOS
 from interlingua.errors import InterlinguaError
-from interlingua.inference.embedder import Embedder
-from interlingua.inference.translator import Translator
+from interlingua.inference.api import Model
 from interlingua.modules.base import Bridge, Decoder, Encoder
 from interlingua.modules.bridges import AttentionBridge, NoBridge
 from interlingua.modules.checkpoint import load_model, read_checkpoint
@@ -133,11 +132,11 @@ def test_checkpoint_written_before_kinds_translates_and_embeds_the_same(name):
     expected = json.loads((FIXTURES / f"legacy_{name}.json").read_text(encoding="utf-8"))
     loaded = load_model(path)
     assert loaded.config.model.decoder.type == "lstm"
-    tr, emb = Translator(loaded), Embedder(loaded)
+    tr, emb = Model(loaded), Model(loaded)
     sentences = expected["sentences"]
     for key, want in expected["translations"].items():
         s, t, beam = key.split("-")
-        assert tr.translate(sentences[s], s, t, beam_size=int(beam[4:]), max_len=12) == want, key
+        assert tr.translate(sentences[s], s, t, beam=int(beam[4:]), max_len=12) == want, key
     for lang, want in expected["mean"].items():
         np.testing.assert_allclose(emb.encode(sentences[lang], lang), np.array(want), rtol=1e-5, atol=1e-6)
     for lang, want in expected["heads"].items():

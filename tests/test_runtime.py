@@ -113,3 +113,19 @@ def test_the_trainer_runs_where_the_runtime_says(multi30k_corpus, tmp_path, monk
     bad = parse_config(tiny_config(multi30k_corpus, tmp_path / "gpu", train={"device": "cuda"}))
     with pytest.raises(ConfigError, match="no CUDA GPU"):
         Trainer(bad)
+
+
+def test_train_and_experiment_take_device_from_the_command_line(multi30k_corpus, tmp_path, capsys):
+    import yaml
+
+    from interlingua.cli import build_parser, main
+    from interlingua.modules.checkpoint import read_checkpoint
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, tmp_path / "run", train={"max_steps": 2, "valid_every": 2})))
+    assert main(["train", str(config), "--device", "tpu"]) == 2
+    assert "unknown device 'tpu'" in capsys.readouterr().err
+    assert main(["train", str(config), "--device", "cpu"]) == 0
+    assert read_checkpoint(tmp_path / "run" / "last.pt")["config"]["train"]["device"] == "cpu"
+    args = build_parser().parse_args(["experiment", str(config), "--device", "cpu"])
+    assert args.device == "cpu"
+    assert build_parser().parse_args(["translate", "--model", "m.pt", "--src", "en", "--tgt", "de"]).device == "auto"

@@ -16,7 +16,7 @@ def model_and_state(seed=0, batch=4):
                                       "decoder": {"hidden": 16, "layers": 1}, "dropout": 0.0})
     model = TranslationModel(cfg, {"en": 12, "de": 12}, ["en"], ["de"]).eval()
     src = torch.randint(4, 12, (batch, 5))
-    bridged = model.encode(src, torch.tensor([5, 4, 3, 5][:batch]), "en")
+    bridged = model.run_encoder(src, torch.tensor([5, 4, 3, 5][:batch]), "en")
     dec = model.decoder_for("de")
     return dec, dec.start_state(bridged.memory, bridged.memory_mask)
 
@@ -142,7 +142,7 @@ def test_beam_one_equals_greedy_for_every_decoder(bridge, input_feed):
         model = tiny_model(bridge, input_feed, seed=seed, vocab=9, init=0.8)
         src, lengths, *_ = _batch(9, seed)
         dec = model.decoder_for("de")
-        bridged = model.encode(src, lengths, "en")
+        bridged = model.run_encoder(src, lengths, "en")
         state = dec.start_state(bridged.memory, bridged.memory_mask)
         for alpha in (0.0, 1.0):
             assert beam_search(dec, state, 12, beam_size=1, length_penalty=alpha) == greedy_search(dec, state, 12)

@@ -116,16 +116,15 @@ def test_checkpoint_evaluation_keeps_the_fast_options(tmp_path, monkeypatch):
     """Per-head probing for the trained model only; the bag-of-subwords reference cached under the output folder."""
     import interlingua.evaluation.vectors as vectors
 
-    class FakeEmbedder:
-        def __init__(self, checkpoint):
+    class FakeModel:
+        def __init__(self, checkpoint, device="cpu"):
             self.checkpoint = checkpoint
 
-        @classmethod
-        def untrained_like(cls, checkpoint):
-            return cls(checkpoint)
+        def untrained_like(self):
+            return FakeModel(self.checkpoint)
 
     seen = {}
-    monkeypatch.setattr(vectors, "Embedder", FakeEmbedder)
+    monkeypatch.setattr(vectors, "load", FakeModel)
     monkeypatch.setattr(vectors, "reference_embedders",
                         lambda root, **kw: seen.update(refs=kw) or {"bow-subword": object()})
 

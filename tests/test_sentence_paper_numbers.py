@@ -202,9 +202,9 @@ def test_similarity_on_a_trained_checkpoint_shows_ours_beside_the_published_rows
     import numpy as np
     from test_sentence_eval_fakes import need_data
 
-    from interlingua.inference.embedder import Embedder
+    from interlingua.inference.api import load
     root = need_data("senteval_downstream").parent
-    embedders = {"model": Embedder(trained_model), "untrained": Embedder.untrained_like(trained_model)}
+    embedders = {"model": load(trained_model), "untrained": load(trained_model).untrained_like()}
     res = suites.run_suite("similarity", embedders, root, tmp_path, quick=True, max_examples=200)
     assert res.skipped == {}
     tasks = [*STS_YEARS, "STS-B", "SICK-R"]

@@ -217,7 +217,7 @@ def test_label_smoothing_is_the_smoothed_cross_entropy():
 
     # With the penalty, the smoothed loss gets the same per-token penalty term as the plain one.
     with_penalty = _loss(net, b, eps, penalty=2.0)
-    per_sentence = net.encode(b.src, b.src_lengths, "en").penalty.float()
+    per_sentence = net.run_encoder(b.src, b.src_lengths, "en").penalty.float()
     assert with_penalty.loss.item() == pytest.approx(smoothed.loss.item() + 2.0 * per_sentence.sum().item() / len(gold), rel=1e-5)
 
 

@@ -15,13 +15,13 @@ from interlingua.data.vocab import Vocab
 log = logging.getLogger(__name__)
 
 
-def encode_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig,
+def tokenize_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig,
                   empty_output: str = "their output is empty") -> list[np.ndarray]:
-    """Normalise and encode; over-long inputs are truncated to `max_len` with one warning, and
+    """Normalise and tokenise; over-long inputs are truncated to `max_len` with one warning, and
     empty ones (nothing left after normalisation) are counted in one warning that ends with
     `empty_output`, what the caller gives them."""
     texts = [normalize_line(s, pre.lowercase, pre.normalize) for s in sentences]
-    ids = vocab.encode_batch(texts)
+    ids = vocab.tokenize_batch(texts)
     too_long = sum(len(x) > pre.max_len for x in ids)
     if too_long:
         log.warning("%d input line(s) longer than max_len=%d subwords were truncated", too_long, pre.max_len)

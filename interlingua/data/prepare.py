@@ -65,9 +65,9 @@ def _fingerprint(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> str
     return h.hexdigest()[:16]
 
 
-def encode_texts(vocab: Vocab, texts: list[str], max_len: int, what: str) -> list[np.ndarray]:
-    """Encode, truncating to `max_len` subwords (with a warning) and counting empty lines."""
-    ids = vocab.encode_batch(texts)
+def tokenize_texts(vocab: Vocab, texts: list[str], max_len: int, what: str) -> list[np.ndarray]:
+    """Tokenise, truncating to `max_len` subwords (with a warning) and counting empty lines."""
+    ids = vocab.tokenize_batch(texts)
     too_long = sum(len(x) > max_len for x in ids)
     empty = sum(len(x) == 0 for x in ids)
     if too_long:
@@ -129,7 +129,7 @@ def prepare(cfg: ExperimentConfig, force: bool = False) -> PreparedData:
     for split, groups in raw.items():
         splits[split] = []
         for gi, (name, texts) in enumerate(groups):
-            enc = {lang: encode_texts(vocabs[lang], t, pre.max_len, f"{split}/{name}/{lang}") for lang, t in texts.items()}
+            enc = {lang: tokenize_texts(vocabs[lang], t, pre.max_len, f"{split}/{name}/{lang}") for lang, t in texts.items()}
             splits[split].append(EncodedGroup(name, enc))
             for lang, seqs in enc.items():
                 key = f"{split}|{gi}|{lang}"

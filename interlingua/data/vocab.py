@@ -17,6 +17,13 @@ def language_tag(lang: str) -> str:
     return f"<2{lang}>"
 
 
+def source_prefix(vocab: "Vocab", tgt_lang: str, shared: bool) -> int | None:
+    """The id every source sentence starts with: the `<2tgt>` tag of a shared model, None otherwise.
+
+    Training, dev validation, translation and embedding all prefix sources through this one function."""
+    return vocab.piece_id(language_tag(tgt_lang)) if shared else None
+
+
 class Vocab:
     """A sentencepiece model with fixed special ids (pad 0, unk 1, bos 2, eos 3)."""
 
@@ -47,10 +54,12 @@ class Vocab:
     def __len__(self) -> int:
         return self.sp.get_piece_size()
 
-    def encode(self, text: str) -> list[int]:
+    def tokenize(self, text: str) -> list[int]:
+        """Subword ids of one (normalised) line."""
         return self.sp.encode(text)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    def tokenize_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Subword ids of each line."""
         return self.sp.encode(list(texts))
 
     def decode(self, ids: Sequence[int]) -> str:

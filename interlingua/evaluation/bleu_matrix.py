@@ -17,7 +17,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.errors import DataError
 from interlingua.evaluation.plots import plot_score_matrix
-from interlingua.inference.translator import Translator
+from interlingua.inference.api import Model, load
 
 BLEU_SIGNATURE_NOTE = "sacreBLEU, lowercased, tokenize 13a (signature nrefs:1|case:lc|eff:no|tok:13a|smooth:exp)"
 
@@ -73,12 +73,14 @@ def parallel_texts(groups: list[dict[str, list[str]]], src: str, tgt: str) -> tu
     return srcs, refs
 
 
-def bleu_matrix(translator: Translator, corpus_path: str | Path, split: str = "test_2016_flickr", beam_size: int = 1,
+def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_flickr", beam_size: int = 1,
                 length_penalty: float = 1.0, batch_size: int = 64, pivot: str | None = None,
                 languages: list[str] | None = None, max_sentences: int | None = None, progress: bool = True) -> MatrixResult:
     groups = load_split_texts(Path(corpus_path), split, max_sentences)
-    langs = sorted(languages or set(translator.source_languages) | set(translator.target_languages))
-    trained = set(translator.trained_directions)
+    known = model.languages
+    sources, targets = set(known.sources), set(known.targets)
+    langs = sorted(languages or sources | targets)
+    trained = set(known.trained)
     bleu: dict[str, dict[str, float]] = {}
     chrf: dict[str, dict[str, float]] = {}
     zero_shot, seconds = [], {}
@@ -86,16 +88,16 @@ def bleu_matrix(translator: Translator, corpus_path: str | Path, split: str = "t
     signature = ""
     for s in langs:
         for t in langs:
-            if s == t or s not in translator.source_languages or t not in translator.target_languages:
+            if s == t or s not in sources or t not in targets:
                 continue
-            if pivot and (pivot not in translator.target_languages or pivot not in translator.source_languages):
+            if pivot and (pivot not in targets or pivot not in sources):
                 raise DataError(f"pivot '{pivot}' needs both an encoder and a decoder in the model")
             srcs, refs = parallel_texts(groups, s, t)
             if not srcs:
                 continue
             t0 = time.perf_counter()
-            hyps = translator.translate(srcs, s, t, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size,
-                                        pivot=pivot if pivot not in (s, t) else None, progress=progress)
+            hyps = model.translate(srcs, s, t, beam=beam_size, length_penalty=length_penalty, batch_size=batch_size,
+                                   pivot=pivot if pivot not in (s, t) else None, progress=progress)
             seconds[f"{s}-{t}"] = round(time.perf_counter() - t0, 2)
             b = bleu_metric.corpus_score(hyps, [refs])
             signature = str(bleu_metric.get_signature())
@@ -122,3 +124,27 @@ def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", 
         plot_score_matrix(table, result.languages, zs, f"{name.upper() if name == 'bleu' else 'chrF'} on {result.split}", png)
         pngs.append(png)
     return [md, js, *pngs]
+
+
+@dataclass
+class BleuReport:
+    result: MatrixResult
+    markdown: str
+    files: list[Path]
+
+
+def evaluate_bleu(checkpoint: str | Path, corpus: str | Path | None = None, split: str = "test_2016_flickr",
+                  beam_size: int = 1, batch_size: int = 64, pivot: str | None = None, max_sentences: int | None = None,
+                  out_dir: str | Path | None = None, device: str = "cpu") -> BleuReport:
+    """`interlingua evaluate bleu`: the checkpoint's matrix on `split` of `corpus` (default: the corpus it
+    was trained on), written as `bleu_<split>_beam<N>[_pivot-<L>]` .md/.json/.png under `out_dir`
+    (default: `<checkpoint folder>/eval`)."""
+    checkpoint = Path(checkpoint)
+    model = load(checkpoint, device)
+    res = bleu_matrix(model, corpus or model.loaded.config.corpus, split=split, beam_size=beam_size,
+                      batch_size=batch_size, pivot=pivot, max_sentences=max_sentences)
+    out = Path(out_dir or checkpoint.parent / "eval")
+    stem = f"bleu_{split}_beam{beam_size}" + (f"_pivot-{pivot}" if pivot else "")
+    title = f"{checkpoint.name} on {split}"
+    files = write_matrix(res, out, stem, title=title)
+    return BleuReport(res, res.to_markdown(title), files)

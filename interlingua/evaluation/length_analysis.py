@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from sacrebleu.metrics import BLEU  # noqa: E402
 
 from interlingua.figures import save_figure  # noqa: E402
-from interlingua.inference.translator import Translator  # noqa: E402
+from interlingua.inference.api import Model, load  # noqa: E402
 
 DEFAULT_EDGES = (10, 20, 30)
 
@@ -44,7 +44,7 @@ class LengthResult:
     """model name -> BLEU per bucket (None for an empty bucket)."""
 
 
-def bleu_by_length(models: dict[str, Translator], sources: list[str], references: list[str], src: str, tgt: str,
+def bleu_by_length(models: dict[str, Model], sources: list[str], references: list[str], src: str, tgt: str,
                    edges: tuple[int, ...] = DEFAULT_EDGES, beam_size: int = 1) -> LengthResult:
     names = bucket_names(edges)
     ids = [bucket_of(len(s.split()), edges) for s in sources]
@@ -52,7 +52,7 @@ def bleu_by_length(models: dict[str, Translator], sources: list[str], references
     metric = BLEU(lowercase=True, tokenize="13a")
     scores: dict[str, list[float | None]] = {}
     for name, tr in models.items():
-        hyps = tr.translate(sources, src, tgt, beam_size=beam_size)
+        hyps = tr.translate(sources, src, tgt, beam=beam_size)
         row = []
         for b in range(len(names)):
             h = [x for x, i in zip(hyps, ids) if i == b]
@@ -79,3 +79,16 @@ def write_length_report(result: LengthResult, out_dir: Path, title: str) -> list
     ax.legend(fontsize=8)
     png = save_figure(fig, out_dir / "length_buckets.png")
     return [out_dir / "length_buckets.md", out_dir / "length_buckets.json", png]
+
+
+def analyze_lengths(checkpoints: dict[str, Path], src: str, tgt: str, out_dir: Path, corpus: str | Path | None = None,
+                    split: str = "test_2016_flickr", beam_size: int = 1, device: str = "cpu") -> tuple[LengthResult, list[Path]]:
+    """`interlingua analyze lengths`: BLEU by source length of each named checkpoint on `split` of
+    `corpus` (default: the first model's), written as length_buckets.md/.json/.png under `out_dir`."""
+    from interlingua.evaluation.bleu_matrix import load_split_texts, parallel_texts
+    models = {name: load(path, device) for name, path in checkpoints.items()}
+    corpus = corpus or next(iter(models.values())).loaded.config.corpus
+    sources, references = parallel_texts(load_split_texts(Path(corpus), split), src, tgt)
+    result = bleu_by_length(models, sources, references, src, tgt, beam_size=beam_size)
+    files = write_length_report(result, out_dir, f"BLEU by source length, {src}->{tgt} ({split})")
+    return result, files

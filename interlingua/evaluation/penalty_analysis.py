@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 from interlingua.evaluation.sentence.heads import head_entropy_stats, plot_head_heatmap, plot_head_heatmaps
-from interlingua.inference.embedder import Embedder
+from interlingua.errors import InterlinguaError
+from interlingua.inference.api import Model, load
 
 # Journal Table 13: EN-DE, k = 50, 10k NewsCrawl sentences of <= 40 tokens; (with, without) penalty.
 PAPER_TABLE13 = {"all_heads": (1.20, 0.63), "up_to_length": (0.49, 0.43), "beyond_length": (1.73, 0.82)}
@@ -19,7 +20,7 @@ ROW_NAMES = {"all_heads": "all heads, k in [1, k]", "up_to_length": "heads up to
              "beyond_length": "heads beyond the length, k in (n_i, k]"}
 
 
-def head_entropy_table(models: dict[str, Embedder], sentences: list[str], lang: str, max_tokens: int = 40) -> dict:
+def head_entropy_table(models: dict[str, Model], sentences: list[str], lang: str, max_tokens: int = 40) -> dict:
     """Table 13 statistics per model, over the sentences of at most `max_tokens` subwords."""
     out = {}
     for name, emb in models.items():
@@ -48,7 +49,7 @@ def table_markdown(stats: dict, lang: str, n_sentences: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def penalty_analysis(models: dict[str, Embedder], sentences: list[str], lang: str, example: str,
+def penalty_analysis(models: dict[str, Model], sentences: list[str], lang: str, example: str,
                      out_dir: Path, max_tokens: int = 40) -> dict:
     """Write heads.md / heads.json (entropy table) and heat maps of `example` under out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -65,3 +66,23 @@ def penalty_analysis(models: dict[str, Embedder], sentences: list[str], lang: st
         pngs.append(plot_head_heatmaps({n: a for n, (a, _) in attentions.items()}, list(pieces_sets.pop()),
                                        out_dir / "heads_all.png", title=example))
     return {"stats": stats, "plots": [str(p) for p in pngs]}
+
+
+def analyze_heads(checkpoints: dict[str, Path], lang: str, out_dir: Path, sentences: list[str] | None = None,
+                  example: str | None = None, corpus: str | Path | None = None, split: str = "test_2016_flickr",
+                  device: str = "cpu", sentences_name: str = "the given sentences") -> dict:
+    """`interlingua analyze heads`: `penalty_analysis` of each named checkpoint over `sentences` (default:
+    the `lang` side of `split` of `corpus`, itself by default the first model's), drawing `example`
+    (default: the first sentence); `sentences_name` says where given sentences came from, in errors."""
+    from interlingua.evaluation.bleu_matrix import load_split_texts
+    models = {name: load(path, device) for name, path in checkpoints.items()}
+    for model in models.values():
+        model.model.encoder_for(lang)  # unknown language: one error listing the known ones
+    corpus = corpus or next(iter(models.values())).loaded.config.corpus
+    where = sentences_name
+    if sentences is None:
+        sentences = [s for g in load_split_texts(Path(corpus), split) for s in g.get(lang, [])]
+        where = f"split {split} of {corpus}"
+    if not sentences:
+        raise InterlinguaError(f"no '{lang}' sentences in {where}")
+    return penalty_analysis(models, sentences, lang, example or sentences[0], out_dir)

@@ -10,7 +10,7 @@ from pathlib import Path
 from interlingua.evaluation.sentence import reference_embedders, run_suite
 from interlingua.evaluation.sentence.suites import AllResult, SuiteResult
 from interlingua.workers import usable_cores
-from interlingua.inference.embedder import Embedder
+from interlingua.inference.api import load
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,8 @@ class SentenceEvaluation:
 
 def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Path, out_dir: str | Path | None = None,
                               quick: bool = False, references: bool = True, probing_dir: Path | None = None,
-                              cache_dir: str | Path | None = None, jobs: int | None = None) -> SentenceEvaluation:
+                              cache_dir: str | Path | None = None, jobs: int | None = None,
+                              device: str = "cpu") -> SentenceEvaluation:
     """Run `suite` on the checkpoint's vectors (and its references); writes `<out_dir>/<suite>.md/.json`.
 
     What keeps `all` inside its 30-minute budget: per-head probing runs for the trained model
@@ -42,9 +43,10 @@ def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Pat
     the model and building the references before it."""
     start = time.perf_counter()
     out = Path(out_dir) if out_dir else Path(checkpoint).parent / "eval"
-    embedders: dict = {"model": Embedder(checkpoint)}
+    model = load(checkpoint, device)
+    embedders: dict = {"model": model}
     if references:
-        embedders["untrained"] = Embedder.untrained_like(checkpoint)
+        embedders["untrained"] = model.untrained_like()
         max_lines = 2000 if quick else None
         cache = Path(cache_dir) if cache_dir else out / "cache" / f"bow-subword-{max_lines or 'all'}"
         embedders.update(reference_embedders(Path(data_root), max_lines=max_lines, cache_dir=cache))

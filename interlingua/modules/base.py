@@ -18,6 +18,13 @@ from torch import nn
 from interlingua.config import KindConfig
 
 
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over dim 1 of `x` (batch, n, d) at the rows where `mask` (batch, n) is True, in x's dtype
+    (an all-False row gives zeros): the sentence vector, and the decoder's start state."""
+    m = mask.unsqueeze(-1).to(x.dtype)
+    return (x * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
 class Kind(nn.Module):
     """A module that a registry can build from its config (`type` chooses the class)."""
 
@@ -72,8 +79,7 @@ class Bridge(Kind):
 
     def pooled(self, out: BridgeOutput) -> torch.Tensor:
         """The sentence vector (batch, output_dim), fp32: the masked mean of the memory rows."""
-        mem, m = out.memory.float(), out.memory_mask.unsqueeze(-1).float()
-        return (mem * m).sum(1) / m.sum(1).clamp_min(1.0)
+        return masked_mean(out.memory.float(), out.memory_mask)
 
     def head_vectors(self, out: BridgeOutput) -> torch.Tensor:
         """One vector per head (batch, heads, output_dim), fp32; only where `heads` is not None."""

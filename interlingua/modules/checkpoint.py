@@ -82,17 +82,30 @@ def stored_config(payload: dict[str, Any], path: str | Path) -> ExperimentConfig
 
 @dataclass
 class LoadedModel:
+    """A checkpoint rebuilt for use: the model (eval mode), its vocabularies and config, the trained
+    directions and the payload's small metadata; the optimizer and the rest of the training state are
+    not kept (`step` is all that is read from it)."""
+
     model: TranslationModel
     vocabs: dict[str, Vocab]
     config: ExperimentConfig
     directions: list[tuple[str, str]]
     payload: dict[str, Any]
+    """The checkpoint's entries other than the weights and the training state (format, config, languages)."""
     payload_path: Path | None = None
+    step: int | None = None
+    """The training step the checkpoint was written at (None where it holds no training state)."""
 
 
-def load_model(path: str | Path) -> LoadedModel:
-    """Rebuild the model and vocabularies of a checkpoint, in eval mode."""
+def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
+    """Rebuild the model and vocabularies of a checkpoint, in eval mode, on `device`.
+
+    The training state (optimizer moments, RNG, counters) is dropped as soon as the file is read,
+    and the payload's weights once they are in the model, so that a loaded model holds its weights once."""
     payload = read_checkpoint(path)
+    training = payload.pop("training", None)
+    step = training.get("step") if isinstance(training, dict) else None
+    del training
     try:
         cfg = stored_config(payload, path)
         protos = payload["vocabs"]
@@ -100,9 +113,10 @@ def load_model(path: str | Path) -> LoadedModel:
         vocabs = {lang: cache.setdefault(p, Vocab(p)) for lang, p in protos.items()}
         model = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
                                  payload["encoder_langs"], payload["decoder_langs"])
-        model.load_state_dict(payload["model"])
+        model.load_state_dict(payload.pop("model"))
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
-    model.eval()
-    return LoadedModel(model, vocabs, cfg, [tuple(d) for d in payload["directions"]], payload, Path(path))
+    model.to(device).eval()
+    return LoadedModel(model, vocabs, cfg, [tuple(d) for d in payload["directions"]], payload, Path(path),
+                       int(step) if isinstance(step, int) else None)

@@ -14,7 +14,7 @@ from torch import nn
 
 from interlingua.config import LSTMDecoderConfig
 from interlingua.data.vocab import PAD
-from interlingua.modules.base import Decoder
+from interlingua.modules.base import Decoder, masked_mean
 from interlingua.modules.registry import DECODERS
 
 
@@ -63,8 +63,7 @@ class LSTMDecoder(Decoder):
 
     def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> DecoderState:
         """Initial state from the masked mean of the memory (mean of M's k columns)."""
-        m = memory_mask.unsqueeze(-1).to(memory.dtype)
-        pooled = (memory * m).sum(1) / m.sum(1).clamp_min(1.0)
+        pooled = masked_mean(memory, memory_mask)
         init = torch.tanh(self.init_proj(pooled))                           # (batch, 2*L*H)
         init = init.view(-1, 2, self.layers, self.hidden_size).permute(1, 2, 0, 3).contiguous()
         feed = memory.new_zeros(memory.size(0), self.hidden_size) if self.input_feed else None

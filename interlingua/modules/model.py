@@ -68,6 +68,11 @@ class TranslationModel(nn.Module):
                     module.weight[module.padding_idx].zero_()
 
     @property
+    def device(self) -> torch.device:
+        """Where the weights are (and where inputs must go)."""
+        return next(self.parameters()).device
+
+    @property
     def has_bridge(self) -> bool:
         """Whether the bridge attends over the source (has an attention A to show)."""
         return self.bridge.attention_available
@@ -82,7 +87,8 @@ class TranslationModel(nn.Module):
             raise LanguageError(f"the model has no decoder for '{lang}' (target languages: {', '.join(self.decoder_langs)})")
         return self.decoders[SHARED if self.cfg.shared else lang]
 
-    def encode(self, src: torch.Tensor, lengths: torch.Tensor, src_lang: str) -> BridgeOutput:
+    def run_encoder(self, src: torch.Tensor, lengths: torch.Tensor, src_lang: str) -> BridgeOutput:
+        """The source language's encoder, then the bridge: ids (batch, n) -> `BridgeOutput`."""
         states, mask = self.encoder_for(src_lang)(src, lengths)
         return self.bridge(states, mask)
 
@@ -93,7 +99,8 @@ class TranslationModel(nn.Module):
 
     def forward(self, batch: Batch, penalty_weight: float = 0.0, label_smoothing: float = 0.0,
                 softmax_sample: int = 0) -> LossOutput:
-        """The training entry: the loss terms of one batch (see `loss`)."""
+        """The training entry: the loss terms of one batch (see `loss`), on the model's device."""
+        batch = batch.to(self.device)
         return self.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang, batch.tgt_lang,
                          penalty_weight, label_smoothing, softmax_sample)
 
@@ -105,7 +112,7 @@ class TranslationModel(nn.Module):
         With `softmax_sample` > 0 (training only) the softmax runs over the batch's own target
         types plus that many uniformly drawn ones (target-vocabulary sampling, Jean et al. 2015),
         not over the whole vocabulary: the generator is ~35% of a step's arithmetic at 8k types."""
-        bridged = self.encode(src, src_lengths, src_lang)
+        bridged = self.run_encoder(src, src_lengths, src_lang)
         decoder = self.decoder_for(tgt_lang)
         att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask))
         real = tgt_out != PAD

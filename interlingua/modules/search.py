@@ -1,19 +1,35 @@
-"""Batched greedy and beam search over any decoder kind's `step` (the `Decoder` interface)."""
+"""Batched greedy and beam search over any decoder kind's `step` (the `Decoder` interface), and
+`translate_ids`, the one encode -> search -> detokenise pipeline that translation and dev
+validation share. Search runs on the decoder's device."""
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
+from tqdm import tqdm
 
-from interlingua.data.vocab import BOS, EOS
+from interlingua.data.inputs import length_sorted_batches
+from interlingua.data.vocab import BOS, EOS, Vocab, source_prefix
 from interlingua.modules.base import Decoder
+
+if TYPE_CHECKING:
+    from interlingua.modules.model import TranslationModel
+
+
+def _device(decoder: Decoder) -> torch.device:
+    """Where the decoder's weights are (the CPU for a decoder without any)."""
+    params = decoder.parameters() if callable(getattr(decoder, "parameters", None)) else iter(())
+    param = next(params, None)
+    return param.device if param is not None else torch.device("cpu")
 
 
 def greedy_search(decoder: Decoder, state: Any, max_len: int) -> list[list[int]]:
     """Most probable token at every step; finished sentences leave the batch."""
-    batch = decoder.batch_size(state)
-    prev = torch.full((batch,), BOS, dtype=torch.long)
-    active = torch.arange(batch)
+    batch, device = decoder.batch_size(state), _device(decoder)
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+    active = torch.arange(batch, device=device)
     outputs: list[list[int]] = [[] for _ in range(batch)]
     for _ in range(max_len):
         logp, state = decoder.step(prev, state)
@@ -54,14 +70,14 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     k = beam_size
-    batch = decoder.batch_size(state)
-    state = decoder.reorder_state(state, torch.arange(batch).repeat_interleave(k))
-    scores = torch.full((batch, k), float("-inf"))
+    batch, device = decoder.batch_size(state), _device(decoder)
+    state = decoder.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k))
+    scores = torch.full((batch, k), float("-inf"), device=device)
     scores[:, 0] = 0.0
-    seqs = torch.full((batch * k, 0), BOS, dtype=torch.long)
-    prev = torch.full((batch * k,), BOS, dtype=torch.long)
+    seqs = torch.full((batch * k, 0), BOS, dtype=torch.long, device=device)
+    prev = torch.full((batch * k,), BOS, dtype=torch.long, device=device)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
-    active = torch.arange(batch)
+    active = torch.arange(batch, device=device)
     for t in range(max_len):
         logp, state = decoder.step(prev, state)
         vocab = logp.size(-1)
@@ -78,11 +94,11 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int
         keep = (~is_eos) & (live_rank <= k)
         order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :k]
         scores = top_s.gather(1, order)
-        origin = (beam_i.gather(1, order) + torch.arange(n).unsqueeze(1) * k).view(-1)
+        origin = (beam_i.gather(1, order) + torch.arange(n, device=device).unsqueeze(1) * k).view(-1)
         prev = tok.gather(1, order).view(-1)
         seqs = torch.cat([seqs[origin], prev.unsqueeze(1)], dim=1)
         state = decoder.reorder_state(state, origin)
-        done = torch.tensor([len(finished[int(a)]) >= k for a in active])
+        done = torch.tensor([len(finished[int(a)]) >= k for a in active.tolist()], device=device)
         if t == max_len - 1:
             done[:] = True
             for r in range(n):
@@ -95,7 +111,35 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int
             break
         if done.any():
             keep_rows = (~done).nonzero().squeeze(1)
-            flat = (keep_rows.unsqueeze(1) * k + torch.arange(k)).view(-1)
+            flat = (keep_rows.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
             active, scores = active[keep_rows], scores[keep_rows]
             seqs, prev, state = seqs[flat], prev[flat], decoder.reorder_state(state, flat)
     return [sorted(f, key=lambda x: -x[0]) for f in finished]
+
+
+@torch.inference_mode()
+def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
+                  tgt_lang: str, *, batch_size: int, beam: int = 1, length_penalty: float = 1.0,
+                  max_len: int | None = None, max_len_cap: int = 100, progress: bool = False) -> list[str]:
+    """Translations of the tokenised sources `seqs` (from `data.inputs.tokenize_inputs`), in their
+    order; an empty source gives "". Sources get the model's prefix (`source_prefix`), go through
+    in length-sorted batches on the model's device, and are searched greedily (`beam` 1) or with
+    beam search. A batch's output limit is `max_len`, or by default twice its longest source + 10,
+    at most `max_len_cap` subwords."""
+    model.eval()
+    device = model.device
+    prefix = source_prefix(vocabs[src_lang], tgt_lang, model.cfg.shared)
+    out = [""] * len(seqs)
+    n_batches = (sum(1 for s in seqs if len(s)) + batch_size - 1) // batch_size
+    for idx, ids, lengths in tqdm(length_sorted_batches(list(seqs), batch_size, prefix), total=n_batches,
+                                  desc=f"{src_lang}->{tgt_lang}", unit="batch", disable=not progress, leave=False):
+        limit = max_len or min(int(lengths.max()) * 2 + 10, max_len_cap)
+        bridged = model.run_encoder(ids.to(device), lengths.to(device), src_lang)
+        decoder, state = model.start_decoding(bridged, tgt_lang)
+        if beam == 1:
+            hyps = greedy_search(decoder, state, limit)
+        else:
+            hyps = beam_search(decoder, state, limit, beam, length_penalty)
+        for i, h in zip(idx, hyps):
+            out[i] = vocabs[tgt_lang].decode(h)
+    return out

@@ -30,7 +30,7 @@ from interlingua.config import ExperimentConfig
 from interlingua.data.batching import DirectionBatches
 from interlingua.data.directions import Direction, DirectionScheduler, build_directions, zero_shot_directions
 from interlingua.data.prepare import PreparedData, direction_pairs, direction_references, prepare
-from interlingua.data.vocab import language_tag
+from interlingua.data.vocab import source_prefix
 from interlingua.errors import CheckpointError, ConfigError, DataError
 from interlingua.figures import plot_training_curves
 from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic, stored_config
@@ -108,7 +108,7 @@ class Trainer:
 
     # -- setup ---------------------------------------------------------------------------
     def _prefix(self, src: str, tgt: str) -> int | None:
-        return self.data.vocabs[src].piece_id(language_tag(tgt)) if self.cfg.model.shared else None
+        return source_prefix(self.data.vocabs[src], tgt, self.cfg.model.shared)
 
     def _direction_batches(self, d: Direction) -> DirectionBatches:
         src, tgt = direction_pairs(self.data, "train", *d)

@@ -8,10 +8,9 @@ from sacrebleu.metrics import BLEU, CHRF
 import torch
 
 from interlingua.data.batching import make_batch
-from interlingua.data.inputs import length_sorted_batches
-from interlingua.data.vocab import Vocab, language_tag
+from interlingua.data.vocab import Vocab, source_prefix
 from interlingua.modules.model import TranslationModel
-from interlingua.modules.search import beam_search, greedy_search
+from interlingua.modules.search import translate_ids
 
 
 @dataclass
@@ -32,23 +31,15 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> tuple[float, 
 
 
 def tag_prefix(model: TranslationModel, vocab: Vocab, tgt_lang: str) -> int | None:
-    return vocab.piece_id(language_tag(tgt_lang)) if model.cfg.shared else None
+    return source_prefix(vocab, tgt_lang, model.cfg.shared)
 
 
 @torch.inference_mode()
 def translate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
                      beam: int = 1, max_len: int = 100) -> list[str]:
     """The model's translations of the dev sources (greedy, or beam search), in their order."""
-    model.eval()
-    prefix = tag_prefix(model, vocabs[dev.src_lang], dev.tgt_lang)
-    hyps = [""] * len(dev.src)
-    for idx, ids, lengths in length_sorted_batches(dev.src, batch_size, prefix):
-        decoder, state = model.start_decoding(model.encode(ids, lengths, dev.src_lang), dev.tgt_lang)
-        limit = min(int(lengths.max()) * 2 + 10, max_len)
-        out_ids = greedy_search(decoder, state, limit) if beam == 1 else beam_search(decoder, state, limit, beam)
-        for i, h in zip(idx, out_ids):
-            hyps[i] = vocabs[dev.tgt_lang].decode(h)
-    return hyps
+    return translate_ids(model, vocabs, dev.src, dev.src_lang, dev.tgt_lang, batch_size=batch_size,
+                         beam=beam, max_len_cap=max_len)
 
 
 @torch.inference_mode()

@@ -2,7 +2,7 @@
 cross-lingual transfer and retrieval, with reference embedders beside the model.
 
 >>> from interlingua.evaluation.sentence import run_suite, reference_embedders
->>> embedders = {"model": Embedder("runs/x/best.pt"), **reference_embedders(data_root)}
+>>> embedders = {"model": interlingua.load("runs/x/best.pt"), **reference_embedders(data_root)}
 >>> run_suite("all", embedders, data_root, Path("runs/x/eval"))
 """
 from interlingua.evaluation.sentence.baselines import BagOfSubwords, FunctionEmbedder, reference_embedders

@@ -1,7 +1,7 @@
 """Looking inside the bridge: per-head attention heat maps and head entropy (paper 000, Sec. 5.3).
 
 Inputs are plain arrays: one attention matrix A (k heads x n tokens, rows summing to 1)
-per sentence, as `Embedder.attention` returns. Entropy (nats) of a head's distribution
+per sentence, as `Model.attention` returns. Entropy (nats) of a head's distribution
 over tokens is split, as in Table 13, into the first n_i heads (up to the sentence's length
 n_i) and the heads beyond it, where the penalty term is said to spread attention.
 """

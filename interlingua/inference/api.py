@@ -1,0 +1,223 @@
+"""The public Python API: `load(path, device)` -> a `Model` that translates, embeds and shows attention.
+
+>>> import interlingua
+>>> model = interlingua.load("runs/demo/best.pt")            # device="cpu" | "auto" | "cuda" | "cuda:1" | ...
+>>> model.languages.trained, model.languages.zero_shot      # which directions were trained, which are zero-shot
+>>> model.translate(["ein hund läuft."], src="de", tgt="fr", beam=5)
+>>> model.encode(["a dog runs."], lang="en").shape           # (1, d) float32 sentence vectors
+(1, 512)
+
+The command line, the evaluations and the analyses only call this; each step inside (tokenising
+user text, the language-tag prefix, encode -> search -> detokenise, pooling) lives once, below
+(`interlingua.data.inputs`, `interlingua.data.vocab.source_prefix`, `interlingua.modules.search.translate_ids`,
+`Bridge.pooled`). It runs on torch's current thread count; setting that is the caller's choice.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
+from interlingua.data.vocab import Vocab, source_prefix
+from interlingua.errors import InterlinguaError
+from interlingua.modules.base import BridgeOutput
+from interlingua.modules.checkpoint import LoadedModel, load_model
+from interlingua.modules.model import TranslationModel
+from interlingua.modules.search import translate_ids
+from interlingua.runtime import resolve_device
+
+log = logging.getLogger(__name__)
+
+Direction = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Languages:
+    """What a model reads and writes. Iterating (or `in`) goes over the source languages, the ones
+    it can embed, so a `Model` is a sentence encoder for the evaluation suite as it is."""
+
+    sources: tuple[str, ...]
+    """Languages with an encoder (what `translate` reads and `encode` embeds)."""
+    targets: tuple[str, ...]
+    """Languages with a decoder (what `translate` writes)."""
+    trained: tuple[Direction, ...]
+    """Directions the model was trained on."""
+
+    @property
+    def zero_shot(self) -> tuple[Direction, ...]:
+        """Directions with an encoder and a decoder that were never trained together."""
+        done = set(self.trained)
+        return tuple((s, t) for s in self.sources for t in self.targets if s != t and (s, t) not in done)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.sources)
+
+    def __contains__(self, lang: object) -> bool:
+        return lang in self.sources
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+
+def load(path: str | Path, device: str | torch.device = "auto") -> "Model":
+    """A checkpoint ready to translate and embed on `device` ("auto" = CUDA when available, else
+    MPS, else the CPU; "cpu", "cuda", "cuda:N", "mps"); no optimizer or training state is kept in memory."""
+    return Model.load(path, device)
+
+
+class Model:
+    """A trained (or freshly initialised) translation model with its vocabularies, for inference."""
+
+    def __init__(self, loaded: LoadedModel):
+        self.loaded = loaded
+        self.model: TranslationModel = loaded.model.eval()
+        self.vocabs: dict[str, Vocab] = loaded.vocabs
+        self.pre = loaded.config.preprocess
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "auto") -> "Model":
+        dev = device if isinstance(device, torch.device) else resolve_device(device)
+        return cls(load_model(path, dev))
+
+    def untrained_like(self, seed: int = 0) -> "Model":
+        """The same architecture, vocabularies and device with freshly initialised weights: the
+        reference point that shows what training bought."""
+        fresh = load_model(self.loaded.payload_path, self.device) if self.loaded.payload_path else self.loaded
+        torch.manual_seed(seed)
+        for module in fresh.model.modules():
+            if module is not fresh.model and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+        if fresh.model.cfg.param_init:
+            fresh.model.reset_uniform(fresh.model.cfg.param_init)
+        return Model(fresh)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def languages(self) -> Languages:
+        return Languages(tuple(self.model.encoder_langs), tuple(self.model.decoder_langs),
+                         tuple(tuple(d) for d in self.loaded.directions))
+
+    @property
+    def dim(self) -> int:
+        """Size of a sentence vector (and of each head's vector)."""
+        return self.model.bridge.output_dim
+
+    @property
+    def heads(self) -> int | None:
+        """k, the bridge's number of heads (None where the memory follows the sentence length)."""
+        return self.model.bridge.heads
+
+    # --- translation -------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def translate(self, texts: Sequence[str], src: str, tgt: str, beam: int = 1, pivot: str | None = None,
+                  length_penalty: float = 1.0, max_len: int | None = None, batch_size: int = 64,
+                  progress: bool = False) -> list[str]:
+        """Translate `texts` from `src` to `tgt`; one output line per input line, in order (an
+        empty input line gives an empty output line).
+
+        With `pivot`, translate src -> pivot, then the pivot text -> tgt with the same settings.
+        A pivot equal to `src` or `tgt` leaves nothing to go through: the translation is the
+        direct src -> tgt one, and a note says so in the log.
+        `beam` 1 is greedy search; `length_penalty` (beam search only) divides each hypothesis'
+        log-probability by its length**length_penalty (see `modules.search.beam_search_nbest`).
+        `max_len` caps the output subwords (default: twice the batch's longest source + 10).
+        """
+        if beam < 1:
+            raise ValueError(f"beam must be at least 1, got {beam}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if max_len is not None and max_len < 1:
+            raise ValueError(f"max_len must be at least 1 (or None for the default), got {max_len}")
+        if length_penalty < 0 or not math.isfinite(length_penalty):
+            raise ValueError(f"length_penalty must be a finite number >= 0, got {length_penalty}")
+        settings = dict(beam=beam, length_penalty=length_penalty, max_len=max_len, batch_size=batch_size,
+                        progress=progress)
+        if pivot is not None:
+            if pivot not in (src, tgt):
+                self._check(src, pivot)
+                self._check(pivot, tgt)
+                return self.translate(self.translate(texts, src, pivot, **settings), pivot, tgt, **settings)
+            log.info("pivot '%s' is the %s language: translating %s->%s directly", pivot,
+                     "source" if pivot == src else "target", src, tgt)
+        self._check(src, tgt)
+        seqs = tokenize_inputs(texts, self.vocabs[src], self.pre)
+        return translate_ids(self.model, self.vocabs, seqs, src, tgt, batch_size=batch_size, beam=beam,
+                             length_penalty=length_penalty, max_len=max_len, max_len_cap=4 * self.pre.max_len,
+                             progress=progress)
+
+    def _check(self, src: str, tgt: str) -> None:
+        self.model.encoder_for(src)
+        self.model.decoder_for(tgt)
+
+    # --- sentence vectors and attention ---------------------------------------------------------
+
+    @torch.inference_mode()
+    def encode(self, texts: Sequence[str], lang: str, pooling: str = "mean", batch_size: int = 64) -> np.ndarray:
+        """Sentence vectors, one row per text, in order: `mean` (n, d) float32, the mean of the
+        bridge's k columns (what the papers use downstream; a model without a bridge mean-pools H),
+        or `heads` (n, k, d), the k columns themselves.
+
+        An empty sentence (nothing left after normalisation, e.g. a blank line) gets a vector of
+        zeros, the way `translate` gives it an empty translation, and a warning is logged; a zero
+        vector has no direction, so drop such rows before cosine similarities."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if pooling not in ("mean", "heads"):
+            raise InterlinguaError(f"unknown pooling '{pooling}' (use 'mean' or 'heads')")
+        bridge = self.model.bridge
+        if pooling == "heads" and bridge.heads is None:
+            raise InterlinguaError(f"pooling='heads' needs an attention-bridge model; this one has bridge: {bridge.kind}")
+        self.model.encoder_for(lang)
+        seqs = tokenize_inputs(texts, self.vocabs[lang], self.pre, empty_output="their vectors are zeros")
+        shape = (len(seqs), bridge.heads, self.dim) if pooling == "heads" else (len(seqs), self.dim)
+        out = np.zeros(shape, dtype=np.float32)
+        for idx, _, bridged in self._bridged(seqs, lang, batch_size):
+            vecs = bridge.head_vectors(bridged) if pooling == "heads" else bridge.pooled(bridged)
+            out[idx] = vecs.cpu().numpy()
+        return out
+
+    def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
+        """Bridge attention A (k, n) of one sentence and its n subword pieces (for heat maps)."""
+        seqs = self._tokenize_for_attention([sentence], lang)
+        if not len(seqs[0]):
+            raise InterlinguaError("cannot show attention for an empty sentence")
+        att = self._attentions(seqs, lang, 1)[0]
+        return att, [self.vocabs[lang].sp.id_to_piece(int(i)) for i in seqs[0]]
+
+    def attentions(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
+        """Bridge attention A (k, n_i) of each sentence over its n_i subwords (empty: (k, 0))."""
+        return self._attentions(self._tokenize_for_attention(texts, lang), lang, batch_size)
+
+    def _tokenize_for_attention(self, texts: Sequence[str], lang: str) -> list[np.ndarray]:
+        if not self.model.bridge.attention_available:
+            raise InterlinguaError(f"this model has no attention bridge (bridge: {self.model.bridge.kind})")
+        self.model.encoder_for(lang)
+        return tokenize_inputs(texts, self.vocabs[lang], self.pre)
+
+    @torch.inference_mode()
+    def _attentions(self, seqs: list[np.ndarray], lang: str, batch_size: int) -> list[np.ndarray]:
+        out = [np.zeros((self.heads, 0), dtype=np.float32) for _ in seqs]
+        for idx, lengths, bridged in self._bridged(seqs, lang, batch_size):
+            att = bridged.attention.float().cpu().numpy()
+            for row, i in enumerate(idx):
+                out[i] = att[row, :, : int(lengths[row])]
+        return out
+
+    def _bridged(self, seqs: list[np.ndarray], lang: str, batch_size: int
+                 ) -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
+        """(indices, lengths, encoder + bridge output) per length-sorted batch of the non-empty
+        sequences, each source prefixed as a `lang` -> `lang` translation's would be."""
+        prefix = source_prefix(self.vocabs[lang], lang, self.model.cfg.shared)
+        device = self.device
+        for idx, ids, lengths in length_sorted_batches(seqs, batch_size, prefix):
+            yield idx, lengths, self.model.run_encoder(ids.to(device), lengths.to(device), lang)

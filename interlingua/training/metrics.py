@@ -1,0 +1,74 @@
+"""metrics.jsonl, the training log: one JSON record per line, kept in step with the saved state.
+
+Train records average a window of steps (loss per target token, penalty per step, tokens/s);
+the window's running sums are part of the training state, so a resumed run writes the same
+lines an uninterrupted one would. Validation records come from `validation.validate`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from interlingua.figures import plot_training_curves
+
+log = logging.getLogger(__name__)
+
+
+def empty_window() -> dict[str, Any]:
+    """Running sums of the steps since the last train record."""
+    return {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0, "tokens": 0, "time": 0.0}
+
+
+def add_step(window: dict[str, Any], nll: float, target_tokens: int, penalty: float, tokens: int,
+             seconds: float) -> dict[str, Any]:
+    """The window with one more step in it (a new dict: the old one stays valid for a rewind)."""
+    return {"nll": window["nll"] + nll, "tok": window["tok"] + target_tokens, "pen": window["pen"] + penalty,
+            "n": window["n"] + 1, "tokens": window["tokens"] + tokens, "time": window["time"] + seconds}
+
+
+def train_record(step: int, window: dict[str, Any], lr: float, elapsed: float) -> dict[str, Any]:
+    return {"type": "train", "step": step, "loss": window["nll"] / max(window["tok"], 1),
+            "penalty": window["pen"] / window["n"], "tokens_per_s": window["tokens"] / max(window["time"], 1e-9),
+            "lr": lr, "elapsed_s": round(elapsed, 2)}
+
+
+class MetricsLog:
+    """Appends records to `<work_dir>/metrics.jsonl` and redraws `curves.png` from it."""
+
+    def __init__(self, work_dir: Path):
+        self.path = Path(work_dir) / "metrics.jsonl"
+        self.curves = Path(work_dir) / "curves.png"
+
+    def start_fresh(self) -> None:
+        """A new run: a log left by one stopped before its first checkpoint is stale."""
+        self.path.write_text("", encoding="utf-8")
+
+    def append(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def reconcile(self, step: int, validated: bool, window_open: bool) -> None:
+        """Make the log match a state resumed at `step`: drop the lines written after it, and
+        the lines of `step` itself that the state says are still owed (a validation not yet
+        recorded, a train record whose window is still open); they will be written again."""
+        if not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec["step"] > step:
+                continue
+            if rec["step"] == step and (rec.get("type") == "valid" and not validated
+                                        or rec.get("type") == "train" and window_open):
+                continue
+            kept.append(line)
+        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+    def plot(self) -> None:
+        """Redraw the training curves; a log that cannot be drawn yet only warns."""
+        try:
+            plot_training_curves(self.path, self.curves)
+        except (ValueError, KeyError) as err:
+            log.warning("could not plot curves: %s", err)

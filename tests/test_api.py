@@ -1,0 +1,147 @@
+"""The public API (`interlingua.load` -> `Model`): what the command line prints is what it returns."""
+import io
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import interlingua
+from interlingua.cli import main
+from interlingua.errors import ConfigError, InterlinguaError, LanguageError
+from interlingua.modules.checkpoint import read_checkpoint, save_atomic
+
+from test_decoding import random_checkpoint
+
+SENTENCES = ["a dog runs in the park .", "", "the woman eats a small red ball .", "a child sits ."]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """en, de, fr with every module, trained (as far as the checkpoint says) on en<->de and en<->fr only,
+    and carrying a training state, as a `last.pt` does."""
+    path = random_checkpoint(tmp_path_factory.mktemp("api") / "model.pt", langs=("en", "de", "fr"))
+    payload = read_checkpoint(path)
+    payload["directions"] = [["de", "en"], ["en", "de"], ["en", "fr"], ["fr", "en"]]
+    payload["training"] = {"step": 7, "optimizer": {"state": {0: {"exp_avg": torch.ones(1000)}}}}
+    save_atomic(payload, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint):
+    return interlingua.load(checkpoint)
+
+
+def cli(argv, capsys, monkeypatch, stdin="", binary=False):
+    raw = stdin.encode("utf-8")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8"))
+    if binary:
+        buf = io.BytesIO()
+        monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(buf))
+        code = main(argv)
+        return code, buf.getvalue()
+    code = main(argv)
+    return code, capsys.readouterr()
+
+
+def test_load_and_languages(model):
+    assert isinstance(model, interlingua.Model)
+    langs = model.languages
+    assert langs.sources == ("de", "en", "fr") and langs.targets == ("de", "en", "fr")
+    assert set(langs.trained) == {("de", "en"), ("en", "de"), ("en", "fr"), ("fr", "en")}
+    assert langs.zero_shot == (("de", "fr"), ("fr", "de"))
+    assert list(langs) == ["de", "en", "fr"] and "en" in langs and "xx" not in langs  # a sentence encoder's languages
+    assert model.device == torch.device("cpu") and model.dim > 0 and model.heads is not None
+
+
+def test_translate_equals_what_the_cli_prints(model, checkpoint, capsys, monkeypatch):
+    for beam in (1, 3):
+        code, out = cli(["translate", "--model", str(checkpoint), "--src", "en", "--tgt", "de", "--beam", str(beam),
+                         "--max-len", "12"], capsys, monkeypatch, stdin="\n".join(SENTENCES) + "\n")
+        assert code == 0
+        assert out.out.splitlines() == model.translate(SENTENCES, "en", "de", beam=beam, max_len=12)
+    assert model.translate(SENTENCES, "en", "de")[1] == ""
+
+
+def test_pivot_is_two_translations(model, checkpoint, capsys, monkeypatch):
+    mid = model.translate(SENTENCES, "de", "en", beam=2)
+    assert model.translate(SENTENCES, "de", "fr", beam=2, pivot="en") == model.translate(mid, "en", "fr", beam=2)
+    code, out = cli(["translate", "--model", str(checkpoint), "--src", "de", "--tgt", "fr", "--beam", "2",
+                     "--pivot", "en"], capsys, monkeypatch, stdin="\n".join(SENTENCES) + "\n")
+    assert code == 0 and out.out.splitlines() == model.translate(SENTENCES, "de", "fr", beam=2, pivot="en")
+
+
+def test_encode_shape_dtype_and_the_cli_embed(model, checkpoint, capsys, monkeypatch, tmp_path):
+    vecs = model.encode(SENTENCES, "en")
+    assert vecs.shape == (4, model.dim) and vecs.dtype == np.float32
+    assert not vecs[1].any() and vecs[0].any()  # the empty line: zeros
+    heads = model.encode(SENTENCES, "en", pooling="heads")
+    assert heads.shape == (4, model.heads, model.dim) and heads.dtype == np.float32
+    np.testing.assert_allclose(heads.mean(1), vecs, atol=1e-5)
+    for pooling, want in (("mean", vecs), ("heads", heads)):
+        out = tmp_path / f"{pooling}.npy"
+        code, _ = cli(["embed", "--model", str(checkpoint), "--lang", "en", "--pooling", pooling, "-o", str(out)],
+                      capsys, monkeypatch, stdin="\n".join(SENTENCES) + "\n")
+        assert code == 0
+        np.testing.assert_array_equal(np.load(out), want)
+
+
+def test_attention(model):
+    att, pieces = model.attention("a dog runs .", "en")
+    assert att.shape == (model.heads, len(pieces)) and np.allclose(att.sum(1), 1.0, atol=1e-5)
+    many = model.attentions(["a dog runs .", ""], "en")
+    np.testing.assert_allclose(many[0], att, atol=1e-6)
+    assert many[1].shape == (model.heads, 0)
+
+
+def test_unknown_languages_and_settings(model):
+    with pytest.raises(LanguageError, match="no encoder for 'xx'"):
+        model.translate(["a"], "xx", "de")
+    with pytest.raises(LanguageError, match="no decoder for 'xx'"):
+        model.translate(["a"], "en", "de", pivot="xx")
+    with pytest.raises(ValueError, match="beam must be at least 1"):
+        model.translate(["a"], "en", "de", beam=0)
+    with pytest.raises(InterlinguaError, match="unknown pooling"):
+        model.encode(["a"], "en", pooling="max")
+
+
+def test_no_training_state_is_kept(model, checkpoint):
+    assert "training" in read_checkpoint(checkpoint)  # the file has one...
+    loaded = model.loaded
+    assert "training" not in loaded.payload and "model" not in loaded.payload  # ...the loaded model does not keep it
+    assert loaded.step == 7
+    # nothing in the handle but the model's own parameters and buffers holds a tensor
+    def tensors(obj, seen):
+        if id(obj) in seen:
+            return 0
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            return 1
+        if isinstance(obj, dict):
+            return sum(tensors(v, seen) for v in obj.values())
+        if isinstance(obj, (list, tuple)):
+            return sum(tensors(v, seen) for v in obj)
+        return 0
+    assert tensors(loaded.payload, set()) == 0
+    assert not any(isinstance(v, torch.Tensor) for v in vars(model).values())
+
+
+def test_device_argument(checkpoint, capsys, monkeypatch):
+    cpu = interlingua.load(checkpoint, device="cpu")
+    assert cpu.device.type == "cpu" and next(cpu.model.parameters()).device.type == "cpu"
+    auto = interlingua.load(checkpoint, device="auto")
+    assert auto.device.type == ("cuda" if torch.cuda.is_available() else auto.device.type)
+    assert auto.translate(SENTENCES[:1], "en", "de") == cpu.translate(SENTENCES[:1], "en", "de") or auto.device.type != "cpu"
+    with pytest.raises(ConfigError, match="unknown device 'tpu'"):
+        interlingua.load(checkpoint, device="tpu")
+    code, out = cli(["translate", "--model", str(checkpoint), "--src", "en", "--tgt", "de", "--device", "tpu"],
+                    capsys, monkeypatch, stdin="a dog .\n")
+    assert code == 2 and "unknown device 'tpu'" in out.err
+
+
+def test_untrained_like_keeps_the_architecture(model):
+    fresh = model.untrained_like(seed=1)  # (the checkpoint itself is a seed-0 initialisation)
+    assert fresh.languages == model.languages and fresh.dim == model.dim
+    assert not np.allclose(fresh.encode(SENTENCES[:1], "en"), model.encode(SENTENCES[:1], "en"))
+    np.testing.assert_array_equal(fresh.encode(SENTENCES[:1], "en"), model.untrained_like(seed=1).encode(SENTENCES[:1], "en"))
