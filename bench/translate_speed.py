@@ -2,7 +2,7 @@
 
 Run: python bench/translate_speed.py --model runs/.../last.pt [--src en --tgt de] [--reps 3]
      [--beams 1,5] [--threads 2] [--max-len 100] [--hyps-dir DIR] [--out FILE]
-For each beam: sentences/s of `Translator.translate` over the 1,000 sentences (raw text in,
+For each beam: sentences/s of `Model.translate` over the 1,000 sentences (raw text in,
 text out: tokenisation and detokenisation included, model loading excluded), every timed
 pass's seconds, the best of --reps, and lowercased BLEU / chrF of the output. One JSON line
 per beam is printed and appended to --out. `bench/translate_vs_peer.py` runs this script once
@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 from _results import append_result  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
-from interlingua.inference.translator import Translator  # noqa: E402
+from interlingua.inference.api import load  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
 
 
@@ -51,13 +51,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     src = read_lines(Path(args.data) / f"test_2016_flickr.{args.src}.gz")
     ref = read_lines(Path(args.data) / f"test_2016_flickr.{args.tgt}.gz")
-    tr = Translator(args.model)
-    step = tr.loaded.payload.get("training", {}).get("step")
+    tr = load(args.model)
+    step = tr.loaded.step
     for beam in [int(b) for b in args.beams.split(",")]:
         times = []
         for _ in range(args.reps):
             t0 = time.perf_counter()
-            hyps = tr.translate(src, args.src, args.tgt, beam_size=beam, batch_size=args.batch_size,
+            hyps = tr.translate(src, args.src, args.tgt, beam=beam, batch_size=args.batch_size,
                                 max_len=args.max_len)
             times.append(time.perf_counter() - t0)
         if args.hyps_dir:
