@@ -21,6 +21,7 @@ from interlingua.config import parse_config
 from interlingua.data.prepare import prepare
 from interlingua.modules.checkpoint import read_checkpoint
 from interlingua.training import trainer as trainer_mod
+from interlingua.training import validation as validation_mod
 from interlingua.training.trainer import Trainer, TrainingInterrupted
 
 from conftest import tiny_config
@@ -205,7 +206,7 @@ def test_ctrl_c_during_a_validation_redoes_it(multi30k_corpus, straight, tmp_pat
         raise KeyboardInterrupt
 
     # Two directions: calls 3 and 4 are the validation at step 16.
-    _call_hook(trainer_mod, "evaluate_devset", 4, ctrl_c, monkeypatch)
+    _call_hook(validation_mod, "evaluate_devset", 4, ctrl_c, monkeypatch)
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 16"):
         trainer.train()
     monkeypatch.undo()

@@ -29,14 +29,14 @@ from tqdm import tqdm
 from interlingua.config import ExperimentConfig
 from interlingua.data.batching import DirectionBatches
 from interlingua.data.directions import Direction, DirectionScheduler, build_directions, zero_shot_directions
-from interlingua.data.prepare import PreparedData, direction_pairs, direction_references, prepare
+from interlingua.data.prepare import PreparedData, direction_pairs, prepare
 from interlingua.data.vocab import source_prefix
 from interlingua.errors import CheckpointError, ConfigError, DataError
-from interlingua.figures import plot_training_curves
 from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic, stored_config
 from interlingua.modules.model import TranslationModel
 from interlingua.runtime import Runtime
-from interlingua.training.validation import DevSet, evaluate_devset
+from interlingua.training.metrics import MetricsLog, add_step, empty_window, train_record
+from interlingua.training.validation import build_devsets, validate
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,6 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.signum = int(signum)
 
 
-def _empty_window() -> dict[str, Any]:
-    """Sums over the steps since the last train log line (they are saved: a resumed run logs the same)."""
-    return {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0, "tokens": 0, "time": 0.0}
-
-
 class Trainer:
     def __init__(self, cfg: ExperimentConfig, resume: bool = False, data: PreparedData | None = None):
         self.cfg = cfg
@@ -92,12 +87,14 @@ class Trainer:
                           else torch.optim.Adam(self.model.parameters(), lr=tc.lr, fused=True))
         self.scheduler = DirectionScheduler(self.directions, tc.seed)
         self.batches = {d: self._direction_batches(d) for d in self.directions}
-        self.devsets = self._devsets()
+        self.devsets = build_devsets(self.data, self.directions, self.zero_shot,
+                                     self.cfg.preprocess.max_valid_sentences, self.cfg.preprocess.max_len)
+        self.metrics = MetricsLog(self.work_dir)
         self.step = 0
         self.elapsed = 0.0
         self.best_bleu: float | None = None
         self.history: list[dict[str, Any]] = []
-        self._window = _empty_window()
+        self._window = empty_window()
         self._step_start: dict[str, Any] | None = None  # set while a step is in flight
         self._updating = False  # True while the optimizer changes the weights
         self._deferred_signal: int | None = None
@@ -117,29 +114,6 @@ class Trainer:
         seed = self.cfg.train.seed * 7919 + zlib.crc32(direction_name(d).encode())
         return DirectionBatches(src, tgt, d[0], d[1], self.cfg.train.batch_size, seed, self.cfg.train.bucket_pool,
                                 self._prefix(*d))
-
-    def _devsets(self) -> dict[Direction, DevSet]:
-        if "val" not in self.data.splits:
-            log.warning("the corpus has no 'val' split: no dev evaluation, the last checkpoint is also the best")
-            return {}
-        dev = {}
-        rebuilt = []
-        for d in self.directions + self.zero_shot:
-            if d[0] == d[1]:
-                continue
-            limit = self.cfg.preprocess.max_valid_sentences
-            src, tgt = direction_pairs(self.data, "val", *d, limit=limit)
-            if src:
-                # BLEU against the corpus's own lines, as the test-set evaluation scores them.
-                refs = direction_references(self.data, "val", *d, limit=limit)
-                if refs is None:
-                    refs = [self.data.vocabs[d[1]].decode(t.tolist()) for t in tgt]
-                    rebuilt.append(direction_name(d))
-                dev[d] = DevSet(d[0], d[1], src, tgt, refs)
-        if rebuilt:
-            log.warning("the prepared data keeps no raw validation text: dev BLEU of %s is computed on references "
-                        "rebuilt from subword ids cut to max_len=%d", ", ".join(rebuilt), self.cfg.preprocess.max_len)
-        return dev
 
     # -- checkpoints ---------------------------------------------------------------------
     def _training_state(self, history: list[dict[str, Any]] | None = None,
@@ -194,49 +168,23 @@ class Trainer:
         except (KeyError, RuntimeError, TypeError, ValueError) as err:
             raise CheckpointError(f"cannot resume {path}: its training state does not fit this run "
                                   f"(corrupt checkpoint?): {_one_line(err)}") from None
-        self._window = {**_empty_window(), **st.get("log_window", {})}
-        self._reconcile_metrics()
-        log.info("resumed from %s at step %d", path, self.step)
-
-    def _reconcile_metrics(self) -> None:
-        """Make metrics.jsonl match the state resumed from: drop the lines written after it
-        (and a line of its own step that the state says is still owed); they will be redone."""
-        path = self.work_dir / "metrics.jsonl"
-        if not path.exists():
-            return
+        self._window = {**empty_window(), **st.get("log_window", {})}
         validated = bool(self.history) and self.history[-1]["step"] == self.step
-        kept = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            rec = json.loads(line)
-            if rec["step"] > self.step:
-                continue
-            if rec["step"] == self.step and (rec.get("type") == "valid" and not validated
-                                             or rec.get("type") == "train" and self._window["n"] > 0):
-                continue
-            kept.append(line)
-        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        self.metrics.reconcile(self.step, validated, window_open=self._window["n"] > 0)
+        log.info("resumed from %s at step %d", path, self.step)
 
     # -- loop ----------------------------------------------------------------------------
     def _log(self, record: dict[str, Any]) -> None:
-        with open(self.work_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        self.metrics.append(record)
 
     def _budget_spent(self) -> bool:
         mm = self.cfg.train.max_minutes
         return mm is not None and self.elapsed >= mm * 60
 
     def validate(self) -> dict[str, Any]:
-        results = {}
-        for d, dev in self.devsets.items():
-            with self.runtime.autocast():
-                r = evaluate_devset(self.model, dev, self.data.vocabs, beam=self.cfg.train.valid_beam,
-                                    max_len=2 * self.cfg.preprocess.max_len)
-            r["zero_shot"] = d in self.zero_shot
-            results[direction_name(d)] = r
-        supervised = [r["bleu"] for n, r in results.items() if not r["zero_shot"]]
-        mean_bleu = float(np.mean(supervised)) if supervised else float("nan")
-        self.model.train()
-        return {"type": "valid", "step": self.step, "mean_bleu": mean_bleu, "directions": results}
+        """One validation record: dev loss, BLEU and chrF per direction, mean BLEU of the trained ones."""
+        return validate(self.model, self.devsets, self.data.vocabs, self.zero_shot, self.step, self.runtime.autocast,
+                        beam=self.cfg.train.valid_beam, max_len=2 * self.cfg.preprocess.max_len)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self._updating:  # let the weight update finish: the step is then whole
@@ -276,8 +224,8 @@ class Trainer:
     def train(self) -> TrainResult:
         tc = self.cfg.train
         (self.work_dir / "config.json").write_text(json.dumps(self.cfg.model_dump(mode="json"), indent=1))
-        if self.step == 0:  # a new run: a log left by one stopped before its first checkpoint is stale
-            (self.work_dir / "metrics.jsonl").write_text("", encoding="utf-8")
+        if self.step == 0:
+            self.metrics.start_fresh()
         self.model.train()
         total_tokens, total_time = 0, 0.0
         # With a wall-clock budget the bar counts seconds of training, otherwise steps.
@@ -317,8 +265,7 @@ class Trainer:
                 else:
                     self.optimizer.step()
                 dt = time.perf_counter() - t0
-                window = {"nll": w["nll"] + out.nll_sum, "tok": w["tok"] + out.n_tokens, "pen": w["pen"] + out.penalty,
-                          "n": w["n"] + 1, "tokens": w["tokens"] + ntok, "time": w["time"] + dt}
+                window = add_step(w, out.nll_sum, out.n_tokens, out.penalty, ntok, dt)
                 self.step, self.elapsed, self._window, self._step_start = self.step + 1, self.elapsed + dt, window, None
                 self._updating = False
                 if self._deferred_signal is not None:
@@ -347,11 +294,9 @@ class Trainer:
         tc = self.cfg.train
         w = self._window
         if self.step and self.step % tc.log_every == 0 and w["n"] > 0:
-            rec = {"type": "train", "step": self.step, "loss": w["nll"] / max(w["tok"], 1),
-                   "penalty": w["pen"] / w["n"], "tokens_per_s": w["tokens"] / max(w["time"], 1e-9),
-                   "lr": self.optimizer.param_groups[0]["lr"], "elapsed_s": round(self.elapsed, 2)}
+            rec = train_record(self.step, w, self.optimizer.param_groups[0]["lr"], self.elapsed)
             self._log(rec)
-            self._window = _empty_window()
+            self._window = empty_window()
             bar.set_postfix(step=self.step, loss=f"{rec['loss']:.3f}", pen=f"{rec['penalty']:.2f}",
                             tok_s=f"{rec['tokens_per_s']:.0f}")
         if self.step and self.step % tc.valid_every == 0 and (not self.history or self.history[-1]["step"] != self.step):
@@ -372,10 +317,7 @@ class Trainer:
         self.history, self.best_bleu = history, best_bleu
         summary = " ".join(f"{n}={r['bleu']:.1f}{'*' if r['zero_shot'] else ''}" for n, r in rec["directions"].items())
         tqdm.write(f"step {self.step}: dev mean BLEU {score:.2f} {'(best)' if improved else ''} | {summary}")
-        try:
-            plot_training_curves(self.work_dir / "metrics.jsonl", self.work_dir / "curves.png")
-        except (ValueError, KeyError) as err:
-            log.warning("could not plot curves: %s", err)
+        self.metrics.plot()
 
 
 def _one_line(err: BaseException) -> str:

@@ -1,16 +1,24 @@
 """Dev-set evaluation during training: teacher-forced loss and greedy BLEU per direction."""
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 import torch
 
 from interlingua.data.batching import make_batch
+from interlingua.data.directions import Direction
+from interlingua.data.prepare import PreparedData, direction_pairs, direction_references
 from interlingua.data.vocab import Vocab, source_prefix
 from interlingua.modules.model import TranslationModel
 from interlingua.modules.search import translate_ids
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -58,3 +66,45 @@ def evaluate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Voca
     hyps = translate_devset(model, dev, vocabs, batch_size, beam, max_len)
     bleu, chrf = corpus_scores(hyps, dev.references)
     return {"loss": nll / max(ntok, 1), "ppl": float(np.exp(min(nll / max(ntok, 1), 50))), "bleu": bleu, "chrf": chrf}
+
+
+def build_devsets(data: PreparedData, directions: list[Direction], zero_shot: list[Direction], limit: int | None,
+                  max_len: int) -> dict[Direction, DevSet]:
+    """The dev set of every trained and zero-shot direction (copies excluded), scored against the
+    corpus's own target lines as the test-set evaluation scores them."""
+    if "val" not in data.splits:
+        log.warning("the corpus has no 'val' split: no dev evaluation, the last checkpoint is also the best")
+        return {}
+    dev, rebuilt = {}, []
+    for d in directions + zero_shot:
+        if d[0] == d[1]:
+            continue
+        src, tgt = direction_pairs(data, "val", *d, limit=limit)
+        if not src:
+            continue
+        refs = direction_references(data, "val", *d, limit=limit)
+        if refs is None:
+            refs = [data.vocabs[d[1]].decode(t.tolist()) for t in tgt]
+            rebuilt.append(f"{d[0]}-{d[1]}")
+        dev[d] = DevSet(d[0], d[1], src, tgt, refs)
+    if rebuilt:
+        log.warning("the prepared data keeps no raw validation text: dev BLEU of %s is computed on references "
+                    "rebuilt from subword ids cut to max_len=%d", ", ".join(rebuilt), max_len)
+    return dev
+
+
+def validate(model: TranslationModel, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
+             zero_shot: list[Direction], step: int, autocast: Callable[[], AbstractContextManager], *,
+             beam: int, max_len: int) -> dict[str, Any]:
+    """The validation record of `step`: per-direction dev scores; the mean BLEU of the trained
+    directions (zero-shot ones are reported, never selected on). Leaves the model in train mode."""
+    results = {}
+    for d, dev in devsets.items():
+        with autocast():
+            r = evaluate_devset(model, dev, vocabs, beam=beam, max_len=max_len)
+        r["zero_shot"] = d in zero_shot
+        results[f"{d[0]}-{d[1]}"] = r
+    supervised = [r["bleu"] for r in results.values() if not r["zero_shot"]]
+    mean_bleu = float(np.mean(supervised)) if supervised else float("nan")
+    model.train()
+    return {"type": "valid", "step": step, "mean_bleu": mean_bleu, "directions": results}
