@@ -59,8 +59,8 @@ class Encoder:
     def _encode(self, sentences: Sequence[str], lang: str, pooling: str, batch_size: int) -> np.ndarray:
         """The embedder's encode under `threads` torch threads (None: leave torch's setting).
 
-        A paper-size BiLSTM encoded ~450 sentences/s on 1 thread but ~50/s on 2 threads
-        while the 2 cores were shared with other jobs (measured), hence the default of 1."""
+        One thread by default: encoding runs beside the probe-fit workers, and a second torch
+        thread contending with them for the cores slows encoding down rather than up."""
         start = time.perf_counter()
         before = torch.get_num_threads()
         if self.threads is not None:
