@@ -9,6 +9,10 @@ only the project's code differs. Both sides are timed the same way: training tok
 median of the logged windows after the first, translation speed is the wall clock of the whole
 `interlingua evaluate bleu` command (loading included) divided by the sentences translated.
 One JSON line per commit and one with the head/base ratios are appended to --out.
+
+Two processes side by side share the two cores unevenly, so `--speed-rounds R` adds R rounds
+of training-speed runs one at a time, alternating base and head (220 steps each, validation
+off, the prepared data of the side-by-side runs reused); `--speed-only` runs just those.
 """
 from __future__ import annotations
 
@@ -72,6 +76,45 @@ def test_bleu(eval_dir: Path, lines_per_direction: int) -> tuple[float, int]:
     return statistics.mean(supervised), len(cells) * lines_per_direction
 
 
+SPEED_RUN = """
+import json, shutil, statistics, sys
+from pathlib import Path
+from interlingua.config import load_config
+from interlingua.training.trainer import Trainer
+recipe, corpus, prepared, out = sys.argv[1:5]
+out = Path(out)
+shutil.rmtree(out, ignore_errors=True)
+out.mkdir(parents=True)
+shutil.copytree(Path(prepared) / "data", out / "data")
+cfg = load_config(recipe, [f"corpus={corpus}", f"work_dir={out}", "train.max_steps=220", "train.max_minutes=null",
+                           "train.threads=1", "train.valid_every=100000", "train.log_every=20"])
+trainer = Trainer(cfg)
+trainer.devsets = {}
+trainer.train()
+rates = [json.loads(l)["tokens_per_s"] for l in open(out / "metrics.jsonl") if '"train"' in l][1:]
+print(json.dumps(statistics.median(rates)))
+"""
+
+
+def alternating_speed(trees: dict[str, Path], shas: dict[str, str], runs: dict[str, Path], recipe: str, corpus: Path,
+                      work: Path, rounds: int, out: str | None) -> None:
+    """Training tokens/s of each side alone on the machine, base and head alternating."""
+    rates: dict[str, list[float]] = {"base": [], "head": []}
+    for r in range(rounds):
+        for side in ("base", "head"):
+            env = {**os.environ, "PYTHONPATH": str(trees[side]), "OMP_NUM_THREADS": "1"}
+            res = subprocess.run([sys.executable, "-c", SPEED_RUN, str(trees[side] / recipe), str(corpus), str(runs[side]),
+                                  str(work / f"speed_{side}")], cwd=trees[side], env=env, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise SystemExit(f"{side} speed run failed:\n{res.stderr[-2000:]}")
+            rates[side].append(float(res.stdout.strip().splitlines()[-1]))
+            append_result(out, {"bench": "compare_commits", "mode": "alternating", "side": side, "commit": shas[side],
+                                "round": r + 1, "steps": 220, "threads": 1, "train_tokens_per_s": round(rates[side][-1], 1)})
+    append_result(out, {"bench": "compare_commits", "mode": "alternating", "side": "ratio head/base", "rounds": rounds,
+                        "base": shas["base"], "head": shas["head"],
+                        "train_tokens_per_s": round(statistics.median(rates["head"]) / statistics.median(rates["base"]), 3)})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", required=True)
@@ -81,6 +124,8 @@ def main() -> None:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--work", default=str(ROOT / "runs" / "compare_commits"))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--speed-rounds", type=int, default=0, help="alternating one-at-a-time speed runs after")
+    ap.add_argument("--speed-only", action="store_true", help="only the alternating speed runs (needs an earlier run)")
     args = ap.parse_args()
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -92,6 +137,9 @@ def main() -> None:
         subprocess.run(py + ["data", "multi30k", "--from", args.data, "--dest", str(corpus.parent)], cwd=trees["head"],
                        env={**os.environ, "PYTHONPATH": str(trees["head"])}, check=True)
     runs = {side: work / f"run_{shas[side]}" for side in trees}
+    if args.speed_only:
+        alternating_speed(trees, shas, runs, args.recipe, corpus, work, max(args.speed_rounds, 1), args.out)
+        return
     train = {side: py + ["train", str(trees[side] / args.recipe), "--set", f"corpus={corpus}",
                          "--set", f"work_dir={runs[side]}", "--set", f"train.max_steps={args.steps}",
                          "--set", "train.max_minutes=null", "--set", "train.threads=1",
@@ -119,6 +167,8 @@ def main() -> None:
                              "train_tokens_per_s": round(h["train_tokens_per_s"] / b["train_tokens_per_s"], 3),
                              "translate_sentences_per_s": round(h["translate_sentences_per_s"] / b["translate_sentences_per_s"], 3),
                              "test_bleu_difference": round(h["test_bleu_mean_supervised"] - b["test_bleu_mean_supervised"], 2)})
+    if args.speed_rounds:
+        alternating_speed(trees, shas, runs, args.recipe, corpus, work, args.speed_rounds, args.out)
 
 
 if __name__ == "__main__":
