@@ -17,6 +17,7 @@ from interlingua.modules.base import Bridge, Decoder, Encoder, Kind
 
 K = TypeVar("K", bound=Kind)
 
+
 class Registry(Generic[K]):
     def __init__(self, slot: str, base: type[K]):
         self.slot, self.base = slot, base
@@ -64,4 +65,4 @@ def _load_builtin_kinds() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from interlingua.modules import bridges, decoders, encoders  # noqa: F401  (their classes register)
+        from interlingua.modules import bridges, decoders, encoders, transformer  # noqa: F401  (their classes register)
