@@ -56,7 +56,7 @@ def test_model_slots_are_kinds_chosen_by_type():
         parse_config({"corpus": "c.yaml", "model": {"bridge": {"type": "none", "hiden": 3}}})
     with pytest.raises(ConfigError, match=r"config <dict>: model\.decoder\.inputfeed: unknown key$"):
         parse_config({"corpus": "c.yaml", "model": {"decoder": {"inputfeed": True}}})
-    with pytest.raises(ConfigError, match=r"model\.decoder: unknown type 'transformer'; known types: 'lstm'"):
-        parse_config({"corpus": "c.yaml", "model": {"decoder": {"type": "transformer"}}})
+    with pytest.raises(ConfigError, match=r"model\.decoder: unknown type 'gru'; known types: 'lstm', 'transformer'"):
+        parse_config({"corpus": "c.yaml", "model": {"decoder": {"type": "gru"}}})
     with pytest.raises(ConfigError, match=r"model\.bridge: expected a mapping"):
         parse_config({"corpus": "c.yaml", "model": {"bridge": 3}})

@@ -39,6 +39,9 @@ KINDS = [
     pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "lstm", "model.decoder.input_feed": True}, id="bilstm-attention-lstm_feed"),
     pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "none", "model.decoder.type": "lstm"}, id="bilstm-none-lstm"),
     pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "none", "model.decoder.type": "lstm", "model.decoder.input_feed": True}, id="bilstm-none-lstm_feed"),
+    pytest.param({"model.encoder.type": "transformer", "model.bridge.type": "attention", "model.decoder.type": "transformer", "model.encoder.positions": "learned", "model.decoder.positions": "learned", "train.lr": 0.001}, id="transformer-attention-transformer"),
+    pytest.param({"model.encoder.type": "transformer", "model.bridge.type": "none", "model.decoder.type": "transformer", "train.lr": 0.001}, id="transformer-none-transformer"),
+    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "transformer", "model.decoder.positions": "learned", "train.lr": 0.003}, id="bilstm-attention-transformer"),
 ]
 
 STEPS = 300

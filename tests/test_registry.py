@@ -29,12 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_registries_hold_the_builtin_kinds():
-    assert ENCODERS.names() == ["bilstm"] and ENCODERS.get("bilstm") is BiLSTMEncoder
+    assert ENCODERS.names() == ["bilstm", "transformer"] and ENCODERS.get("bilstm") is BiLSTMEncoder
     assert BRIDGES.names() == ["attention", "none"]
     assert BRIDGES.get("attention") is AttentionBridge and BRIDGES.get("none") is NoBridge
-    assert DECODERS.names() == ["lstm"] and DECODERS.get("lstm") is LSTMDecoder
-    with pytest.raises(KeyError, match="no decoder kind 'transformer' .*registered: lstm"):
-        DECODERS.get("transformer")
+    assert DECODERS.names() == ["lstm", "transformer"] and DECODERS.get("lstm") is LSTMDecoder
+    with pytest.raises(KeyError, match="no decoder kind 'gru' .*registered: lstm, transformer"):
+        DECODERS.get("gru")
 
 
 def test_register_checks_the_base_class_and_duplicate_names():

@@ -1,0 +1,347 @@
+"""Transformer encoder and decoder (kinds: `transformer`), pre-norm by default (paper 004).
+
+Each layer is written out (not `nn.TransformerEncoderLayer`) so that one encoder layer can be
+changed as paper 004 does:
+
+- `residual_drop_layer: i`: layer i's self-attention sub-layer is SA(LN(x)) instead of
+  x + SA(LN(x)); its feed-forward residual stays.
+- `position_query: true`: in that layer the self-attention query is computed from sinusoidal
+  position encodings alone (wavelength base `query_wavelength`, 100), keys and values from the
+  layer input (see `EncoderLayer`).
+- `variational_dropout: true`: one dropout mask per sequence shared over time (`VariationalDropout`)
+  instead of element-wise dropout, in the encoder and the decoder.
+
+The encoder returns (H, mask) like the BiLSTM, so both bridge kinds sit on top of it. The
+decoder attends over the bridge memory and decodes incrementally: the self-attention keys and
+values of past positions are cached in the state (grown by one position per step), the memory's
+keys and values are projected once in `start_state`, and `reorder_state` indexes both.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from interlingua.config import TransformerDecoderConfig, TransformerEncoderConfig, _TransformerConfig
+from interlingua.data.vocab import PAD
+from interlingua.errors import ConfigError
+from interlingua.modules.base import Decoder, Encoder
+from interlingua.modules.encoders import lengths_to_mask
+from interlingua.modules.registry import DECODERS, ENCODERS
+
+
+def sinusoids(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Sinusoidal encodings (len, dim) of `positions` (len,): PE(p, 2i) = sin(p / base^(2i/dim)),
+    PE(p, 2i+1) = cos(p / base^(2i/dim)) (Vaswani et al. 2017 with base 10000)."""
+    half = (dim + 1) // 2
+    freq = torch.exp(-math.log(base) * torch.arange(half, device=positions.device, dtype=torch.float32) * 2 / dim)
+    angle = positions.float()[:, None] * freq[None, :]
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)[:, :dim]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+              causal: bool = False) -> torch.Tensor:
+    """Scaled dot-product attention over heads: q (batch, h, n, d_k), k, v (batch, h, m, d_k),
+    mask broadcastable to (batch, h, n, m), True where a query may attend -> (batch, h, n, d_k)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+
+class VariationalDropout(nn.Module):
+    """Dropout with one mask per sequence shared over time: x (batch, time, d) * m (batch, 1, d),
+    m ~ Bernoulli(1 - p) / (1 - p) (Gal & Ghahramani 2016). The identity in eval mode."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        mask = x.new_empty(x.size(0), 1, x.size(-1)).bernoulli_(1 - self.p) / (1 - self.p)
+        return x * mask
+
+
+def _dropout(p: float, variational: bool) -> nn.Module:
+    return VariationalDropout(p) if variational else nn.Dropout(p)
+
+
+class MultiHeadAttention(nn.Module):
+    """Projections of multi-head attention around `attention`; keys and values can be projected
+    apart from the queries (cached keys in the decoder, position queries in the encoder)."""
+
+    def __init__(self, dim: int, heads: int, kv_dim: int | None = None):
+        super().__init__()
+        self.heads = heads
+        self.q_proj = nn.Linear(dim, dim)
+        self.kv_proj = nn.Linear(kv_dim or dim, 2 * dim)
+        self.out_proj = nn.Linear(dim, dim)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        return x.view(b, n, self.heads, d // self.heads).transpose(1, 2)
+
+    def queries(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, n, dim) -> (batch, h, n, d_k)."""
+        return self._split(self.q_proj(x))
+
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch, m, kv_dim) -> keys, values (batch, h, m, d_k)."""
+        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        return self._split(k), self._split(v)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+               causal: bool = False) -> torch.Tensor:
+        out = attention(q, k, v, mask, causal)                       # (batch, h, n, d_k)
+        b, h, n, dk = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, h * dk))
+
+
+class _Layer(nn.Module):
+    """Sub-layers with pre- or post-norm residual connections, feed-forward and dropout."""
+
+    def __init__(self, dim: int, ff_dim: int, dropout: float, norm: str, variational: bool, n_norms: int):
+        super().__init__()
+        self.pre = norm == "pre"
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(n_norms))
+        self.ff = nn.Sequential(nn.Linear(dim, ff_dim), nn.ReLU(), _dropout(dropout, variational), nn.Linear(ff_dim, dim))
+        self.drop = _dropout(dropout, variational)
+
+    def _sub(self, x: torch.Tensor, i: int, fn, residual: bool = True) -> torch.Tensor:
+        """pre: x + F(LN(x)) (F(LN(x)) without residual); post: LN(x + F(x)) (LN(F(x)))."""
+        if self.pre:
+            y = self.drop(fn(self.norms[i](x)))
+            return x + y if residual else y
+        y = self.drop(fn(x))
+        return self.norms[i](x + y if residual else y)
+
+
+class EncoderLayer(_Layer):
+    """Self-attention and feed-forward sub-layers.
+
+    With `residual=False` the self-attention sub-layer has no residual connection. With
+    `query_wavelength` (position query) the self-attention of this layer is, at position p,
+
+        q_p = PE_b(p) W_Q,   k_j = LN(x_j) W_K,   v_j = LN(x_j) W_V     (pre-norm; x_j post-norm)
+        SA(x)_p = softmax_j(q_p . k_j / sqrt(d_k)) v_j W_O             (per head, heads concatenated)
+
+    where PE_b(p, 2i) = sin(p / b^(2i/d)), PE_b(p, 2i+1) = cos(p / b^(2i/d)) with b = `query_wavelength`
+    (100 in paper 004, instead of the 10000 of the input encodings): the query carries no token content.
+    """
+
+    def __init__(self, dim: int, heads: int, ff_dim: int, dropout: float, norm: str, variational: bool,
+                 residual: bool = True, query_wavelength: float | None = None):
+        super().__init__(dim, ff_dim, dropout, norm, variational, 2)
+        self.attn = MultiHeadAttention(dim, heads)
+        self.residual, self.query_wavelength = residual, query_wavelength
+
+    def _self_attention(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        k, v = self.attn.keys_values(h)
+        if self.query_wavelength is None:
+            q = self.attn.queries(h)
+        else:
+            n = h.size(1)
+            basis = sinusoids(torch.arange(n, device=h.device), h.size(-1), self.query_wavelength).to(h.dtype)
+            q = self.attn.queries(basis.unsqueeze(0)).expand(h.size(0), -1, -1, -1)
+        return self.attn.attend(q, k, v, mask)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (batch, n, dim), mask (batch, 1, 1, n) True on real keys."""
+        x = self._sub(x, 0, lambda h: self._self_attention(h, mask), residual=self.residual)
+        return self._sub(x, 1, self.ff)
+
+
+@dataclass
+class LayerCache:
+    keys: torch.Tensor
+    """(batch, h, t, d_k) self-attention keys of the positions decoded so far."""
+    values: torch.Tensor
+    memory_keys: torch.Tensor
+    """(batch, h, mem_len, d_k) cross-attention keys, projected once per sentence."""
+    memory_values: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> "LayerCache":
+        return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
+                          self.memory_keys.index_select(0, index), self.memory_values.index_select(0, index))
+
+
+class DecoderLayer(_Layer):
+    """Causal self-attention, cross-attention over the memory, feed-forward."""
+
+    def __init__(self, dim: int, heads: int, ff_dim: int, dropout: float, norm: str, variational: bool, memory_dim: int):
+        super().__init__(dim, ff_dim, dropout, norm, variational, 3)
+        self.self_attn = MultiHeadAttention(dim, heads)
+        self.cross_attn = MultiHeadAttention(dim, heads, kv_dim=memory_dim)
+
+    def start(self, memory: torch.Tensor) -> LayerCache:
+        mk, mv = self.cross_attn.keys_values(memory)
+        empty = mk.new_zeros(mk.size(0), mk.size(1), 0, mk.size(-1))
+        return LayerCache(empty, empty, mk, mv)
+
+    def forward(self, x: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor,
+                incremental: bool) -> tuple[torch.Tensor, LayerCache]:
+        """x (batch, T, dim): the whole target (teacher forcing, causal) or, `incremental`, the next
+        position(s) after those in `cache` (whose keys and values join the cache)."""
+        new = cache
+
+        def self_attention(h: torch.Tensor) -> torch.Tensor:
+            nonlocal new
+            k, v = self.self_attn.keys_values(h)
+            q = self.self_attn.queries(h)
+            if incremental:
+                k, v = torch.cat([cache.keys, k], dim=2), torch.cat([cache.values, v], dim=2)
+                new = LayerCache(k, v, cache.memory_keys, cache.memory_values)
+                causal = q.size(2) > 1
+                if causal:  # several new positions: each sees the cache and the new ones up to itself
+                    t, n = k.size(2), q.size(2)
+                    allowed = torch.ones(n, t, dtype=torch.bool, device=q.device).tril(t - n)
+                    return self.self_attn.attend(q, k, v, allowed)
+                return self.self_attn.attend(q, k, v)
+            return self.self_attn.attend(q, k, v, causal=True)
+
+        x = self._sub(x, 0, self_attention)
+        x = self._sub(x, 1, lambda h: self.cross_attn.attend(self.cross_attn.queries(h), cache.memory_keys,
+                                                             cache.memory_values, memory_mask))
+        return self._sub(x, 2, self.ff), new
+
+
+class _Embedding(nn.Module):
+    """Token embeddings * sqrt(embed_dim) (projected to d_model where the sizes differ) + positions, dropout.
+    The embeddings start as N(0, 1/embed_dim) (Vaswani et al.; fairseq), so that after scaling
+    tokens and position encodings have the same magnitude."""
+
+    def __init__(self, vocab_size: int, embed_dim: int, dim: int, cfg: _TransformerConfig, dropout: float):
+        super().__init__()
+        self.dim, self.positions = dim, cfg.positions
+        self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+        with torch.no_grad():  # N(0, 1/embed_dim): scaled by sqrt(embed_dim), tokens weigh as much as positions
+            nn.init.normal_(self.embed.weight, 0.0, embed_dim ** -0.5)
+            self.embed.weight[PAD].zero_()
+        self.proj = nn.Linear(embed_dim, dim, bias=False) if embed_dim != dim else None
+        self.scale = math.sqrt(embed_dim)
+        self.max_positions = cfg.max_positions
+        self.table = nn.Embedding(cfg.max_positions, dim) if cfg.positions == "learned" else None
+        self.drop = _dropout(dropout, cfg.variational_dropout)
+
+    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        x = self.embed(ids) * self.scale
+        if self.proj is not None:
+            x = self.proj(x)
+        pos = torch.arange(start, start + ids.size(1), device=ids.device)
+        if self.table is not None:
+            if start + ids.size(1) > self.max_positions:
+                raise ValueError(f"sequence of {start + ids.size(1)} positions is longer than max_positions "
+                                 f"({self.max_positions})")
+            x = x + self.table(pos)
+        else:
+            x = x + sinusoids(pos, self.dim).to(x.dtype)
+        return self.drop(x)
+
+
+def _sizes(cfg: _TransformerConfig, embed_dim: int) -> tuple[int, int]:
+    dim = cfg.hidden or embed_dim
+    if dim % cfg.heads:
+        raise ConfigError(f"transformer width {dim} (hidden, or embed_dim where hidden is not set) must be a "
+                          f"multiple of heads ({cfg.heads})")
+    return dim, cfg.ff_dim or 4 * dim
+
+
+@ENCODERS.register("transformer")
+class TransformerEncoder(Encoder):
+    """Stack of `EncoderLayer`s; H (batch, n, d_model), zero at padding; a final LayerNorm with pre-norm."""
+
+    def __init__(self, cfg: TransformerEncoderConfig, vocab_size: int, embed_dim: int, dropout: float):
+        super().__init__()
+        dim, ff_dim = _sizes(cfg, embed_dim)
+        self.embedding = _Embedding(vocab_size, embed_dim, dim, cfg, dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(dim, cfg.heads, ff_dim, dropout, cfg.norm, cfg.variational_dropout,
+                         residual=cfg.residual_drop_layer != i + 1,
+                         query_wavelength=cfg.query_wavelength if cfg.position_query and cfg.residual_drop_layer == i + 1
+                         else None)
+            for i in range(cfg.layers))
+        self.final_norm = nn.LayerNorm(dim) if cfg.norm == "pre" else None
+        self.output_dim = dim
+
+    @classmethod
+    def from_config(cls, cfg: TransformerEncoderConfig, *, vocab_size: int, embed_dim: int, dropout: float,
+                    **_: object) -> "TransformerEncoder":
+        return cls(cfg, vocab_size, embed_dim, dropout)
+
+    def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (batch, src_len), lengths (batch,) -> H (batch, src_len, d_model), mask (batch, src_len)."""
+        mask = lengths_to_mask(lengths, src.size(1))
+        x = self.embedding(src)
+        keys = mask[:, None, None, :]
+        for layer in self.layers:
+            x = layer(x, keys)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x * mask.unsqueeze(-1).to(x.dtype), mask
+
+
+@dataclass
+class TransformerDecoderState:
+    caches: list[LayerCache]
+    memory_mask: torch.Tensor
+    """(batch, 1, 1, mem_len) True where the decoder may attend."""
+    position: int
+    """Target positions decoded so far (the next token's position)."""
+
+    def select(self, index: torch.Tensor) -> "TransformerDecoderState":
+        return TransformerDecoderState([c.select(index) for c in self.caches], self.memory_mask.index_select(0, index),
+                                       self.position)
+
+
+@DECODERS.register("transformer")
+class TransformerDecoder(Decoder):
+    """Stack of `DecoderLayer`s over the bridge memory; incremental decoding with cached keys/values."""
+
+    def __init__(self, cfg: TransformerDecoderConfig, vocab_size: int, embed_dim: int, memory_dim: int, dropout: float):
+        super().__init__()
+        dim, ff_dim = _sizes(cfg, embed_dim)
+        self.dim = dim
+        self.embedding = _Embedding(vocab_size, embed_dim, dim, cfg, dropout)
+        self.layers = nn.ModuleList(
+            DecoderLayer(dim, cfg.heads, ff_dim, dropout, cfg.norm, cfg.variational_dropout, memory_dim)
+            for _ in range(cfg.layers))
+        self.final_norm = nn.LayerNorm(dim) if cfg.norm == "pre" else None
+        self.generator = nn.Linear(dim, vocab_size)
+
+    @classmethod
+    def from_config(cls, cfg: TransformerDecoderConfig, *, vocab_size: int, embed_dim: int, memory_dim: int,
+                    dropout: float, **_: object) -> "TransformerDecoder":
+        return cls(cfg, vocab_size, embed_dim, memory_dim, dropout)
+
+    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> TransformerDecoderState:
+        """Projects the memory's keys and values for every layer; the self-attention caches start empty."""
+        return TransformerDecoderState([layer.start(memory) for layer in self.layers],
+                                       memory_mask[:, None, None, :], 0)
+
+    def _run(self, tgt: torch.Tensor, state: TransformerDecoderState,
+             incremental: bool) -> tuple[torch.Tensor, TransformerDecoderState]:
+        x = self.embedding(tgt, start=state.position if incremental else 0)
+        caches = []
+        for layer, cache in zip(self.layers, state.caches):
+            x, cache = layer(x, cache, state.memory_mask, incremental)
+            caches.append(cache)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, TransformerDecoderState(caches, state.memory_mask, state.position + tgt.size(1))
+
+    def forward(self, tgt_in: torch.Tensor, state: TransformerDecoderState) -> tuple[torch.Tensor, None]:
+        """Teacher forcing: tgt_in (batch, T) -> states (batch, T, d_model); no attention weights."""
+        x, _ = self._run(tgt_in, state, incremental=False)
+        return x, None
+
+    def step(self, prev: torch.Tensor, state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
+        x, state = self._run(prev.unsqueeze(1), state, incremental=True)
+        return torch.log_softmax(self.generator(x[:, 0]).float(), dim=-1), state
+
+    def reorder_state(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
+        return state.select(indices)
+
+    def batch_size(self, state: TransformerDecoderState) -> int:
+        return state.memory_mask.size(0)

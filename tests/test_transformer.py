@@ -1,0 +1,190 @@
+"""The Transformer kinds: incremental decoding equals teacher forcing, and the layer changes of
+paper 004 (residual removal, position query, variational dropout) do what they say.
+
+Tiny random models, no training.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interlingua.config import ModelConfig, parse_config
+from interlingua.errors import ConfigError
+from interlingua.modules import transformer
+from interlingua.modules.model import TranslationModel
+from interlingua.modules.search import beam_search, beam_search_nbest, greedy_search
+from interlingua.modules.transformer import TransformerEncoder, VariationalDropout
+
+from conftest import tiny_config
+
+VOCAB = 19
+
+
+def model(encoder: dict | None = None, decoder: dict | None = None, bridge: str = "attention",
+          dropout: float = 0.3, seed: int = 0) -> TranslationModel:
+    torch.manual_seed(seed)
+    cfg = ModelConfig.model_validate({
+        "embed_dim": 12,
+        "encoder": (encoder if "type" in (encoder or {}) else
+                    {"type": "transformer", "hidden": 16, "heads": 4, "layers": 3, **(encoder or {})}),
+        "bridge": {"type": bridge, "heads": 3, "hidden": 8},
+        "decoder": {"type": "transformer", "hidden": 16, "heads": 4, "layers": 2, **(decoder or {})},
+        "dropout": dropout})
+    return TranslationModel(cfg, {"en": VOCAB, "de": VOCAB}, ["en"], ["de"]).eval()
+
+
+def padded_batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([7, 4, 1, 6])
+    src = torch.randint(4, VOCAB, (4, 7), generator=gen)
+    src[torch.arange(7)[None, :] >= lengths[:, None]] = 0
+    return src, lengths
+
+
+@pytest.mark.parametrize("settings", [
+    pytest.param({}, id="pre-sinusoidal-attention"),
+    pytest.param({"bridge": "none"}, id="pre-sinusoidal-none"),
+    pytest.param({"norm": "post", "positions": "learned"}, id="post-learned-attention"),
+    pytest.param({"bilstm": True}, id="bilstm-encoder"),
+    pytest.param({"residual_drop_layer": 2, "position_query": True, "variational_dropout": True}, id="paper004"),
+])
+def test_cached_steps_equal_teacher_forcing(settings):
+    settings = dict(settings)
+    bridge = settings.pop("bridge", "attention")
+    kinds = {k: settings.pop(k) for k in ("norm", "positions", "variational_dropout") if k in settings}
+    encoder = ({"type": "bilstm", "hidden": 16, "layers": 1} if settings.pop("bilstm", False)
+               else {**kinds, **settings})
+    net = model(encoder, kinds, bridge)
+    src, lengths = padded_batch()
+    tgt = torch.randint(4, VOCAB, (4, 8), generator=torch.Generator().manual_seed(2))
+    tgt[1, 5:] = 0  # padded targets: real positions never see the padding after them
+    with torch.no_grad():
+        decoder, state = net.start_decoding(net.run_encoder(src, lengths, "en"), "de")
+        states, _ = decoder(tgt, state)
+        full = torch.log_softmax(decoder.generator(states).float(), dim=-1)
+        steps = []
+        for t in range(tgt.size(1)):
+            logp, state = decoder.step(tgt[:, t], state)
+            steps.append(logp)
+    assert torch.allclose(torch.stack(steps, 1), full, atol=1e-5, rtol=0)
+    assert state.caches[0].keys.size(2) == tgt.size(1)  # the cache grew one position per step
+
+
+def test_search_reorders_the_cache():
+    """Greedy equals beam 1; batched beam search equals each sentence searched alone."""
+    net = model(seed=3)
+    src, lengths = padded_batch(4)
+    with torch.no_grad():
+        decoder, state = net.start_decoding(net.run_encoder(src, lengths, "en"), "de")
+        greedy = greedy_search(decoder, state, 12)
+        assert beam_search(decoder, state, 12, beam_size=1) == greedy
+        batched = beam_search_nbest(decoder, state, 12, beam_size=3)
+        for i in range(src.size(0)):
+            one = decoder.reorder_state(state, torch.tensor([i]))
+            assert greedy_search(decoder, one, 12) == [greedy[i]]
+            alone = beam_search_nbest(decoder, one, 12, beam_size=3)[0]
+            assert [h for _, h in alone] == [h for _, h in batched[i]]
+            assert [s for s, _ in alone] == pytest.approx([s for s, _ in batched[i]], abs=1e-5)
+
+
+def test_encoder_is_exact_under_padding():
+    net = model()
+    encoder = net.encoders["en"]
+    src, lengths = padded_batch()
+    with torch.no_grad():
+        states, mask = encoder(src, lengths)
+        for i, n in enumerate(lengths.tolist()):
+            alone, _ = encoder(src[i:i + 1, :n], lengths[i:i + 1])
+            assert torch.allclose(states[i, :n], alone[0], atol=1e-5)
+            assert (states[i, n:] == 0).all() and mask[i].sum() == n
+
+
+def _uniform(q, k, v, mask=None, causal=False):
+    """Attention with equal weights on every allowed key (mask: True where allowed)."""
+    weights = torch.ones(q.size(0), q.size(1), q.size(2), k.size(2))
+    if mask is not None:
+        weights = weights * mask
+    return (weights / weights.sum(-1, keepdim=True)) @ v
+
+
+def test_residual_drop_layer_forgets_the_token_at_its_position(monkeypatch):
+    """With uniform attention, the layer without its self-attention residual gives every position
+    the same output (nothing of the token at that position is left); the other layers do not."""
+    monkeypatch.setattr(transformer, "attention", _uniform)
+    encoder = model({"residual_drop_layer": 2}).encoders["en"]
+    assert [layer.residual for layer in encoder.layers] == [True, False, True]
+    x = torch.randn(2, 5, 16)
+    keys = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    with torch.no_grad():
+        dropped = encoder.layers[1](x, keys)
+        kept = encoder.layers[0](x, keys)
+        swapped = encoder.layers[1](x[:, [1, 0, 2, 3, 4]], keys)
+    assert torch.allclose(dropped, dropped[:, :1].expand_as(dropped), atol=1e-6)
+    assert torch.allclose(swapped, dropped, atol=1e-6)
+    assert not torch.allclose(kept, kept[:, :1].expand_as(kept), atol=1e-3)
+
+
+def test_position_query_ignores_token_content(monkeypatch):
+    """In the residual-drop layer the queries are the same whatever the tokens; elsewhere they are not."""
+    seen: list[torch.Tensor] = []
+
+    def recording(q, k, v, mask=None, causal=False):
+        seen.append(q.clone())
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+    monkeypatch.setattr(transformer, "attention", recording)
+    encoder = model({"residual_drop_layer": 2, "position_query": True, "query_wavelength": 100.0}).encoders["en"]
+    lengths = torch.tensor([6, 6])
+    with torch.no_grad():
+        encoder(torch.randint(4, VOCAB, (2, 6), generator=torch.Generator().manual_seed(0)), lengths)
+        encoder(torch.randint(4, VOCAB, (2, 6), generator=torch.Generator().manual_seed(1)), lengths)
+    first, second = seen[:3], seen[3:]
+    assert torch.equal(first[1], second[1])
+    assert torch.equal(first[1][0], first[1][1])  # the same for every sentence
+    assert not torch.allclose(first[0], second[0]) and not torch.allclose(first[2], second[2])
+    q = encoder.layers[1].attn.queries(transformer.sinusoids(torch.arange(6), 16, 100.0).unsqueeze(0))
+    assert torch.allclose(first[1][:1], q)
+
+
+def test_variational_dropout_masks_are_constant_over_time():
+    drop = VariationalDropout(0.5).train()
+    out = drop(torch.ones(3, 9, 40))
+    assert torch.equal(out, out[:, :1].expand_as(out)) and (out == 0).any() and (out == 2).any()
+    assert torch.equal(drop.eval()(torch.ones(2, 3, 4)), torch.ones(2, 3, 4))
+
+    net = model({"variational_dropout": True}, {"variational_dropout": True}, dropout=0.5).train()
+    assert not any(isinstance(m, torch.nn.Dropout) for m in net.modules())
+    ratios: list[torch.Tensor] = []
+    hooks = [m.register_forward_hook(lambda _m, inp, out: ratios.append(out / inp[0]))
+             for m in net.modules() if isinstance(m, VariationalDropout)]
+    src = torch.randint(4, VOCAB, (3, 6))
+    net.loss(src, torch.tensor([6, 6, 6]), torch.randint(4, VOCAB, (3, 5)), torch.randint(4, VOCAB, (3, 5)), "en", "de")
+    for h in hooks:
+        h.remove()
+    # encoder: embeddings + 3 layers x (2 sub-layers + ff inside); decoder: embeddings + 2 x (3 + 1)
+    assert len(ratios) == 1 + 3 * 3 + 1 + 2 * 4
+    for r in ratios:  # out / in, undefined where the input is 0 (after the ReLU)
+        defined = ~r.isnan()
+        high = r.masked_fill(~defined, float("-inf")).amax(1)
+        low = r.masked_fill(~defined, float("inf")).amin(1)
+        seen = defined.any(1)
+        assert seen.any() and torch.allclose(high[seen], low[seen], atol=1e-5), "mask varies over time"
+
+
+@pytest.mark.parametrize("encoder, message", [
+    ({"position_query": True}, "position_query needs residual_drop_layer"),
+    ({"residual_drop_layer": 4}, "beyond the last layer"),
+    ({"hidden": 18}, "multiple of heads"),
+])
+def test_invalid_settings_name_the_key(tmp_path, encoder, message):
+    cfg = tiny_config(tmp_path / "corpus.yaml", tmp_path,
+                      model={"encoder": {"type": "transformer", "layers": 3, "heads": 4, **encoder}})
+    with pytest.raises(ConfigError, match=message) as err:
+        parse_config(cfg)
+    assert "model.encoder" in str(err.value)
+
+
+def test_width_from_embed_dim_must_divide_into_heads():
+    cfg = ModelConfig.model_validate({"embed_dim": 10, "encoder": {"type": "transformer", "heads": 4}})
+    with pytest.raises(ConfigError, match="multiple of heads"):
+        TransformerEncoder.from_config(cfg.encoder, vocab_size=VOCAB, embed_dim=10, dropout=0.0)
