@@ -192,6 +192,12 @@ def cmd_analyze(args: argparse.Namespace) -> None:
         print(f"written: {out}/length_buckets.md, .json, .png")
 
 
+def cmd_average(args: argparse.Namespace) -> None:
+    from interlingua.modules.checkpoint import average_checkpoints
+    out = average_checkpoints(args.checkpoints, args.out)
+    print(f"averaged {len(args.checkpoints)} checkpoint(s) into {out}")
+
+
 def cmd_experiment(args: argparse.Namespace) -> None:
     from interlingua.experiment import run_experiments
     runs = run_experiments([Path(r) for r in args.recipes], _device_override(args), Path(args.out), beam=args.beam,
@@ -303,6 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--out", default=None, help="output folder (default: <first model folder>/analysis)")
     _add_device(y)
     y.set_defaults(func=cmd_analyze)
+
+    g = sub.add_parser("average", help="average the weights of checkpoints of one run into a translation-only checkpoint")
+    g.add_argument("checkpoints", nargs="+", metavar="CKPT", help="checkpoints of the same run (same config and vocabularies)")
+    g.add_argument("--out", required=True, help="checkpoint to write")
+    g.set_defaults(func=cmd_average)
 
     x = sub.add_parser("experiment", help="train recipes, evaluate on test, write a paper-style results table")
     x.add_argument("recipes", nargs="+", help="recipe YAML files, e.g. recipes/multi30k/cpu/*.yaml")

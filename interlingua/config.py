@@ -179,6 +179,9 @@ class LSTMDecoderConfig(KindConfig):
 
 class TransformerDecoderConfig(_TransformerConfig):
     type: Literal["transformer"] = "transformer"
+    tie_embeddings: bool = False
+    """One weight matrix for the target embeddings and the output projection (Press & Wolf 2017);
+    needs d_model (`hidden`) equal to `embed_dim`."""
 
 
 DecoderConfig = _kinds("lstm", LSTMDecoderConfig, TransformerDecoderConfig)
@@ -195,10 +198,23 @@ class ModelConfig(_Strict):
     param_init: float | None = Field(None, gt=0)
     """Initialise every weight uniformly in [-x, x] (OpenNMT-py's default, 0.1); None keeps PyTorch's."""
 
+    @model_validator(mode="after")
+    def _tied_sizes(self) -> "ModelConfig":
+        dec = self.decoder
+        if getattr(dec, "tie_embeddings", False) and dec.hidden is not None and dec.hidden != self.embed_dim:
+            raise ValueError(f"decoder.tie_embeddings needs decoder.hidden ({dec.hidden}) equal to embed_dim "
+                             f"({self.embed_dim}): the embeddings and the output projection share one matrix")
+        return self
+
 
 class TrainConfig(_Strict):
     optimizer: Literal["sgd", "adam"] = "adam"
     lr: float = Field(4e-4, gt=0)
+    lr_schedule: Literal["constant", "inverse_sqrt"] = "constant"
+    """constant: `lr` at every step. inverse_sqrt (Vaswani et al.; fairseq): linear warm-up to `lr`
+    over `warmup_steps`, then decay with 1/sqrt(step): lr * min(step / warmup, sqrt(warmup / step))."""
+    warmup_steps: int = Field(4000, ge=1)
+    """Warm-up of `lr_schedule: inverse_sqrt` (unused by `constant`)."""
     batch_size: int = Field(64, ge=1)
     max_steps: int = Field(10_000, ge=1)
     max_minutes: float | None = Field(None, gt=0)

@@ -279,3 +279,31 @@ def test_stop_before_the_first_checkpoint_then_start_again(multi30k_corpus, stra
     assert not (work / "last.pt").exists() and [r["step"] for r in _metrics(work)] == [5]
     Trainer(_config(multi30k_corpus, work), data=data).train()
     assert_same_run(reference, work)
+
+
+def test_ctrl_c_mid_step_resumes_exactly_with_an_inverse_sqrt_schedule(multi30k_corpus, straight, tmp_path):
+    """The lr schedule is part of the saved state: warm-up (10 steps) and decay go on where they stopped."""
+    _, data = straight
+    schedule = {"lr_schedule": "inverse_sqrt", "warmup_steps": 10}
+
+    def config(work):
+        return parse_config(tiny_config(multi30k_corpus, work, **{**RUN, "train": {**RUN["train"], **schedule}}))
+
+    reference = tmp_path / "straight"
+    Trainer(config(reference), data=data).train()
+    work = tmp_path / "run"
+    trainer = Trainer(config(work), data=data)
+
+    def ctrl_c(original, *args, **kwargs):
+        original(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
+        trainer.train()
+    assert read_checkpoint(work / "last.pt")["training"]["lr_scheduler"]["last_epoch"] == 12
+    assert Trainer(config(work), resume=True, data=data).train().steps == 24
+    assert_same_run(reference, work)
+    lr = RUN["train"].get("lr", 0.005)
+    logged = {r["step"]: r["lr"] for r in _metrics(work) if r["type"] == "train"}
+    assert logged == pytest.approx({s: lr * min(s / 10, (10 / s) ** 0.5) for s in (5, 10, 15, 20)}, rel=1e-12)

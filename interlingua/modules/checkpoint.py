@@ -120,3 +120,53 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedMo
     model.to(device).eval()
     return LoadedModel(model, vocabs, cfg, [tuple(d) for d in payload["directions"]], payload, Path(path),
                        int(step) if isinstance(step, int) else None)
+
+
+_SAME_RUN = ("format", "version", "vocabs", "encoder_langs", "decoder_langs", "directions")
+_SAME_CONFIG = ("model", "directions", "preprocess")
+
+
+def average_checkpoints(paths: list[str | Path], out: str | Path) -> Path:
+    """Average the weights of checkpoints of one run (same model, directions, preprocessing and
+    vocabularies) into a translation-only checkpoint at `out` (no training state); returns `out`.
+
+    Floating-point tensors are averaged in float64 and stored in their own dtype; tensors that
+    share storage in the first checkpoint (tied embeddings) share it in the average too."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise CheckpointError("average needs at least one checkpoint")
+    first = read_checkpoint(paths[0])
+    first.pop("training", None)
+    cfg = stored_config(first, paths[0]).model_dump(mode="json")
+    ref = first.pop("model")
+    sums: dict[str, torch.Tensor] = {k: v.double() if v.is_floating_point() else v for k, v in ref.items()}
+    for path in paths[1:]:
+        payload = read_checkpoint(path)
+        other = stored_config(payload, path).model_dump(mode="json")
+        differs = ([f"config section '{s}'" for s in _SAME_CONFIG if other[s] != cfg[s]]
+                   + [f"'{k}'" for k in _SAME_RUN if payload.get(k) != first.get(k)])
+        weights = payload["model"]
+        if not differs and weights.keys() != ref.keys():
+            differs = ["the weights' names"]
+        if not differs:
+            differs = [f"the shape of '{k}'" for k, v in weights.items() if v.shape != ref[k].shape][:1]
+        if differs:
+            raise CheckpointError(f"cannot average {path} with {paths[0]}: {differs[0]} differs "
+                                  f"(only checkpoints of the same run can be averaged)")
+        for k, v in weights.items():
+            if v.is_floating_point():
+                sums[k] += v.double()
+        del payload, weights
+    averaged: dict[str, torch.Tensor] = {}
+    shared: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
+    for k, v in ref.items():
+        if not v.is_floating_point():
+            averaged[k] = v
+            continue
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), tuple(v.stride()))
+        if key not in shared:
+            shared[key] = (sums[k] / len(paths)).to(v.dtype)
+        averaged[k] = shared[key]
+    out = Path(out)
+    save_atomic({**first, "model": averaged, "averaged_from": [str(p) for p in paths]}, out)
+    return out

@@ -309,6 +309,10 @@ class TransformerDecoder(Decoder):
             for _ in range(cfg.layers))
         self.final_norm = nn.LayerNorm(dim) if cfg.norm == "pre" else None
         self.generator = nn.Linear(dim, vocab_size)
+        if cfg.tie_embeddings:  # one Parameter: the embedding table is the output projection's weight
+            if self.embedding.proj is not None:
+                raise ConfigError(f"decoder.tie_embeddings needs the decoder width ({dim}) equal to embed_dim ({embed_dim})")
+            self.generator.weight = self.embedding.embed.weight
 
     @classmethod
     def from_config(cls, cfg: TransformerDecoderConfig, *, vocab_size: int, embed_dim: int, memory_dim: int,

@@ -13,14 +13,16 @@ final weights, `best.pt`, history and metrics.jsonl equal those of an uninterrup
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import signal
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -85,6 +87,8 @@ class Trainer:
         self.scaler = self.runtime.grad_scaler()
         self.optimizer = (torch.optim.SGD(self.model.parameters(), lr=tc.lr) if tc.optimizer == "sgd"
                           else torch.optim.Adam(self.model.parameters(), lr=tc.lr, fused=True))
+        self.lr_factor = lr_factor(tc.lr_schedule, tc.warmup_steps)
+        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
         self.scheduler = DirectionScheduler(self.directions, tc.seed)
         self.batches = {d: self._direction_batches(d) for d in self.directions}
         self.devsets = build_devsets(self.data, self.directions, self.zero_shot,
@@ -125,6 +129,7 @@ class Trainer:
             "best_bleu": self.best_bleu if best_bleu is None else best_bleu,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict(),
             "batches": {direction_name(d): b.state_dict() for d, b in self.batches.items()},
             "torch_rng": self.runtime.rng_state(),
             "grad_scaler": self.scaler.state_dict() if self.scaler else None,
@@ -158,6 +163,8 @@ class Trainer:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(st["optimizer"])
             self.scheduler.load_state_dict(st["scheduler"])
+            if "lr_scheduler" in st:  # checkpoints written before the schedule existed: constant lr
+                self.lr_scheduler.load_state_dict(st["lr_scheduler"])
             for d, b in self.batches.items():
                 b.load_state_dict(st["batches"][direction_name(d)])
             self.runtime.set_rng_state(st["torch_rng"])
@@ -264,6 +271,7 @@ class Trainer:
                     self.scaler.update()
                 else:
                     self.optimizer.step()
+                self.lr_scheduler.step()
                 dt = time.perf_counter() - t0
                 window = add_step(w, out.nll_sum, out.n_tokens, out.penalty, ntok, dt)
                 self.step, self.elapsed, self._window, self._step_start = self.step + 1, self.elapsed + dt, window, None
@@ -294,7 +302,8 @@ class Trainer:
         tc = self.cfg.train
         w = self._window
         if self.step and self.step % tc.log_every == 0 and w["n"] > 0:
-            rec = train_record(self.step, w, self.optimizer.param_groups[0]["lr"], self.elapsed)
+            rec = train_record(self.step, w, tc.lr * self.lr_factor(self.step - 1),
+                               self.elapsed)  # the lr of the window's last update
             self._log(rec)
             self._window = empty_window()
             bar.set_postfix(step=self.step, loss=f"{rec['loss']:.3f}", pen=f"{rec['penalty']:.2f}",
@@ -318,6 +327,25 @@ class Trainer:
         summary = " ".join(f"{n}={r['bleu']:.1f}{'*' if r['zero_shot'] else ''}" for n, r in rec["directions"].items())
         tqdm.write(f"step {self.step}: dev mean BLEU {score:.2f} {'(best)' if improved else ''} | {summary}")
         self.metrics.plot()
+
+
+def lr_factor(schedule: str, warmup: int) -> Callable[[int], float]:
+    """LambdaLR's factor of `train.lr` for the update after `done` updates (update n = done + 1 uses
+    lr * min(n / warmup, sqrt(warmup / n)) with `inverse_sqrt`, lr with `constant`)."""
+    if schedule == "constant":
+        return _constant
+    if schedule == "inverse_sqrt":
+        return functools.partial(_inverse_sqrt, warmup=warmup)
+    raise ConfigError(f"unknown train.lr_schedule {schedule!r}")
+
+
+def _constant(done: int) -> float:
+    return 1.0
+
+
+def _inverse_sqrt(done: int, warmup: int) -> float:
+    n = done + 1
+    return min(n / warmup, math.sqrt(warmup / n))
 
 
 def _one_line(err: BaseException) -> str:
