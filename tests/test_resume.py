@@ -92,6 +92,18 @@ def assert_same_run(reference, resumed):
     assert [r["step"] for r in _metrics(reference) if r["type"] == "valid"] == [8, 16, 24]
 
 
+def _call_then_ctrl_c(original, *args, **kwargs):
+    """Hook action: the real call happens (the forward pass has drawn from the RNG, the batch is
+    taken, the weights are updated), then Ctrl-C."""
+    original(*args, **kwargs)
+    raise KeyboardInterrupt
+
+
+def _ctrl_c_instead(original, *args, **kwargs):
+    """Hook action: Ctrl-C where the real call would have run."""
+    raise KeyboardInterrupt
+
+
 def _call_hook(obj, name, at_call, action, monkeypatch=None):
     """Wrap obj.name so that its `at_call`-th call (1-based) runs `action` around the real call."""
     original = getattr(obj, name)
@@ -154,11 +166,8 @@ def test_ctrl_c_mid_step_resumes_exactly(multi30k_corpus, straight, tmp_path):
     work = tmp_path / "run"
     trainer = Trainer(_config(multi30k_corpus, work), data=data)
 
-    def ctrl_c(original, *args, **kwargs):
-        original(*args, **kwargs)  # the forward pass has drawn from the RNG, the batch is taken
-        raise KeyboardInterrupt
 
-    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, ctrl_c)
+    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
         trainer.train()
     assert read_checkpoint(work / "last.pt")["training"]["step"] == 12
@@ -185,11 +194,8 @@ def test_interrupt_raised_inside_the_weight_update_keeps_the_last_validation(mul
     work = tmp_path / "run"
     trainer = Trainer(_config(multi30k_corpus, work), data=data)
 
-    def ctrl_c(original, *args, **kwargs):
-        original(*args, **kwargs)
-        raise KeyboardInterrupt
 
-    _call_hook(trainer.optimizer, "step", 13, ctrl_c)
+    _call_hook(trainer.optimizer, "step", 13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="last.pt left as it was"):
         trainer.train()
     assert read_checkpoint(work / "last.pt")["training"]["step"] == 8
@@ -202,11 +208,9 @@ def test_ctrl_c_during_a_validation_redoes_it(multi30k_corpus, straight, tmp_pat
     work = tmp_path / "run"
     trainer = Trainer(_config(multi30k_corpus, work), data=data)
 
-    def ctrl_c(original, *args, **kwargs):
-        raise KeyboardInterrupt
 
     # Two directions: calls 3 and 4 are the validation at step 16.
-    _call_hook(validation_mod, "evaluate_devset", 4, ctrl_c, monkeypatch)
+    _call_hook(validation_mod, "evaluate_devset", 4, _ctrl_c_instead, monkeypatch)
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 16"):
         trainer.train()
     monkeypatch.undo()
@@ -223,12 +227,10 @@ def test_stop_between_a_metrics_line_and_the_checkpoints(multi30k_corpus, straig
     work = tmp_path / "run"
     trainer = Trainer(_config(multi30k_corpus, work), data=data)
 
-    def ctrl_c(original, *args, **kwargs):
-        raise KeyboardInterrupt
 
     # _save calls: best.pt and last.pt at step 8 (a first validation always improves), then the
     # first write of step 16's validation, which is stopped.
-    _call_hook(trainer, "_save", 3, ctrl_c)
+    _call_hook(trainer, "_save", 3, _ctrl_c_instead)
     with pytest.raises(KeyboardInterrupt, match="at step 16"):
         trainer.train()
     assert [r["step"] for r in _metrics(work) if r["type"] == "valid"] == [8, 16]  # the orphan line
@@ -269,11 +271,8 @@ def test_stop_before_the_first_checkpoint_then_start_again(multi30k_corpus, stra
     work = tmp_path / "run"
     trainer = Trainer(_config(multi30k_corpus, work), data=data)
 
-    def ctrl_c(original, *args, **kwargs):
-        original(*args, **kwargs)
-        raise KeyboardInterrupt
 
-    _call_hook(trainer.optimizer, "step", 7, ctrl_c)
+    _call_hook(trainer.optimizer, "step", 7, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="step 7: no checkpoint yet: start the run again"):
         trainer.train()
     assert not (work / "last.pt").exists() and [r["step"] for r in _metrics(work)] == [5]
@@ -294,11 +293,8 @@ def test_ctrl_c_mid_step_resumes_exactly_with_an_inverse_sqrt_schedule(multi30k_
     work = tmp_path / "run"
     trainer = Trainer(config(work), data=data)
 
-    def ctrl_c(original, *args, **kwargs):
-        original(*args, **kwargs)
-        raise KeyboardInterrupt
 
-    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, ctrl_c)
+    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
         trainer.train()
     assert read_checkpoint(work / "last.pt")["training"]["lr_scheduler"]["last_epoch"] == 12

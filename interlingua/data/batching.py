@@ -6,7 +6,7 @@ split into batches (little padding, still shuffled). The state is (epoch, positi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -28,11 +28,10 @@ class Batch:
     tgt_lang: str
 
     def to(self, device: torch.device | str) -> "Batch":
-        """The same batch on `device` (itself when it is already there)."""
-        tensors = [t.to(device, non_blocking=True) for t in (self.src, self.src_lengths, self.tgt_in, self.tgt_out)]
-        if all(a is b for a, b in zip(tensors, (self.src, self.src_lengths, self.tgt_in, self.tgt_out))):
-            return self
-        return Batch(*tensors, self.src_lang, self.tgt_lang)
+        """The same batch on `device` (tensors already there are not copied)."""
+        return replace(self, src=self.src.to(device, non_blocking=True),
+                       src_lengths=self.src_lengths.to(device, non_blocking=True),
+                       tgt_in=self.tgt_in.to(device, non_blocking=True), tgt_out=self.tgt_out.to(device, non_blocking=True))
 
     @property
     def n_src_tokens(self) -> int:

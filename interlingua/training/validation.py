@@ -38,10 +38,6 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> tuple[float, 
     return bleu, chrf
 
 
-def tag_prefix(model: TranslationModel, vocab: Vocab, tgt_lang: str) -> int | None:
-    return source_prefix(vocab, tgt_lang, model.cfg.shared)
-
-
 @torch.inference_mode()
 def translate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
                      beam: int = 1, max_len: int = 100) -> list[str]:
@@ -56,7 +52,7 @@ def evaluate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Voca
     """Teacher-forced loss on the (subword) dev pairs; BLEU and chrF of the translations against
     `dev.references`, the corpus's own target lines."""
     model.eval()
-    prefix = tag_prefix(model, vocabs[dev.src_lang], dev.tgt_lang)
+    prefix = source_prefix(vocabs[dev.src_lang], dev.tgt_lang, model.cfg.shared)
     nll, ntok = 0.0, 0
     for start in range(0, len(dev.src), batch_size):
         b = make_batch(dev.src[start:start + batch_size], dev.tgt[start:start + batch_size], dev.src_lang, dev.tgt_lang, prefix)
