@@ -102,10 +102,18 @@ def cmd_train(args: argparse.Namespace) -> None:
     from interlingua.config import load_config
     from interlingua.training.trainer import train
     cfg = load_config(args.config, _device_override(args))
-    result = train(cfg, resume=args.resume)
+    result = train(cfg, resume=args.resume, init=args.init)
     best = "n/a" if result.best_bleu is None else f"{result.best_bleu:.2f}"
     print(f"trained {result.steps} steps; best dev mean BLEU {best}; "
           f"checkpoints: {result.best_checkpoint}, {result.last_checkpoint}")
+
+
+def cmd_extend(args: argparse.Namespace) -> None:
+    from interlingua.modules.extension import extend_checkpoint
+    given = {k: v for k, v in (("vocab_size", args.vocab_size), ("noise", args.noise)) if v is not None}
+    ext = extend_checkpoint(args.checkpoint, args.lang, args.out, corpus=args.corpus, seed=args.seed, **given)
+    print(f"added '{ext.lang}' as ids {ext.old_size}-{ext.new_size - 1} ({ext.new_size - ext.old_size} new; grown: "
+          f"{', '.join(ext.grown)}); wrote {ext.out}; fine-tune with: interlingua train CONFIG --init {ext.out}")
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -174,7 +182,23 @@ def _named_models(specs: list[str]) -> dict[str, Path]:
     return out
 
 
+def _analyze_encoder(args: argparse.Namespace) -> None:
+    from interlingua.evaluation.encoder_analysis import run_encoder_analysis
+    if not args.checkpoint:
+        raise InterlinguaError("analyze encoder needs a checkpoint: interlingua analyze encoder CHECKPOINT")
+    out = Path(args.out or Path(args.checkpoint).parent / "analysis")
+    _, files = run_encoder_analysis(args.checkpoint, out, corpus=args.corpus, train_split=args.train_split,
+                                    split=args.split, languages=args.languages, max_sentences=args.max_sentences,
+                                    device=args.device)
+    print(files[0].read_text())
+    print("written: " + ", ".join(str(f) for f in files))
+
+
 def cmd_analyze(args: argparse.Namespace) -> None:
+    if args.what == "encoder":
+        return _analyze_encoder(args)
+    if not args.model:
+        raise InterlinguaError(f"analyze {args.what} needs --model [NAME=]CKPT")
     models = _named_models(args.model)
     out = Path(args.out or next(iter(models.values())).parent / "analysis")
     if args.what == "heads":
@@ -202,7 +226,7 @@ def cmd_experiment(args: argparse.Namespace) -> None:
     from interlingua.experiment import run_experiments
     runs = run_experiments([Path(r) for r in args.recipes], _device_override(args), Path(args.out), beam=args.beam,
                            max_test=args.max_test_sentences, jobs=args.jobs,
-                           notes=Path(args.notes) if args.notes else None)
+                           notes=Path(args.notes) if args.notes else None, pivot=args.pivot)
     print(f"{len(runs)} run(s); table in {args.out}")
 
 
@@ -235,8 +259,24 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--force", action="store_true", help="re-prepare even if the cache is current")
         else:
             c.add_argument("--resume", action="store_true", help="continue from <work_dir>/last.pt")
+            c.add_argument("--init", default=None, metavar="CHECKPOINT",
+                           help="start from this checkpoint's weights and vocabularies (fine-tuning, e.g. after "
+                                "`extend`; its model section must equal the config's), fresh optimizer and step")
             _add_device(c, overrides_config=True)
         c.set_defaults(func=func)
+
+    x = sub.add_parser("extend", help="add a language to a trained shared model (then fine-tune with train --init)")
+    x.add_argument("checkpoint", help="the trained shared model")
+    x.add_argument("--lang", required=True, help="the language to add (a language of the corpus)")
+    x.add_argument("--out", required=True, help="where to write the extended checkpoint")
+    x.add_argument("--corpus", default=None, help="corpus YAML with the language's training text "
+                                                   "(default: the corpus the model was trained on)")
+    x.add_argument("--vocab-size", type=positive_int, default=None,
+                   help="the new language's sentencepiece size (default 4000)")
+    x.add_argument("--noise", type=non_negative_float, default=None,
+                   help="std of the Gaussian noise added to the mean of the old rows for each new id (default 0.01)")
+    x.add_argument("--seed", type=int, default=0, help="seed of that noise")
+    x.set_defaults(func=cmd_extend)
 
     t = sub.add_parser("translate", help="translate lines from stdin (or -i) to stdout (or -o)")
     t.add_argument("--model", required=True)
@@ -295,9 +335,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(a)
     a.set_defaults(func=cmd_attention)
 
-    y = sub.add_parser("analyze", help="bridge head entropy and heat maps (penalty study), or BLEU by source length")
-    y.add_argument("what", choices=["heads", "lengths"])
-    y.add_argument("--model", action="append", required=True, metavar="[NAME=]CKPT", help="repeat to compare models")
+    y = sub.add_parser("analyze", help="bridge head entropy and heat maps (penalty study), BLEU by source length, "
+                                       "or per-layer encoder probes, SVCCA, language ID and retrieval")
+    y.add_argument("what", choices=["heads", "lengths", "encoder"])
+    y.add_argument("checkpoint", nargs="?", default=None, help="encoder: the checkpoint to analyse")
+    y.add_argument("--model", action="append", default=None, metavar="[NAME=]CKPT",
+                   help="heads, lengths: repeat to compare models")
+    y.add_argument("--train-split", default="val", help="encoder: split the probes are trained on")
+    y.add_argument("--max-sentences", type=positive_int, default=None, help="encoder: at most N sentences per split")
+    y.add_argument("--languages", nargs="+", default=None, help="encoder: source languages (default: all the model's)")
     y.add_argument("--lang", default="en", help="heads: language of the sentences")
     y.add_argument("--src", default="en", help="lengths: source language")
     y.add_argument("--tgt", default="de", help="lengths: target language")
@@ -324,6 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--max-test-sentences", type=positive_int, default=None)
     x.add_argument("--jobs", type=positive_int, default=1, help="recipes trained at once, one thread each (e.g. one per core)")
     x.add_argument("--notes", default=None, help="markdown file appended to the report (discussion of the numbers)")
+    x.add_argument("--pivot", default=None, metavar="LANG",
+                   help="also translate each run's zero-shot directions through LANG (zero-shot vs pivot)")
     x.set_defaults(func=cmd_experiment)
 
     m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")

@@ -195,6 +195,9 @@ class ModelConfig(_Strict):
     dropout: float = Field(0.3, ge=0.0, lt=1.0)
     shared: bool = False
     """One encoder and one decoder for all languages with a target-language tag (Johnson et al.)."""
+    tag_position: Literal["source_prefix", "decoder_start"] = "source_prefix"
+    """Where a shared model's target-language tag goes: prepended to the source (Johnson et al.), or
+    as the decoder's first input in place of BOS (paper 004: the encoder never sees the target language)."""
     param_init: float | None = Field(None, gt=0)
     """Initialise every weight uniformly in [-x, x] (OpenNMT-py's default, 0.1); None keeps PyTorch's."""
 
@@ -227,6 +230,10 @@ class TrainConfig(_Strict):
     """>0: train the softmax over each batch's target types plus this many random ones, not the
     whole vocabulary (faster steps; validation and translation use the full softmax). 0: full."""
     valid_every: int = Field(1000, ge=1)
+    average_best: int = Field(0, ge=0)
+    """n > 0: keep the n checkpoints with the lowest mean dev loss of the trained directions (in
+    work_dir/best_loss/) and write their average, `averaged.pt`, when training ends (paper 004
+    averages the 5 best). 0: off."""
     log_every: int = Field(50, ge=1)
     valid_beam: int = Field(1, ge=1)
     seed: int = 1234

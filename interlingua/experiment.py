@@ -1,9 +1,12 @@
 """`interlingua experiment`: train recipes, select on dev, score test, write a paper-style table.
 
-Each recipe is trained (or resumed, or skipped when already finished), its best checkpoint
-translated in every direction of test_2016_flickr, and the results gathered into one
-markdown report: source rows x target columns, our BLEU with the paper's beside it, zero-shot
-cells marked, and the compute each run took.
+Each recipe is trained (or resumed, or skipped when already finished), its selected checkpoint
+(`averaged.pt` of a run with `train.average_best`, else `best.pt`) translated in every direction
+of test_2016_flickr, and the results gathered into one markdown report: source rows x target
+columns, our BLEU with the paper's beside it, zero-shot cells marked, and the compute each run
+took. Runs with zero-shot directions also get a zero-shot study table (paper 004): supervised and
+zero-shot means, cased and lowercased, off-target rates, and with `pivot` the same zero-shot
+directions translated through the pivot language.
 """
 from __future__ import annotations
 
@@ -46,8 +49,26 @@ def _finished(cfg_work: Path, max_steps: int, max_minutes: float | None) -> bool
     return st.get("step", 0) >= max_steps or (max_minutes is not None and st.get("elapsed", 0) >= max_minutes * 60)
 
 
-def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | None) -> dict[str, Any]:
-    """Train (or resume, or skip) one recipe and score its best checkpoint on test_2016_flickr.
+def selected_checkpoint(work: Path) -> Path:
+    """The checkpoint a finished run is scored with: the average of its lowest-dev-loss
+    checkpoints where the run made one (`train.average_best`), else its best by dev BLEU."""
+    averaged = work / "averaged.pt"
+    return averaged if averaged.exists() else work / "best.pt"
+
+
+def mean_tokens_per_second(work: Path) -> float | None:
+    """Mean training throughput (source + target tokens per second) over the run's log windows."""
+    path = work / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    rates = [r["tokens_per_s"] for r in map(json.loads, path.read_text().splitlines()) if r.get("type") == "train"]
+    return round(sum(rates) / len(rates), 1) if rates else None
+
+
+def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | None,
+               pivot: str | None = None) -> dict[str, Any]:
+    """Train (or resume, or skip) one recipe and score its selected checkpoint on test_2016_flickr;
+    with `pivot`, also its zero-shot directions translated through the pivot language.
 
     The scored run is cached in <work_dir>/eval/experiment.json, keyed by the checkpoint's
     modification time and the search settings, so gathering finished runs into a table is cheap."""
@@ -55,8 +76,9 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     work = Path(cfg.work_dir)
     if not _finished(work, cfg.train.max_steps, cfg.train.max_minutes):
         Trainer(cfg, resume=(work / "last.pt").exists()).train()
-    best = work / "best.pt"
-    key = {"best_mtime": best.stat().st_mtime, "beam": beam, "max_test": max_test, "recipe": recipe.stem}
+    best = selected_checkpoint(work)
+    key = {"best_mtime": best.stat().st_mtime, "beam": beam, "max_test": max_test, "recipe": recipe.stem,
+           "checkpoint": best.name, "pivot": pivot, "scores": 2}
     cache = work / "eval" / "experiment.json"
     if cache.is_file():
         cached = json.loads(cache.read_text())
@@ -68,13 +90,21 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     last = read_checkpoint(work / "last.pt")  # its config is the one the last training session ran with
     state = last["training"]
     t0 = time.perf_counter()
-    matrix = bleu_matrix(load(best, cfg.train.device), cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
+    model = load(best, cfg.train.device)
+    matrix = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
     write_matrix(matrix, work / "eval", f"bleu_test_2016_flickr_beam{beam}", title=recipe.stem)
+    pivoted = None
+    if pivot and matrix.zero_shot and pivot in model.languages.sources and pivot in model.languages.targets:
+        pivoted = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test,
+                              progress=False, pivot=pivot, pairs=matrix.zero_shot)
+        write_matrix(pivoted, work / "eval", f"bleu_test_2016_flickr_beam{beam}_pivot-{pivot}", title=f"{recipe.stem}, pivot {pivot}")
     history = json.loads(state["history"])
     run = {
         "recipe": recipe.stem, "name": cfg.name, "setting": paper_setting(cfg.name),
+        "checkpoint": best.name,
         "matrix": matrix.to_json(),
-        "compute": {"train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"], "directions": len(last["directions"]),
+        "pivot_matrix": pivoted.to_json() if pivoted else None,
+        "compute": {"tokens_per_s": mean_tokens_per_second(work),"train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"], "directions": len(last["directions"]),
                     "best_dev_bleu": state["best_bleu"], "validations": len(history),
                     "eval_seconds": round(time.perf_counter() - t0, 1), "threads": last["config"]["train"].get("threads") or torch.get_num_threads(),
                     "machine": f"{platform.machine()} {platform.processor() or ''}".strip()},
@@ -95,8 +125,7 @@ def results_markdown(runs: list[dict[str, Any]], title: str = "Multi30k results"
            "test_2016_flickr, lowercased sacreBLEU (13a). Each cell: ours (paper, journal Table 1). "
            "*Italic* = zero-shot (never trained). Rows: source, columns: target.", ""]
     for run in runs:
-        m = MatrixResult(**{k: run["matrix"][k] for k in ("split", "languages", "bleu", "chrf", "beam_size", "pivot")},
-                         zero_shot=[tuple(x.split("-")) for x in run["matrix"]["zero_shot"]])
+        m = MatrixResult.from_json(run["matrix"])
         c = run["compute"]
         out += [f"## {run['recipe']}", "",
                 f"Compute: {c['train_minutes']} min of training, {c['steps']} steps, {c['threads']} CPU threads ({c['machine']}); "
@@ -155,34 +184,83 @@ def summary_markdown(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def zero_shot_study_markdown(runs: list[dict[str, Any]]) -> list[str]:
+    """Paper 004's comparison: per run, mean BLEU over the trained and over the zero-shot directions
+    (cased / lowercased), the zero-shot directions through the pivot, and off-target rates."""
+    study = [r for r in runs if r["matrix"]["zero_shot"]]
+    if not study:
+        return []
+    lines = ["## Zero-shot study", "",
+             "Means over directions of test_2016_flickr; BLEU as cased / lowercased sacreBLEU. Off-target: % of "
+             "outputs that langid.py (restricted to the model's languages) does not find in the requested language "
+             "(our addition; its ceiling on the references is below). Pivot: the run's own zero-shot directions "
+             "translated through the pivot language.", "",
+             "| run | checkpoint | steps | train min | tokens/s | supervised BLEU | zero-shot BLEU | zero-shot via pivot "
+             "| off-target zero-shot % | off-target supervised % |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    ceilings: dict[str, float] = {}
+    pair_rows: list[str] = []
+    for run in study:
+        m = MatrixResult.from_json(run["matrix"])
+        p = MatrixResult.from_json(run["pivot_matrix"]) if run.get("pivot_matrix") else None
+        c = run["compute"]
+        sup = f"{_fmt(m.mean('bleu_cased', False))} / {_fmt(m.mean('bleu', False))}"
+        zs = f"{_fmt(m.mean('bleu_cased', True))} / {_fmt(m.mean('bleu', True))}"
+        piv = f"{_fmt(p.mean('bleu_cased', False))} / {_fmt(p.mean('bleu', False))}" if p else "-"
+        lines.append(f"| {run['recipe']} | {run.get('checkpoint', 'best.pt')} | {c['steps']} | {c['train_minutes']} | "
+                     f"{_fmt(c.get('tokens_per_s'), 0)} | {sup} | {zs} | {piv} | {_fmt(m.mean('off_target', True))} | "
+                     f"{_fmt(m.mean('off_target', False))} |")
+        ceilings.update(m.lid_ceiling)
+        cells = []
+        for s_, t in m.zero_shot:
+            pv = p.bleu_cased.get(s_, {}).get(t) if p else None
+            cells.append(f"{s_}-{t} {_fmt(m.bleu_cased[s_][t])}"
+                         + (f" (pivot {_fmt(pv)})" if pv is not None else "")
+                         + f", off {_fmt(m.off_target.get(s_, {}).get(t), 0)}%")
+        pair_rows.append(f"| {run['recipe']} | " + "; ".join(cells) + " |")
+    lines += ["", "Per zero-shot direction: cased BLEU (through the pivot), off-target rate.", "",
+              "| run | directions |", "|---|---|", *pair_rows, ""]
+    if ceilings:
+        lines += ["langid.py on the reference sentences, % identified correctly (the ceiling of the off-target "
+                  "measure): " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(ceilings.items())), ""]
+    return lines
+
+
 def _write(runs: list[dict[str, Any]], out: Path, notes: Path | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = results_markdown(runs) + "\n" + "\n".join(summary_markdown(runs))
+    text = results_markdown(runs) + "\n" + "\n".join(summary_markdown(runs) + zero_shot_study_markdown(runs))
     if notes is not None and notes.is_file():
         text += "\n" + notes.read_text()
     out.write_text(text)
     out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
 
 
-def _run_one_thread(recipe: Path, overrides: list[str], beam: int, max_test: int | None) -> dict[str, Any]:
+def _run_one_thread(recipe: Path, overrides: list[str], beam: int, max_test: int | None,
+                    pivot: str | None) -> dict[str, Any]:
     torch.set_num_threads(1)
-    return run_recipe(recipe, overrides, beam, max_test)
+    return run_recipe(recipe, overrides, beam, max_test, pivot)
 
 
 def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: int = 1,
-                    max_test: int | None = None, jobs: int = 1, notes: Path | None = None) -> list[dict[str, Any]]:
+                    max_test: int | None = None, jobs: int = 1, notes: Path | None = None,
+                    pivot: str | None = None) -> list[dict[str, Any]]:
     """Run recipes (in `jobs` processes of one thread each when jobs > 1); the table is
     rewritten as runs finish and always lists them in the order given. `notes` (markdown,
-    e.g. a discussion of the numbers) is appended to the report."""
+    e.g. a discussion of the numbers) is appended to the report; `pivot` also translates each
+    run's zero-shot directions through that language."""
     recipes = [Path(r) for r in recipes]
     done: dict[int, dict[str, Any]] = {}
     if jobs <= 1:
         for i, recipe in enumerate(recipes):
-            done[i] = run_recipe(recipe, overrides, beam, max_test)
+            done[i] = run_recipe(recipe, overrides, beam, max_test, pivot)
             _write([done[j] for j in sorted(done)], out, notes)
     else:
         with process_pool(jobs) as pool:
-            futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test): i for i, r in enumerate(recipes)}
+            futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test, pivot): i for i, r in enumerate(recipes)}
             for fut in as_completed(futures):
                 done[futures[fut]] = fut.result()
                 _write([done[j] for j in sorted(done)], out, notes)

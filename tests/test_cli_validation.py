@@ -31,7 +31,7 @@ NUMERIC = [
     ("evaluate", "--beam", positive_int), ("evaluate", "--batch-size", positive_int),
     ("evaluate", "--max-sentences", positive_int), ("evaluate", "--threads", positive_int),
     ("evaluate", "--jobs", positive_int),
-    ("analyze", "--beam", positive_int),
+    ("analyze", "--beam", positive_int), ("analyze", "--max-sentences", positive_int),
     ("experiment", "--beam", positive_int), ("experiment", "--max-test-sentences", positive_int),
     ("experiment", "--jobs", positive_int),
     ("demo", "--minutes", positive_float),

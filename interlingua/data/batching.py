@@ -21,7 +21,7 @@ class Batch:
     src_lengths: torch.Tensor
     """(batch,) real lengths."""
     tgt_in: torch.Tensor
-    """(batch, tgt_len) BOS + target ids."""
+    """(batch, tgt_len) start token (BOS or the target-language tag) + target ids."""
     tgt_out: torch.Tensor
     """(batch, tgt_len) target ids + EOS."""
     src_lang: str
@@ -54,14 +54,16 @@ def pad_sources(seqs: list[np.ndarray], prefix: int | None = None) -> tuple[torc
     return out, lengths
 
 
-def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str, src_prefix: int | None = None) -> Batch:
+def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str, src_prefix: int | None = None,
+               tgt_start: int = BOS) -> Batch:
+    """Padded tensors of one direction; the decoder input starts with `tgt_start` (BOS, or a language tag)."""
     s, lengths = pad_sources(src, src_prefix)
     tmax = max(len(t) for t in tgt) + 1
     tin = torch.full((len(tgt), tmax), PAD, dtype=torch.long)
     tout = torch.full((len(tgt), tmax), PAD, dtype=torch.long)
     for i, t in enumerate(tgt):
         tt = torch.from_numpy(np.asarray(t, dtype=np.int64))
-        tin[i, 0] = BOS
+        tin[i, 0] = tgt_start
         tin[i, 1:len(t) + 1] = tt
         tout[i, :len(t)] = tt
         tout[i, len(t)] = EOS
@@ -72,13 +74,13 @@ class DirectionBatches:
     """Endless, seeded, resumable length-bucketed batches for one direction."""
 
     def __init__(self, src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str,
-                 batch_size: int, seed: int, pool: int = 50, src_prefix: int | None = None):
+                 batch_size: int, seed: int, pool: int = 50, src_prefix: int | None = None, tgt_start: int = BOS):
         if not src:
             raise ValueError(f"no training pairs for {src_lang}->{tgt_lang}")
         self.src, self.tgt = src, tgt
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.batch_size, self.seed, self.pool = batch_size, seed, pool
-        self.src_prefix = src_prefix
+        self.src_prefix, self.tgt_start = src_prefix, tgt_start
         self.lengths = np.asarray([len(a) + len(b) for a, b in zip(src, tgt)])
         self.epoch, self.position = 0, 0
         self._plan = self._epoch_plan(0)
@@ -104,7 +106,8 @@ class DirectionBatches:
             self._plan = self._epoch_plan(self.epoch)
         idx = self._plan[self.position]
         self.position += 1
-        return make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.src_lang, self.tgt_lang, self.src_prefix)
+        return make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.src_lang, self.tgt_lang, self.src_prefix,
+                          self.tgt_start)
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from interlingua.config import ExperimentConfig, PreprocessConfig
 from interlingua.data.corpus import Corpus, load_corpus, normalize_line, read_group
 from interlingua.data.vocab import Vocab, language_tag
-from interlingua.errors import DataError
+from interlingua.errors import DataError, LanguageError
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 1
@@ -52,10 +52,13 @@ class PreparedData:
         return self.splits[split]
 
 
-def _fingerprint(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> str:
+def _fingerprint(corpus: Corpus, pre: PreprocessConfig, langs: list[str], given: dict[str, Vocab] | None = None) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(pre.model_dump(mode="json"), sort_keys=True).encode())
     h.update(json.dumps(langs).encode())
+    if given is not None:  # encoded with a checkpoint's vocabularies: they are part of the key
+        for lang in langs:
+            h.update(f"{lang}/{given[lang].offset}/".encode() + hashlib.sha256(given[lang].proto).digest())
     for split in sorted(corpus.splits):
         for g in corpus.splits[split]:
             for lang in sorted(g.files):
@@ -85,21 +88,28 @@ def train_vocabs(corpus: Corpus, texts: dict[str, list[str]], pre: PreprocessCon
     return {lang: Vocab.train(texts[lang], pre.vocab_size) for lang in tqdm(langs, desc="sentencepiece", unit="lang")}
 
 
-def prepare(cfg: ExperimentConfig, force: bool = False) -> PreparedData:
-    """Prepare (or load from cache) the encoded corpus of an experiment."""
+def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab] | None = None) -> PreparedData:
+    """Prepare (or load from cache) the encoded corpus of an experiment. With `vocabs` (a checkpoint's,
+    for `train --init`) the corpus is encoded with those instead of newly trained ones."""
     corpus = load_corpus(cfg.corpus)
     pre = cfg.preprocess
     langs = sorted(cfg.directions.languages or corpus.languages)
     unknown = sorted(set(langs) - set(corpus.languages))
     if unknown:
         raise DataError(f"directions.languages: {', '.join(unknown)} not in corpus {corpus.source} (it has {', '.join(corpus.languages)})")
+    if vocabs is not None:
+        absent = [lang for lang in langs if lang not in vocabs]
+        if absent:
+            raise LanguageError(f"the initial checkpoint has no vocabulary for {', '.join(absent)} (it has "
+                                f"{', '.join(sorted(vocabs))}); add a language with `interlingua extend` first")
+        vocabs = {lang: vocabs[lang] for lang in langs}
     cache_dir = Path(cfg.work_dir) / "data"
-    fp = _fingerprint(corpus, pre, langs)
+    fp = _fingerprint(corpus, pre, langs, vocabs)
     meta_path = cache_dir / "meta.json"
     if not force and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         if meta.get("fingerprint") == fp:
-            return _attach_texts(_load_cache(cache_dir, meta), corpus)
+            return _attach_texts(_load_cache(cache_dir, meta, vocabs), corpus)
     cache_dir.mkdir(parents=True, exist_ok=True)
 
     raw: dict[str, list[tuple[str, dict[str, list[str]]]]] = {}
@@ -122,7 +132,11 @@ def prepare(cfg: ExperimentConfig, force: bool = False) -> PreparedData:
     missing = [lang for lang in langs if not any(train_text[lang])]
     if missing:
         raise DataError(f"corpus {corpus.source}: no training text for language(s) {', '.join(missing)}")
-    vocabs = train_vocabs(corpus, train_text, pre, langs)
+    if vocabs is None:
+        vocabs = train_vocabs(corpus, train_text, pre, langs)
+        given = False
+    else:
+        given = True
 
     splits: dict[str, list[EncodedGroup]] = {}
     arrays: dict[str, np.ndarray] = {}
@@ -138,6 +152,8 @@ def prepare(cfg: ExperimentConfig, force: bool = False) -> PreparedData:
     np.savez(cache_dir / "encoded.npz", **arrays)
     distinct = {id(v): v for v in vocabs.values()}
     for lang, v in vocabs.items():
+        if given:  # the checkpoint holds them; nothing to cache
+            break
         if pre.joint_vocab:
             (cache_dir / "joint.model").write_bytes(v.proto)
         else:
@@ -148,6 +164,7 @@ def prepare(cfg: ExperimentConfig, force: bool = False) -> PreparedData:
         "group_langs": {s: [sorted(g.ids) for g in gs] for s, gs in splits.items()},
         "vocab_sizes": {lang: len(v) for lang, v in vocabs.items()},
         "n_vocabs": len(distinct),
+        "vocabs_given": given,
     }
     meta_path.write_text(json.dumps(meta, indent=1))
     return _attach_texts(PreparedData(vocabs=vocabs, splits=splits, languages=langs, joint_vocab=pre.joint_vocab), corpus)
@@ -165,9 +182,11 @@ def _attach_texts(data: PreparedData, corpus: Corpus) -> PreparedData:
     return data
 
 
-def _load_cache(cache_dir: Path, meta: dict) -> PreparedData:
+def _load_cache(cache_dir: Path, meta: dict, given: dict[str, Vocab] | None = None) -> PreparedData:
     langs = meta["languages"]
-    if meta["joint_vocab"]:
+    if given is not None:
+        vocabs = given
+    elif meta["joint_vocab"]:
         joint = Vocab((cache_dir / "joint.model").read_bytes())
         vocabs = {lang: joint for lang in langs}
     else:
@@ -184,6 +203,22 @@ def _load_cache(cache_dir: Path, meta: dict) -> PreparedData:
                 ids[lang] = np.split(flat, np.cumsum(lens)[:-1]) if len(lens) else []
             splits[split].append(EncodedGroup(name, ids))
     return PreparedData(vocabs=vocabs, splits=splits, languages=langs, joint_vocab=meta["joint_vocab"])
+
+
+def language_training_text(corpus_path: str | Path, lang: str, pre: PreprocessConfig) -> list[str]:
+    """The normalised 'train' lines of one language of a corpus (what its vocabulary is learned
+    from when a language is added to a trained model), with the model's preprocessing."""
+    corpus = load_corpus(corpus_path)
+    if lang not in corpus.languages:
+        raise LanguageError(f"language '{lang}' is not in corpus {corpus.source} (it has {', '.join(corpus.languages)})")
+    lines: list[str] = []
+    for g in corpus.splits.get("train", []):
+        if lang in g.files:
+            lines.extend(normalize_line(s, pre.lowercase, pre.normalize)
+                         for s in read_group(g, limit=pre.max_train_sentences)[lang])
+    if not any(lines):
+        raise DataError(f"corpus {corpus.source}: no training text for language '{lang}'")
+    return lines
 
 
 def direction_pairs(data: PreparedData, split: str, src: str, tgt: str, limit: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -17,19 +17,36 @@ def language_tag(lang: str) -> str:
     return f"<2{lang}>"
 
 
-def source_prefix(vocab: "Vocab", tgt_lang: str, shared: bool) -> int | None:
-    """The id every source sentence starts with: the `<2tgt>` tag of a shared model, None otherwise.
+def source_prefix(vocab: "Vocab", tgt_lang: str, shared: bool, tag_position: str = "source_prefix") -> int | None:
+    """The id every source sentence starts with: the `<2tgt>` tag of a shared model whose tag goes on
+    the source side (`model.tag_position: source_prefix`), None otherwise.
 
     Training, dev validation, translation and embedding all prefix sources through this one function."""
-    return vocab.piece_id(language_tag(tgt_lang)) if shared else None
+    return vocab.piece_id(language_tag(tgt_lang)) if shared and tag_position == "source_prefix" else None
+
+
+def decoder_start(vocab: "Vocab", tgt_lang: str, shared: bool, tag_position: str = "source_prefix") -> int:
+    """The decoder's first input: the `<2tgt>` tag in place of BOS for a shared model whose tag goes on
+    the target side (`model.tag_position: decoder_start`, paper 004: nothing marks the source), BOS otherwise.
+
+    Training batches, dev loss and search all start the decoder through this one function."""
+    return vocab.piece_id(language_tag(tgt_lang)) if shared and tag_position == "decoder_start" else BOS
 
 
 class Vocab:
-    """A sentencepiece model with fixed special ids (pad 0, unk 1, bos 2, eos 3)."""
+    """A sentencepiece model with fixed special ids (pad 0, unk 1, bos 2, eos 3).
 
-    def __init__(self, proto: bytes):
+    A language added to a trained shared model (`interlingua extend`) brings its own sentencepiece
+    model whose pieces live after the existing ids: `offset` shifts every non-special id, so the
+    old vocabulary's ids stay as they were. `tags` names the language tags of the other
+    vocabularies of that id space, so a source prefix finds `<2xx>` whichever vocabulary holds it."""
+
+    def __init__(self, proto: bytes, offset: int = 0):
         self.proto = proto
+        self.offset = offset
         self.sp = spm.SentencePieceProcessor(model_proto=proto)
+        self.tags: dict[str, int] = {}
+        """Pieces of other vocabularies in the same id space (language tags) -> their ids."""
 
     @classmethod
     def train(cls, sentences: Iterable[str], vocab_size: int, user_symbols: Sequence[str] = (), threads: int = 2) -> "Vocab":
@@ -52,18 +69,23 @@ class Vocab:
         return cls(buf.getvalue())
 
     def __len__(self) -> int:
-        return self.sp.get_piece_size()
+        """The end of this vocabulary's ids (its size, plus the offset of an added language's)."""
+        return self.sp.get_piece_size() + self.offset
+
+    def _shift(self, ids: list[int]) -> list[int]:
+        return [i + self.offset if i > EOS else i for i in ids] if self.offset else ids
 
     def tokenize(self, text: str) -> list[int]:
         """Subword ids of one (normalised) line."""
-        return self.sp.encode(text)
+        return self._shift(self.sp.encode(text))
 
     def tokenize_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Subword ids of each line."""
-        return self.sp.encode(list(texts))
+        return [self._shift(x) for x in self.sp.encode(list(texts))]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.sp.decode([i for i in ids if i > EOS])
+        """Text of the ids; specials and ids of other vocabularies are dropped."""
+        return self.sp.decode([i - self.offset for i in ids if EOS + self.offset < i < len(self)])
 
     def pieces(self, text: str) -> list[str]:
         return self.sp.encode(text, out_type=str)
@@ -71,5 +93,44 @@ class Vocab:
     def piece_id(self, piece: str) -> int:
         pid = self.sp.piece_to_id(piece)
         if pid == UNK:
+            if piece in self.tags:
+                return self.tags[piece]
             raise KeyError(piece)
-        return pid
+        return pid + self.offset if pid > EOS else pid
+
+    def id_to_piece(self, i: int) -> str:
+        """The piece of one of this vocabulary's ids (the id space's specials included)."""
+        return self.sp.id_to_piece(i - self.offset if i > EOS else i)
+
+    def id_ranges(self) -> list[tuple[int, int]]:
+        """The ids this vocabulary can produce, as [start, end) ranges: the specials and its own pieces."""
+        return [(0, len(self))] if not self.offset else [(0, EOS + 1), (EOS + 1 + self.offset, len(self))]
+
+
+def vocabs_from_protos(protos: dict[str, bytes], offsets: dict[str, int] | None = None) -> dict[str, Vocab]:
+    """The vocabularies of a checkpoint: languages with the same model and offset share one object;
+    where some offset is set (a language was added), every vocabulary also knows the others' tags."""
+    offsets = offsets or {}
+    cache: dict[tuple[bytes, int], Vocab] = {}
+    vocabs = {lang: cache.setdefault((p, int(offsets.get(lang, 0))), Vocab(p, int(offsets.get(lang, 0))))
+              for lang, p in protos.items()}
+    if any(offsets.values()):
+        link_tags(vocabs)
+    return vocabs
+
+
+def link_tags(vocabs: dict[str, Vocab]) -> None:
+    """Let every vocabulary find every language's `<2xx>` tag, whichever vocabulary holds it."""
+    tags: dict[str, int] = {}
+    for lang, v in vocabs.items():
+        for other in vocabs:
+            tag = language_tag(other)
+            if tag not in tags and v.sp.piece_to_id(tag) != UNK:
+                tags[tag] = v.piece_id(tag)
+    for v in {id(v): v for v in vocabs.values()}.values():
+        v.tags = dict(tags)
+
+
+def vocab_offsets(vocabs: dict[str, Vocab]) -> dict[str, int]:
+    """Per language, the offset of its ids; empty where no language was added to a trained model."""
+    return {lang: v.offset for lang, v in vocabs.items()} if any(v.offset for v in vocabs.values()) else {}

@@ -1,9 +1,11 @@
 """`interlingua evaluate bleu`: the full source x target BLEU / chrF matrix of a model on a split.
 
 Hypotheses are detokenised text scored against the raw reference files with lowercased
-sacreBLEU (13a), the papers' signature; directions never trained are marked zero-shot.
-With a pivot, directions from or into the pivot language are translated directly, the
-others through it.
+sacreBLEU (13a), the papers' signature, and also cased (paper 004 reports cased BLEU); directions
+never trained are marked zero-shot. Each direction's off-target rate (the share of outputs a
+language identifier does not find in the requested language) stands beside the identifier's
+accuracy on that language's references, its ceiling. With a pivot, directions from or into the
+pivot language are translated directly, the others through it.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.errors import DataError
+from interlingua.evaluation import language_id
 from interlingua.evaluation.plots import plot_score_matrix
 from interlingua.inference.api import Model, load
 
@@ -33,18 +36,41 @@ class MatrixResult:
     pivot: str | None
     seconds: dict[str, float] = field(default_factory=dict)
     signature: str = ""
+    bleu_cased: dict[str, dict[str, float]] = field(default_factory=dict)
+    off_target: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Percent of outputs of each direction not identified as the target language."""
+    lid_ceiling: dict[str, float] = field(default_factory=dict)
+    """Percent of each language's reference sentences the identifier gets right."""
 
     def to_json(self) -> dict:
         return {"split": self.split, "languages": self.languages, "bleu": self.bleu, "chrf": self.chrf,
                 "zero_shot": [f"{s}-{t}" for s, t in self.zero_shot], "beam_size": self.beam_size,
-                "pivot": self.pivot, "seconds": self.seconds, "signature": self.signature}
+                "pivot": self.pivot, "seconds": self.seconds, "signature": self.signature,
+                "bleu_cased": self.bleu_cased, "off_target": self.off_target, "lid_ceiling": self.lid_ceiling}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "MatrixResult":
+        """The inverse of `to_json` (results written before the cased/off-target fields read too)."""
+        keys = ("split", "languages", "bleu", "chrf", "beam_size", "pivot", "seconds", "signature",
+                "bleu_cased", "off_target", "lid_ceiling")
+        return cls(**{k: data[k] for k in keys if k in data},
+                   zero_shot=[tuple(x.split("-")) for x in data.get("zero_shot", [])])
+
+    def mean(self, table: str, zero_shot: bool) -> float | None:
+        """Mean of `table` ('bleu', 'bleu_cased', 'chrf', 'off_target') over the zero-shot or the trained directions."""
+        zs = set(self.zero_shot)
+        values = [v for s, row in getattr(self, table).items() for t, v in row.items()
+                  if ((s, t) in zs) == zero_shot and v is not None]
+        return sum(values) / len(values) if values else None
 
     def to_markdown(self, title: str = "") -> str:
         zs = set(self.zero_shot)
         out = [f"# {title or 'BLEU matrix'}", "",
                f"Split `{self.split}`, beam {self.beam_size}{', pivot ' + self.pivot if self.pivot else ''}. "
                f"{self.signature}. Rows: source, columns: target; *italic* = zero-shot (direction never trained).", ""]
-        for name, table in (("BLEU", self.bleu), ("chrF", self.chrf)):
+        tables = [("BLEU (lowercased)", self.bleu), ("BLEU (cased)", self.bleu_cased), ("chrF", self.chrf),
+                  ("Off-target rate (%)", self.off_target)]
+        for name, table in ((n, t) for n, t in tables if t):
             out += [f"## {name}", "", "| src \\ tgt | " + " | ".join(self.languages) + " |",
                     "|---" * (len(self.languages) + 1) + "|"]
             for s in self.languages:
@@ -54,6 +80,9 @@ class MatrixResult:
                     cells.append("-" if v is None else (f"*{v:.2f}*" if (s, t) in zs else f"{v:.2f}"))
                 out.append(f"| **{s}** | " + " | ".join(cells) + " |")
             out.append("")
+        if self.lid_ceiling:
+            out += ["Language identifier (langid.py, restricted to the model's languages) on the references, "
+                    "% identified correctly: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.lid_ceiling.items())), ""]
         return "\n".join(out)
 
 
@@ -75,7 +104,9 @@ def parallel_texts(groups: list[dict[str, list[str]]], src: str, tgt: str) -> tu
 
 def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_flickr", beam_size: int = 1,
                 length_penalty: float = 1.0, batch_size: int = 64, pivot: str | None = None,
-                languages: list[str] | None = None, max_sentences: int | None = None, progress: bool = True) -> MatrixResult:
+                languages: list[str] | None = None, max_sentences: int | None = None, progress: bool = True,
+                pairs: list[tuple[str, str]] | None = None) -> MatrixResult:
+    """Translate and score every direction of the model among `languages` (or only `pairs`) on `split`."""
     groups = load_split_texts(Path(corpus_path), split, max_sentences)
     known = model.languages
     sources, targets = set(known.sources), set(known.targets)
@@ -85,10 +116,15 @@ def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_f
     chrf: dict[str, dict[str, float]] = {}
     zero_shot, seconds = [], {}
     bleu_metric, chrf_metric = BLEU(lowercase=True, tokenize="13a"), CHRF(lowercase=True)
+    cased_metric = BLEU(tokenize="13a")
+    bleu_cased: dict[str, dict[str, float]] = {}
+    off_target: dict[str, dict[str, float]] = {}
+    identify = language_id.supported(langs)
+    wanted = set(pairs) if pairs is not None else None
     signature = ""
     for s in langs:
         for t in langs:
-            if s == t or s not in sources or t not in targets:
+            if s == t or s not in sources or t not in targets or (wanted is not None and (s, t) not in wanted):
                 continue
             if pivot and (pivot not in targets or pivot not in sources):
                 raise DataError(f"pivot '{pivot}' needs both an encoder and a decoder in the model")
@@ -103,11 +139,20 @@ def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_f
             signature = str(bleu_metric.get_signature())
             bleu.setdefault(s, {})[t] = round(b.score, 2)
             chrf.setdefault(s, {})[t] = round(chrf_metric.corpus_score(hyps, [refs]).score, 2)
+            bleu_cased.setdefault(s, {})[t] = round(cased_metric.corpus_score(hyps, [refs]).score, 2)
+            if identify:
+                off_target.setdefault(s, {})[t] = round(language_id.off_target_rate(hyps, t, langs), 2)
             if (s, t) not in trained:
                 zero_shot.append((s, t))
     if not bleu:
         raise DataError(f"split '{split}' has no parallel text for any direction of the model ({', '.join(langs)})")
-    return MatrixResult(split, langs, bleu, chrf, zero_shot, beam_size, pivot, seconds, signature)
+    ceiling = {}
+    if identify:
+        for lang in sorted({t for row in bleu.values() for t in row}):
+            refs = [line for g in groups if lang in g for line in g[lang] if line.strip()]
+            ceiling[lang] = round(100.0 - language_id.off_target_rate(refs, lang, langs), 2)
+    return MatrixResult(split, langs, bleu, chrf, zero_shot, beam_size, pivot, seconds, signature,
+                        bleu_cased, off_target, ceiling)
 
 
 def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", title: str = "") -> list[Path]:
@@ -119,9 +164,11 @@ def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", 
     js.write_text(json.dumps(result.to_json(), indent=1))
     zs = set(result.zero_shot)
     pngs = []
-    for name, table in (("bleu", result.bleu), ("chrf", result.chrf)):
+    for name, table in (("bleu", result.bleu), ("chrf", result.chrf), ("off_target", result.off_target)):
+        if not table:
+            continue
         png = out_dir / f"{stem}_{name}.png"
-        plot_score_matrix(table, result.languages, zs, f"{name.upper() if name == 'bleu' else 'chrF'} on {result.split}", png)
+        plot_score_matrix(table, result.languages, zs, f"{ {'bleu': 'BLEU', 'chrf': 'chrF', 'off_target': 'Off-target %'}[name]} on {result.split}", png)
         pngs.append(png)
     return [md, js, *pngs]
 

@@ -26,7 +26,7 @@ import torch
 from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
 from interlingua.data.vocab import Vocab, source_prefix
 from interlingua.errors import InterlinguaError
-from interlingua.modules.base import BridgeOutput
+from interlingua.modules.base import BridgeOutput, Encoder
 from interlingua.modules.checkpoint import LoadedModel, load_model
 from interlingua.modules.model import TranslationModel
 from interlingua.modules.search import translate_ids
@@ -186,13 +186,59 @@ class Model:
             out[idx] = vecs.cpu().numpy()
         return out
 
+    # --- inside the encoder ------------------------------------------------------------------
+
+    def token_ids(self, texts: Sequence[str], lang: str) -> list[np.ndarray]:
+        """The subword ids each text becomes (normalised and truncated as in training), without the
+        language tag a shared model prepends: the tokens whose states `encoder_layers` returns."""
+        self.model.encoder_for(lang)
+        return tokenize_inputs(texts, self.vocabs[lang], self.pre, empty_output="they have no token states")
+
+    @torch.inference_mode()
+    def encoder_layers(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
+        """Per-layer token states of each text, in order: (layers + 1, n_tokens, d) float32 arrays, row 0
+        the embeddings as the first layer sees them and the last row the encoder output H (what the
+        bridge reads). Only the text's own tokens (`token_ids`): a shared model's language tag is dropped.
+        d is the widest layer's width; a narrower layer (a BiLSTM's embeddings) is zero-padded, which
+        changes no linear probe, correlation or cosine. An empty text gets (layers + 1, 0, d)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        encoder = self.model.encoder_for(lang)
+        seqs = self.token_ids(texts, lang)
+        prefix = source_prefix(self.vocabs[lang], lang, self.model.cfg.shared, self.model.cfg.tag_position)
+        skip = 0 if prefix is None else 1
+        out: list[np.ndarray | None] = [None] * len(seqs)
+        device = self.device
+        for idx, ids, lengths in length_sorted_batches(seqs, batch_size, prefix):
+            states = self._layer_states(encoder, ids.to(device), lengths.to(device))
+            for row, i in enumerate(idx):
+                out[i] = states[:, row, skip:int(lengths[row])].copy()
+        if any(x is None for x in out):
+            one = torch.ones(1, 1, dtype=torch.long, device=device)
+            empty = self._layer_states(encoder, one, torch.ones(1, dtype=torch.long, device=device))[:, 0, :0]
+            out = [empty.copy() if x is None else x for x in out]
+        return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _layer_states(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor) -> np.ndarray:
+        """(layers + 1, batch, n, d) float32 on the CPU."""
+        try:
+            states, _ = encoder.layer_states(ids, lengths)
+        except NotImplementedError as err:
+            raise InterlinguaError(str(err)) from None
+        widths = {s.size(-1) for s in states}
+        if len(widths) > 1:
+            d = max(widths)
+            states = [torch.nn.functional.pad(s, (0, d - s.size(-1))) for s in states]
+        return torch.stack([s.float() for s in states]).cpu().numpy()
+
     def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
         """Bridge attention A (k, n) of one sentence and its n subword pieces (for heat maps)."""
         seqs = self._tokenize_for_attention([sentence], lang)
         if not len(seqs[0]):
             raise InterlinguaError("cannot show attention for an empty sentence")
         att = self._attentions(seqs, lang, 1)[0]
-        return att, [self.vocabs[lang].sp.id_to_piece(int(i)) for i in seqs[0]]
+        return att, [self.vocabs[lang].id_to_piece(int(i)) for i in seqs[0]]
 
     def attentions(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
         """Bridge attention A (k, n_i) of each sentence over its n_i subwords (empty: (k, 0))."""
@@ -217,7 +263,7 @@ class Model:
                  ) -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
         """(indices, lengths, encoder + bridge output) per length-sorted batch of the non-empty
         sequences, each source prefixed as a `lang` -> `lang` translation's would be."""
-        prefix = source_prefix(self.vocabs[lang], lang, self.model.cfg.shared)
+        prefix = source_prefix(self.vocabs[lang], lang, self.model.cfg.shared, self.model.cfg.tag_position)
         device = self.device
         for idx, ids, lengths in length_sorted_batches(seqs, batch_size, prefix):
             yield idx, lengths, self.model.run_encoder(ids.to(device), lengths.to(device), lang)

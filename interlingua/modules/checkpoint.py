@@ -15,12 +15,15 @@ from typing import Any
 import torch
 
 from interlingua.config import ExperimentConfig, parse_config
-from interlingua.data.vocab import Vocab
+from interlingua.data.vocab import Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError
 from interlingua.modules.model import TranslationModel
 
 FORMAT = "interlingua-checkpoint"
-VERSION = 1
+VERSION = 2
+"""The newest format this version reads. 2 adds `vocab_offsets` (a language added to a trained shared
+model, `interlingua extend`) and is written only by such checkpoints; all others are written as 1."""
+PLAIN_VERSION = 1
 
 
 def save_atomic(obj: dict[str, Any], path: Path) -> None:
@@ -39,9 +42,10 @@ def save_atomic(obj: dict[str, Any], path: Path) -> None:
 
 def build_payload(cfg: ExperimentConfig, model: TranslationModel, vocabs: dict[str, Vocab],
                   directions: list[tuple[str, str]], training_state: dict[str, Any] | None = None) -> dict[str, Any]:
+    offsets = vocab_offsets(vocabs)
     payload: dict[str, Any] = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": VERSION if offsets else PLAIN_VERSION,
         "config": cfg.model_dump(mode="json"),
         "vocabs": {lang: v.proto for lang, v in vocabs.items()},
         "encoder_langs": model.encoder_langs,
@@ -49,9 +53,22 @@ def build_payload(cfg: ExperimentConfig, model: TranslationModel, vocabs: dict[s
         "directions": [list(d) for d in directions],
         "model": model.state_dict(),
     }
+    if offsets:
+        payload["vocab_offsets"] = offsets
     if training_state is not None:
         payload["training"] = training_state
     return payload
+
+
+def checkpoint_vocabs(payload: dict[str, Any]) -> dict[str, Vocab]:
+    """The vocabularies stored in a checkpoint's payload (with their offsets where a language was added)."""
+    return vocabs_from_protos(payload["vocabs"], payload.get("vocab_offsets"))
+
+
+def restrict_to_vocabs(model: TranslationModel, vocabs: dict[str, Vocab]) -> None:
+    """Each target language produces only its own vocabulary's ids (only where a language was added)."""
+    if vocab_offsets(vocabs):
+        model.restrict_outputs({lang: v.id_ranges() for lang, v in vocabs.items()})
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -108,12 +125,11 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedMo
     del training
     try:
         cfg = stored_config(payload, path)
-        protos = payload["vocabs"]
-        cache: dict[bytes, Vocab] = {}
-        vocabs = {lang: cache.setdefault(p, Vocab(p)) for lang, p in protos.items()}
+        vocabs = checkpoint_vocabs(payload)
         model = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
                                  payload["encoder_langs"], payload["decoder_langs"])
         model.load_state_dict(payload.pop("model"))
+        restrict_to_vocabs(model, vocabs)
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
@@ -122,7 +138,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedMo
                        int(step) if isinstance(step, int) else None)
 
 
-_SAME_RUN = ("format", "version", "vocabs", "encoder_langs", "decoder_langs", "directions")
+_SAME_RUN = ("format", "version", "vocabs", "vocab_offsets", "encoder_langs", "decoder_langs", "directions")
 _SAME_CONFIG = ("model", "directions", "preprocess")
 
 

@@ -52,12 +52,21 @@ class BiLSTMEncoder(Encoder):
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src (batch, src_len), lengths (batch,) -> H (batch, src_len, d_h), mask (batch, src_len)."""
+        states, mask = self.layer_states(src, lengths)
+        return states[-1], mask
+
+    def layer_states(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """[embeddings (after dropout), each layer's output (the last after dropout: H)], zero at padding."""
         mask = lengths_to_mask(lengths, src.size(1))
+        keep = mask.unsqueeze(-1)
         x = self.dropout(self.embed(src))
+        states = [x * keep.to(x.dtype)]
+        last = len(self.forward_layers) - 1
         for i, (fwd, bwd) in enumerate(zip(self.forward_layers, self.backward_layers)):
             if i > 0:
                 x = self.dropout(x)
             ahead, _ = fwd(x)
             behind, _ = bwd(reverse_padded(x, lengths))
             x = torch.cat([ahead, reverse_padded(behind, lengths)], dim=-1)
-        return self.dropout(x) * mask.unsqueeze(-1).to(x.dtype), mask
+            states.append((self.dropout(x) if i == last else x) * keep.to(x.dtype))
+        return states, mask

@@ -23,6 +23,7 @@ from interlingua.data.vocab import PAD
 from interlingua.errors import LanguageError
 from interlingua.data.batching import Batch
 from interlingua.modules.base import BridgeOutput, Decoder, Encoder
+from interlingua.modules.outputs import OutputRows, RestrictedDecoder
 from interlingua.modules.registry import BRIDGES, DECODERS, ENCODERS
 
 SHARED = "shared"
@@ -45,7 +46,8 @@ class TranslationModel(nn.Module):
         self.encoder_langs, self.decoder_langs = sorted(encoder_langs), sorted(decoder_langs)
         enc_keys = [SHARED] if cfg.shared else self.encoder_langs
         dec_keys = [SHARED] if cfg.shared else self.decoder_langs
-        size = (lambda key: next(iter(vocab_sizes.values()))) if cfg.shared else vocab_sizes.__getitem__
+        # shared: one id space; a language added later (`interlingua extend`) ends past the others
+        size = (lambda key: max(vocab_sizes.values())) if cfg.shared else vocab_sizes.__getitem__
         self.encoders = nn.ModuleDict({
             k: ENCODERS.build(cfg.encoder, vocab_size=size(k), embed_dim=cfg.embed_dim, dropout=cfg.dropout)
             for k in enc_keys})
@@ -57,6 +59,19 @@ class TranslationModel(nn.Module):
             for k in dec_keys})
         if cfg.param_init:
             self.reset_uniform(cfg.param_init)
+        self.output_rows: dict[str, OutputRows] = {}
+        """Target language -> the ids it may produce; empty (no restriction) unless a language was
+        added to the trained shared model (`restrict_outputs`, `interlingua.modules.outputs`)."""
+
+    def restrict_outputs(self, ranges: dict[str, list[tuple[int, int]]]) -> None:
+        """Let each target language produce only its vocabulary's ids ([start, end) ranges, e.g.
+        `Vocab.id_ranges()`), in training and in search; languages whose ranges cover the whole
+        output layer stay unrestricted."""
+        self.output_rows = {}
+        for lang, r in ranges.items():
+            rows = OutputRows(r)
+            if lang in self.decoder_langs and rows.prefix != self.decoder_for(lang).generator.out_features:
+                self.output_rows[lang] = rows
 
     def reset_uniform(self, scale: float) -> None:
         """Every weight uniform in [-scale, scale]; embedding rows of padding stay zero."""
@@ -93,9 +108,12 @@ class TranslationModel(nn.Module):
         return self.bridge(states, mask)
 
     def start_decoding(self, bridged: BridgeOutput, tgt_lang: str) -> tuple[Decoder, Any]:
-        """The target language's decoder and its start state for `bridged` (what the search takes)."""
+        """The target language's decoder and its start state for `bridged` (what the search takes); where
+        the language's outputs are restricted, the decoder comes wrapped so its steps stay within them."""
         decoder = self.decoder_for(tgt_lang)
-        return decoder, decoder.start_state(bridged.memory, bridged.memory_mask)
+        state = decoder.start_state(bridged.memory, bridged.memory_mask)
+        rows = self.output_rows.get(tgt_lang)
+        return (decoder if rows is None else RestrictedDecoder(decoder, rows)), state
 
     def forward(self, batch: Batch, penalty_weight: float = 0.0, label_smoothing: float = 0.0,
                 softmax_sample: int = 0) -> LossOutput:
@@ -117,8 +135,11 @@ class TranslationModel(nn.Module):
         att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask))
         real = tgt_out != PAD
         gold = tgt_out[real]
+        rows = self.output_rows.get(tgt_lang)
         if softmax_sample > 0 and self.training:
-            logits, gold = _sampled_logits(decoder.generator, att[real], gold, softmax_sample)
+            logits, gold = _sampled_logits(decoder.generator, att[real], gold, softmax_sample, rows)
+        elif rows is not None:  # the target language's own ids only (see interlingua.modules.outputs)
+            logits, gold = rows.logits(decoder.generator, att[real]).float(), rows.renumber(gold)
         else:
             logits = decoder.generator(att[real]).float()
         nll_sum = F.cross_entropy(logits, gold, reduction="sum")
@@ -138,10 +159,14 @@ class TranslationModel(nn.Module):
 
 
 def _sampled_logits(generator: nn.Linear, states: torch.Tensor, gold: torch.Tensor,
-                    extra: int) -> tuple[torch.Tensor, torch.Tensor]:
+                    extra: int, rows: OutputRows | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits over the gold types of the batch plus `extra` uniform draws (the RNG is the
-    trainer's, so a resumed run draws the same), and the gold ids renumbered into that set."""
-    drawn = torch.randint(generator.out_features, (extra,), device=gold.device)
+    trainer's, so a resumed run draws the same; drawn among `rows` where the target language's
+    outputs are restricted), and the gold ids renumbered into that set."""
+    if rows is None:
+        drawn = torch.randint(generator.out_features, (extra,), device=gold.device)
+    else:
+        drawn = rows.index(gold.device)[torch.randint(len(rows), (extra,), device=gold.device)]
     candidates = torch.unique(torch.cat([gold, drawn]))  # sorted
     logits = F.linear(states, generator.weight[candidates], generator.bias[candidates]).float()
     return logits, torch.searchsorted(candidates, gold)

@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from interlingua.data.inputs import length_sorted_batches
-from interlingua.data.vocab import BOS, EOS, Vocab, source_prefix
+from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
 from interlingua.modules.base import Decoder
 
 if TYPE_CHECKING:
@@ -25,10 +25,10 @@ def _device(decoder: Decoder) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
-def greedy_search(decoder: Decoder, state: Any, max_len: int) -> list[list[int]]:
-    """Most probable token at every step; finished sentences leave the batch."""
+def greedy_search(decoder: Decoder, state: Any, max_len: int, start: int = BOS) -> list[list[int]]:
+    """Most probable token at every step (the first input is `start`); finished sentences leave the batch."""
     batch, device = decoder.batch_size(state), _device(decoder)
-    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+    prev = torch.full((batch,), start, dtype=torch.long, device=device)
     active = torch.arange(batch, device=device)
     outputs: list[list[int]] = [[] for _ in range(batch)]
     for _ in range(max_len):
@@ -48,13 +48,14 @@ def greedy_search(decoder: Decoder, state: Any, max_len: int) -> list[list[int]]
 
 
 def beam_search(decoder: Decoder, state: Any, max_len: int, beam_size: int,
-                length_penalty: float = 1.0) -> list[list[int]]:
+                length_penalty: float = 1.0, start: int = BOS) -> list[list[int]]:
     """Beam search: the best-scoring hypothesis of each sentence (see `beam_search_nbest`)."""
-    return [nbest[0][1] if nbest else [] for nbest in beam_search_nbest(decoder, state, max_len, beam_size, length_penalty)]
+    return [nbest[0][1] if nbest else []
+            for nbest in beam_search_nbest(decoder, state, max_len, beam_size, length_penalty, start)]
 
 
 def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int,
-                      length_penalty: float = 1.0) -> list[list[tuple[float, list[int]]]]:
+                      length_penalty: float = 1.0, start: int = BOS) -> list[list[tuple[float, list[int]]]]:
     """Beam search; every finished hypothesis of each sentence as (score, token ids), best first.
 
     A hypothesis' score is log p(y_1 .. y_n, </s>) / (n + 1)**length_penalty: its
@@ -65,7 +66,8 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int
     Each step keeps the best `beam_size` unfinished continuations among the top 2*beam
     candidates; an end-of-sentence candidate ranked above them is stored as finished.
     A sentence is done once it has `beam_size` finished hypotheses; done sentences leave
-    the batch, so long sentences do not keep short ones computing.
+    the batch, so long sentences do not keep short ones computing. The decoder's first input is
+    `start` (BOS, or the target-language tag of a model that signals it there).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -74,8 +76,8 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int
     state = decoder.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k))
     scores = torch.full((batch, k), float("-inf"), device=device)
     scores[:, 0] = 0.0
-    seqs = torch.full((batch * k, 0), BOS, dtype=torch.long, device=device)
-    prev = torch.full((batch * k,), BOS, dtype=torch.long, device=device)
+    seqs = torch.full((batch * k, 0), start, dtype=torch.long, device=device)
+    prev = torch.full((batch * k,), start, dtype=torch.long, device=device)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     active = torch.arange(batch, device=device)
     for t in range(max_len):
@@ -128,7 +130,8 @@ def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Seq
     at most `max_len_cap` subwords."""
     model.eval()
     device = model.device
-    prefix = source_prefix(vocabs[src_lang], tgt_lang, model.cfg.shared)
+    prefix = source_prefix(vocabs[src_lang], tgt_lang, model.cfg.shared, model.cfg.tag_position)
+    start = decoder_start(vocabs[tgt_lang], tgt_lang, model.cfg.shared, model.cfg.tag_position)
     out = [""] * len(seqs)
     n_batches = (sum(1 for s in seqs if len(s)) + batch_size - 1) // batch_size
     for idx, ids, lengths in tqdm(length_sorted_batches(list(seqs), batch_size, prefix), total=n_batches,
@@ -137,9 +140,9 @@ def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Seq
         bridged = model.run_encoder(ids.to(device), lengths.to(device), src_lang)
         decoder, state = model.start_decoding(bridged, tgt_lang)
         if beam == 1:
-            hyps = greedy_search(decoder, state, limit)
+            hyps = greedy_search(decoder, state, limit, start)
         else:
-            hyps = beam_search(decoder, state, limit, beam, length_penalty)
+            hyps = beam_search(decoder, state, limit, beam, length_penalty, start)
         for i, h in zip(idx, hyps):
             out[i] = vocabs[tgt_lang].decode(h)
     return out

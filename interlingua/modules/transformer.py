@@ -272,14 +272,23 @@ class TransformerEncoder(Encoder):
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src (batch, src_len), lengths (batch,) -> H (batch, src_len, d_model), mask (batch, src_len)."""
+        states, mask = self.layer_states(src, lengths)
+        return states[-1], mask
+
+    def layer_states(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """[embeddings + positions (after dropout), each layer's output], zero at padding; with pre-norm
+        the last entry is the final LayerNorm's output (H), the residual stream before it is not kept."""
         mask = lengths_to_mask(lengths, src.size(1))
         x = self.embedding(src)
         keys = mask[:, None, None, :]
+        states = [x]
         for layer in self.layers:
             x = layer(x, keys)
+            states.append(x)
         if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x * mask.unsqueeze(-1).to(x.dtype), mask
+            states[-1] = self.final_norm(x)
+        keep = mask.unsqueeze(-1)
+        return [s * keep.to(s.dtype) for s in states], mask
 
 
 @dataclass

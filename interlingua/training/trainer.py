@@ -32,9 +32,10 @@ from interlingua.config import ExperimentConfig
 from interlingua.data.batching import DirectionBatches
 from interlingua.data.directions import Direction, DirectionScheduler, build_directions, zero_shot_directions
 from interlingua.data.prepare import PreparedData, direction_pairs, prepare
-from interlingua.data.vocab import source_prefix
+from interlingua.data.vocab import decoder_start, source_prefix
 from interlingua.errors import CheckpointError, ConfigError, DataError
-from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic, stored_config
+from interlingua.modules.checkpoint import (average_checkpoints, build_payload, checkpoint_vocabs, read_checkpoint,
+                                            restrict_to_vocabs, save_atomic, stored_config)
 from interlingua.modules.model import TranslationModel
 from interlingua.runtime import Runtime
 from interlingua.training.metrics import MetricsLog, add_step, empty_window, train_record
@@ -67,8 +68,12 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 class Trainer:
-    def __init__(self, cfg: ExperimentConfig, resume: bool = False, data: PreparedData | None = None):
+    def __init__(self, cfg: ExperimentConfig, resume: bool = False, data: PreparedData | None = None,
+                 init: str | Path | None = None):
+        """`init`: start from that checkpoint's weights and vocabularies (fine-tuning, e.g. after
+        `interlingua extend`), with a fresh optimizer and step count."""
         self.cfg = cfg
+        self.init = str(init) if init is not None else None
         self.work_dir = Path(cfg.work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         tc = cfg.train
@@ -77,13 +82,21 @@ class Trainer:
         log.info("training on %s", self.runtime.describe())
         # Read the checkpoint before the (possibly long) data preparation: a bad one fails at once.
         resume_from = self._read_resume_checkpoint() if resume else None
-        self.data = data or prepare(cfg)
+        init_from = self._read_init_checkpoint(init) if init is not None and resume_from is None else None
+        if resume_from is not None and resume_from["training"].get("init"):  # a fine-tuning run: its vocabularies
+            self.init = resume_from["training"]["init"]
+            init_from = resume_from
+        self.data = data or prepare(cfg, vocabs=checkpoint_vocabs(init_from) if init_from is not None else None)
         self.directions = build_directions(cfg.directions, self.data.languages)
         self.encoder_langs = sorted({s for s, _ in self.directions})
         self.decoder_langs = sorted({t for _, t in self.directions})
         self.zero_shot = zero_shot_directions(self.directions, self.data.languages)
         self.model = TranslationModel(cfg.model, {lang: len(v) for lang, v in self.data.vocabs.items()},
-                                      self.encoder_langs, self.decoder_langs).to(self.runtime.device)
+                                      self.encoder_langs, self.decoder_langs)
+        if init_from is not None and resume_from is None:
+            self._load_init_weights(init_from, Path(init))
+        restrict_to_vocabs(self.model, self.data.vocabs)
+        self.model.to(self.runtime.device)
         self.scaler = self.runtime.grad_scaler()
         self.optimizer = (torch.optim.SGD(self.model.parameters(), lr=tc.lr) if tc.optimizer == "sgd"
                           else torch.optim.Adam(self.model.parameters(), lr=tc.lr, fused=True))
@@ -109,7 +122,10 @@ class Trainer:
 
     # -- setup ---------------------------------------------------------------------------
     def _prefix(self, src: str, tgt: str) -> int | None:
-        return source_prefix(self.data.vocabs[src], tgt, self.cfg.model.shared)
+        return source_prefix(self.data.vocabs[src], tgt, self.cfg.model.shared, self.cfg.model.tag_position)
+
+    def _start(self, tgt: str) -> int:
+        return decoder_start(self.data.vocabs[tgt], tgt, self.cfg.model.shared, self.cfg.model.tag_position)
 
     def _direction_batches(self, d: Direction) -> DirectionBatches:
         src, tgt = direction_pairs(self.data, "train", *d)
@@ -117,7 +133,7 @@ class Trainer:
             raise DataError(f"no training sentence pairs for direction {d[0]}->{d[1]} in the corpus")
         seed = self.cfg.train.seed * 7919 + zlib.crc32(direction_name(d).encode())
         return DirectionBatches(src, tgt, d[0], d[1], self.cfg.train.batch_size, seed, self.cfg.train.bucket_pool,
-                                self._prefix(*d))
+                                self._prefix(*d), self._start(d[1]))
 
     # -- checkpoints ---------------------------------------------------------------------
     def _training_state(self, history: list[dict[str, Any]] | None = None,
@@ -135,6 +151,7 @@ class Trainer:
             "grad_scaler": self.scaler.state_dict() if self.scaler else None,
             "history": json.dumps(history),
             "log_window": dict(self._window),
+            **({"init": self.init} if self.init else {}),
         }
 
     def _save(self, name: str, history: list[dict[str, Any]] | None = None, best_bleu: float | None = None) -> Path:
@@ -151,6 +168,25 @@ class Trainer:
         if "training" not in payload:
             raise CheckpointError(f"{path} holds no training state to resume from (a checkpoint for translation only?)")
         return payload
+
+    def _read_init_checkpoint(self, init: str | Path) -> dict[str, Any]:
+        """The checkpoint to fine-tune from; its model section must be the config's."""
+        payload = read_checkpoint(init)
+        stored = stored_config(payload, init).model_dump(mode="json")["model"]
+        wanted = self.cfg.model_dump(mode="json")["model"]
+        if stored != wanted:
+            diff = next(k for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k))
+            raise ConfigError(f"cannot start from {init}: the config's model section differs from the checkpoint's "
+                              f"(model.{diff}: {wanted.get(diff)!r} here, {stored.get(diff)!r} in the checkpoint)")
+        return payload
+
+    def _load_init_weights(self, payload: dict[str, Any], path: Path) -> None:
+        try:
+            self.model.load_state_dict(payload["model"])
+        except (KeyError, RuntimeError) as err:
+            raise CheckpointError(f"cannot start from {path}: its weights do not fit this run's model "
+                                  f"(directions or languages?): {_one_line(err)}") from None
+        log.info("starting from the weights of %s", path)
 
     def _resume(self, payload: dict[str, Any]) -> None:
         path = self.work_dir / "last.pt"
@@ -286,6 +322,7 @@ class Trainer:
                     bar.update(1)
             if not self.history or self.history[-1]["step"] != self.step:
                 self._validate_and_save()
+            self._average_lowest_loss()
         except KeyboardInterrupt as err:
             raise self._save_on_interrupt(err) from None
         finally:
@@ -322,11 +359,48 @@ class Trainer:
         self._log(rec)
         if improved or not self.devsets:
             self._save("best.pt", history, best_bleu)
+        self._keep_lowest_loss(history, best_bleu)
         self._save("last.pt", history, best_bleu)
         self.history, self.best_bleu = history, best_bleu
         summary = " ".join(f"{n}={r['bleu']:.1f}{'*' if r['zero_shot'] else ''}" for n, r in rec["directions"].items())
         tqdm.write(f"step {self.step}: dev mean BLEU {score:.2f} {'(best)' if improved else ''} | {summary}")
         self.metrics.plot()
+
+
+    def _keep_lowest_loss(self, history: list[dict[str, Any]], best_bleu: float | None) -> None:
+        """With `train.average_best` n: this step's checkpoint joins best_loss/ if its mean dev loss is
+        among the n lowest so far; files that fell out are removed. Decided from the history alone,
+        so a resumed run keeps exactly the files an uninterrupted one would."""
+        n = self.cfg.train.average_best
+        if not n:
+            return
+        kept = lowest_loss_steps(history, n)
+        folder = self.work_dir / "best_loss"
+        folder.mkdir(exist_ok=True)
+        if self.step in kept:
+            self._save(f"best_loss/step{self.step}.pt", history, best_bleu)
+        for path in folder.glob("step*.pt"):
+            if int(path.stem[4:]) not in kept:
+                path.unlink()
+
+    def _average_lowest_loss(self) -> Path | None:
+        """`averaged.pt`: the mean of the kept lowest-dev-loss checkpoints (`train.average_best`)."""
+        if not self.cfg.train.average_best:
+            return None
+        paths = [self.work_dir / "best_loss" / f"step{s}.pt" for s in lowest_loss_steps(self.history, self.cfg.train.average_best)]
+        paths = [p for p in paths if p.exists()]
+        if not paths:
+            return None
+        out = average_checkpoints(paths, self.work_dir / "averaged.pt")
+        log.info("averaged %d lowest-dev-loss checkpoints (steps %s) into %s", len(paths),
+                 ", ".join(p.stem[4:] for p in paths), out)
+        return out
+
+
+def lowest_loss_steps(history: list[dict[str, Any]], n: int) -> list[int]:
+    """The steps of the `n` validations with the lowest mean dev loss (ties: the later step), lowest first."""
+    scored = [(r["mean_loss"], -r["step"]) for r in history if not np.isnan(r.get("mean_loss", float("nan")))]
+    return [-neg for _, neg in sorted(scored)[:n]]
 
 
 def lr_factor(schedule: str, warmup: int) -> Callable[[int], float]:
@@ -357,5 +431,6 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def train(cfg: ExperimentConfig, resume: bool = False) -> TrainResult:
-    return Trainer(cfg, resume=resume).train()
+def train(cfg: ExperimentConfig, resume: bool = False, init: str | Path | None = None) -> TrainResult:
+    """Train from scratch, continue a run (`resume`), or fine-tune from a checkpoint's weights (`init`)."""
+    return Trainer(cfg, resume=resume, init=init).train()

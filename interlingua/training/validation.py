@@ -14,7 +14,7 @@ import torch
 from interlingua.data.batching import make_batch
 from interlingua.data.directions import Direction
 from interlingua.data.prepare import PreparedData, direction_pairs, direction_references
-from interlingua.data.vocab import Vocab, source_prefix
+from interlingua.data.vocab import Vocab, decoder_start, source_prefix
 from interlingua.modules.model import TranslationModel
 from interlingua.modules.search import translate_ids
 
@@ -52,10 +52,12 @@ def evaluate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Voca
     """Teacher-forced loss on the (subword) dev pairs; BLEU and chrF of the translations against
     `dev.references`, the corpus's own target lines."""
     model.eval()
-    prefix = source_prefix(vocabs[dev.src_lang], dev.tgt_lang, model.cfg.shared)
+    prefix = source_prefix(vocabs[dev.src_lang], dev.tgt_lang, model.cfg.shared, model.cfg.tag_position)
+    start = decoder_start(vocabs[dev.tgt_lang], dev.tgt_lang, model.cfg.shared, model.cfg.tag_position)
     nll, ntok = 0.0, 0
-    for start in range(0, len(dev.src), batch_size):
-        b = make_batch(dev.src[start:start + batch_size], dev.tgt[start:start + batch_size], dev.src_lang, dev.tgt_lang, prefix)
+    for first in range(0, len(dev.src), batch_size):
+        b = make_batch(dev.src[first:first + batch_size], dev.tgt[first:first + batch_size], dev.src_lang, dev.tgt_lang,
+                       prefix, start)
         out = model(b)
         nll += out.nll_sum
         ntok += out.n_tokens
@@ -92,15 +94,16 @@ def build_devsets(data: PreparedData, directions: list[Direction], zero_shot: li
 def validate(model: TranslationModel, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
              zero_shot: list[Direction], step: int, autocast: Callable[[], AbstractContextManager], *,
              beam: int, max_len: int) -> dict[str, Any]:
-    """The validation record of `step`: per-direction dev scores; the mean BLEU of the trained
-    directions (zero-shot ones are reported, never selected on). Leaves the model in train mode."""
+    """The validation record of `step`: per-direction dev scores; the mean BLEU and mean loss of the
+    trained directions (zero-shot ones are reported, never selected on). Leaves the model in train mode."""
     results = {}
     for d, dev in devsets.items():
         with autocast():
             r = evaluate_devset(model, dev, vocabs, beam=beam, max_len=max_len)
         r["zero_shot"] = d in zero_shot
         results[f"{d[0]}-{d[1]}"] = r
-    supervised = [r["bleu"] for r in results.values() if not r["zero_shot"]]
-    mean_bleu = float(np.mean(supervised)) if supervised else float("nan")
+    supervised = [r for r in results.values() if not r["zero_shot"]]
+    mean_bleu = float(np.mean([r["bleu"] for r in supervised])) if supervised else float("nan")
+    mean_loss = float(np.mean([r["loss"] for r in supervised])) if supervised else float("nan")
     model.train()
-    return {"type": "valid", "step": step, "mean_bleu": mean_bleu, "directions": results}
+    return {"type": "valid", "step": step, "mean_bleu": mean_bleu, "mean_loss": mean_loss, "directions": results}

@@ -1,0 +1,47 @@
+"""Which language an output is in, for off-target rates (langid.py; its model ships in the PyPI package).
+
+Language identification of short captions is noisy, so the identifier is restricted to the
+candidate languages of the evaluation (the model's languages: an output is in one of them or
+it is noise), and every off-target rate is reported beside the identifier's accuracy on the
+reference sentences of the same language, its ceiling.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from langid.langid import LanguageIdentifier, model
+
+
+@functools.lru_cache(maxsize=8)
+def _identifier(candidates: tuple[str, ...]) -> LanguageIdentifier:
+    ident = LanguageIdentifier.from_modelstring(model, norm_probs=False)
+    known = set(ident.nb_classes)
+    unknown = [c for c in candidates if c not in known]
+    if unknown:
+        raise ValueError(f"langid has no model for {', '.join(unknown)}")
+    ident.set_languages(list(candidates))
+    return ident
+
+
+def identify(texts: Sequence[str], candidates: Sequence[str]) -> list[str | None]:
+    """The most likely of `candidates` for each text; None for an empty text (it is in no language)."""
+    ident = _identifier(tuple(sorted(set(candidates))))
+    return [ident.classify(t)[0] if t.strip() else None for t in texts]
+
+
+def supported(languages: Sequence[str]) -> bool:
+    """Whether the identifier knows every one of `languages` (codes such as 'de')."""
+    try:
+        _identifier(tuple(sorted(set(languages))))
+    except ValueError:
+        return False
+    return True
+
+
+def off_target_rate(texts: Sequence[str], expected: str, candidates: Sequence[str]) -> float:
+    """Percentage of `texts` not identified as `expected` (empty outputs count as off-target)."""
+    if not texts:
+        return float("nan")
+    found = identify(texts, candidates)
+    return 100.0 * sum(f != expected for f in found) / len(found)

@@ -1,0 +1,112 @@
+"""`interlingua extend`: add a language to a trained shared model (paper 004, "Adaptation Procedure").
+
+The new language gets a sentencepiece model of its own, learned on its training text with the
+model's preprocessing and holding its tag `<2xx>`; the model's id space grows by that vocabulary's
+pieces, appended after the existing ids (the specials pad/unk/bos/eos keep ids 0-3, which both
+vocabularies share). Old token ids do not move, so the old languages tokenize exactly as before.
+
+Every weight sized by the id space (encoder input embeddings, decoder embeddings, the output
+projection's rows and bias; a tied embedding stays one tensor) gains rows for the new ids,
+initialised as the mean of the existing non-special rows (ids 4 onward) plus Gaussian noise of
+standard deviation `noise` drawn from a generator seeded with `seed`. Everything else is copied.
+
+Each target language then produces only its own vocabulary's ids (`interlingua.modules.outputs`),
+so translating between old languages gives exactly the old model's output; fine-tune the result
+with `interlingua train CONFIG --init extended.pt`.
+
+The new language's training text is read through `interlingua.data.prepare` (the data layer); this
+module only reads and writes checkpoints.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from interlingua.data.prepare import language_training_text
+from interlingua.data.vocab import EOS, Vocab, language_tag, link_tags
+from interlingua.errors import CheckpointError, ConfigError, LanguageError
+from interlingua.modules.checkpoint import build_payload, load_model, restrict_to_vocabs, save_atomic
+from interlingua.modules.model import TranslationModel
+
+DEFAULT_VOCAB_SIZE = 4000
+DEFAULT_NOISE = 0.01
+"""Standard deviation of the noise on the new rows: small next to the rows' own spread
+(Transformer embeddings start at 1/sqrt(embed_dim), 0.09 at 128), enough to tell the new ids apart."""
+
+
+@dataclass
+class Extension:
+    """What `extend_checkpoint` wrote."""
+
+    out: Path
+    lang: str
+    old_size: int
+    """Ids before extension (the old vocabulary's size)."""
+    new_size: int
+    """Ids after extension: the new language's pieces are ids old_size .. new_size - 1."""
+    grown: list[str]
+    """The weights that gained rows."""
+
+
+def new_language_vocab(texts: list[str], lang: str, vocab_size: int, id_space: int) -> Vocab:
+    """The new language's sentencepiece model (with its tag), its pieces placed after `id_space` ids."""
+    trained = Vocab.train(texts, vocab_size, user_symbols=[language_tag(lang)], threads=1)
+    return Vocab(trained.proto, offset=id_space - (EOS + 1))
+
+
+@torch.no_grad()
+def grow_rows(old: TranslationModel, new: TranslationModel, old_size: int, noise: float, seed: int) -> list[str]:
+    """Copy `old`'s weights into `new`, whose id-space-sized weights have more rows: those rows are the
+    mean of the old non-special rows plus N(0, noise^2) noise. Returns the names of the grown weights."""
+    source = old.state_dict()
+    gen = torch.Generator().manual_seed(seed)
+    grown = []
+    for name, param in new.named_parameters():  # a tied weight comes once
+        before = source[name]
+        if before.shape == param.shape:
+            param.copy_(before)
+        elif before.shape[1:] == param.shape[1:] and before.shape[0] == old_size and param.shape[0] > old_size:
+            extra = param.shape[0] - old_size
+            mean = before[EOS + 1:].double().mean(0)
+            rows = mean + noise * torch.randn((extra, *param.shape[1:]), generator=gen, dtype=torch.float64)
+            param.copy_(torch.cat([before, rows.to(before.dtype)]))
+            grown.append(name)
+        else:
+            raise CheckpointError(f"cannot extend weight '{name}': shape {tuple(before.shape)} -> {tuple(param.shape)}")
+    for name, buf in new.named_buffers():
+        buf.copy_(source[name])
+    return grown
+
+
+def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: str | Path | None = None,
+                      vocab_size: int = DEFAULT_VOCAB_SIZE, noise: float = DEFAULT_NOISE, seed: int = 0) -> Extension:
+    """Add `lang` to the trained shared model at `path` (its vocabulary learned on `corpus`, by default
+    the one it was trained on) and write the extended, translation-only checkpoint to `out`."""
+    loaded = load_model(path, "cpu")
+    cfg = loaded.config
+    if not cfg.model.shared:
+        raise ConfigError(f"{path}: adding a language needs a shared model (model.shared: true, one encoder "
+                          f"and one decoder for all languages); this one has one per language")
+    known = sorted(set(loaded.vocabs) | set(loaded.model.encoder_langs) | set(loaded.model.decoder_langs))
+    if lang in known:
+        raise LanguageError(f"language '{lang}' is already in the model ({', '.join(known)})")
+    if vocab_size < EOS + 2:
+        raise ConfigError(f"vocab_size must be at least {EOS + 2}, got {vocab_size}")
+    if noise < 0:
+        raise ConfigError(f"noise must be >= 0, got {noise}")
+    texts = language_training_text(corpus or cfg.corpus, lang, cfg.preprocess)
+    old_size = loaded.model.decoder_for(loaded.model.decoder_langs[0]).generator.out_features
+    vocabs = {**loaded.vocabs, lang: new_language_vocab(texts, lang, vocab_size, old_size)}
+    link_tags(vocabs)
+    model = TranslationModel(cfg.model, {code: len(v) for code, v in vocabs.items()},
+                             [*loaded.model.encoder_langs, lang], [*loaded.model.decoder_langs, lang])
+    grown = grow_rows(loaded.model, model, old_size, noise, seed)
+    restrict_to_vocabs(model, vocabs)
+    payload = build_payload(cfg, model, vocabs, loaded.directions)
+    payload["extended"] = [*loaded.payload.get("extended", []),
+                           {"lang": lang, "from": str(path), "vocab_size": vocab_size, "noise": noise, "seed": seed}]
+    out = Path(out)
+    save_atomic(payload, out)
+    return Extension(out, lang, old_size, len(vocabs[lang]), grown)

@@ -1,0 +1,116 @@
+"""Per-language output restriction of a shared decoder whose id space grew (`interlingua extend`).
+
+Once a language is added to a trained shared model, each target language may only produce the
+ids of its own vocabulary (and the specials, EOS among them): its distribution is a softmax over
+those rows of the output projection alone. For an old language these rows are exactly the old
+model's (the old ids are a prefix of the id space), so its log-probabilities, and hence its
+translations, are the old model's bit for bit: the logits come from the same contiguous weight
+rows through the same `F.linear`, and the softmax runs over the same number of entries.
+
+Training uses the same restricted softmax (`TranslationModel.loss`), so the objective the model
+is fine-tuned on is the distribution the search reads, and an old language's loss is the one it
+was trained with before the new rows existed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from interlingua.modules.base import Decoder
+
+
+class OutputRows:
+    """The ids one target language may produce, as sorted [start, end) ranges of the id space."""
+
+    def __init__(self, ranges: list[tuple[int, int]]):
+        self.ranges = [(int(a), int(b)) for a, b in ranges]
+        self._index: dict[torch.device, torch.Tensor] = {}
+
+    @property
+    def prefix(self) -> int | None:
+        """n where the rows are ids 0..n-1 (an old language's), else None."""
+        return self.ranges[0][1] if len(self.ranges) == 1 and self.ranges[0][0] == 0 else None
+
+    def index(self, device: torch.device) -> torch.Tensor:
+        """The allowed ids, ascending, on `device`."""
+        if device not in self._index:
+            self._index[device] = torch.cat([torch.arange(a, b) for a, b in self.ranges]).to(device)
+        return self._index[device]
+
+    def __len__(self) -> int:
+        return sum(b - a for a, b in self.ranges)
+
+    def logits(self, generator: nn.Linear, states: torch.Tensor) -> torch.Tensor:
+        """Logits of the allowed rows only (..., len(self)), column i being id `index()[i]`."""
+        n = self.prefix
+        if n is not None:  # contiguous rows: the very computation an unextended model of n ids does
+            return F.linear(states, generator.weight[:n], None if generator.bias is None else generator.bias[:n])
+        idx = self.index(states.device)
+        return F.linear(states, generator.weight[idx], None if generator.bias is None else generator.bias[idx])
+
+    def renumber(self, ids: torch.Tensor) -> torch.Tensor:
+        """Positions of allowed ids among the allowed rows (what a restricted softmax's targets are)."""
+        return ids if self.prefix is not None else torch.searchsorted(self.index(ids.device), ids)
+
+
+class _RowsGenerator(nn.Module):
+    """Stands in for a decoder's generator during one search step: the allowed rows' logits."""
+
+    def __init__(self, generator: nn.Linear, rows: OutputRows):
+        super().__init__()
+        self.inner, self.rows = generator, rows
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return self.rows.logits(self.inner, states)
+
+
+class RestrictedDecoder(Decoder):
+    """A decoder whose `step` gives log-probabilities over the allowed rows only (every other id
+    -inf), so greedy and beam search never leave the target language's vocabulary.
+
+    The decoder's own `step` runs with its `generator` swapped for the allowed rows for the call's
+    duration (decoders compute log_softmax(generator(h)) in `step`), so no decoder kind needs to
+    know about the restriction."""
+
+    def __init__(self, decoder: Decoder, rows: OutputRows):
+        super().__init__()
+        self.inner = decoder
+        self.rows = rows
+
+    @property
+    def generator(self) -> nn.Linear:  # type: ignore[override]
+        return self.inner.generator
+
+    @classmethod
+    def from_config(cls, cfg: Any, **context: Any) -> "RestrictedDecoder":
+        raise TypeError("a RestrictedDecoder wraps a built decoder; it is not a configurable kind")
+
+    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> Any:
+        return self.inner.start_state(memory, memory_mask)
+
+    def forward(self, tgt_in: torch.Tensor, state: Any) -> Any:
+        return self.inner(tgt_in, state)
+
+    def step(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        inner, generator = self.inner, self.inner.generator
+        inner.generator = _RowsGenerator(generator, self.rows)
+        try:
+            logp, state = inner.step(prev, state)
+        finally:
+            inner.generator = generator
+        full = logp.new_full((logp.size(0), generator.out_features), float("-inf"))
+        n = self.rows.prefix
+        if n is not None:
+            full[:, :n] = logp
+        else:
+            full[:, self.rows.index(logp.device)] = logp
+        return full, state
+
+    def reorder_state(self, state: Any, indices: torch.Tensor) -> Any:
+        return self.inner.reorder_state(state, indices)
+
+    def batch_size(self, state: Any) -> int:
+        return self.inner.batch_size(state)

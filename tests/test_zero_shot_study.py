@@ -1,0 +1,129 @@
+"""Paper 004's setting end to end: decoder-side language tags, the n lowest-dev-loss checkpoints
+averaged, off-target rates, and the zero-shot study table of `interlingua experiment`."""
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import tiny_config
+from interlingua.config import load_config, parse_config
+from interlingua.data.directions import build_directions
+from interlingua.data.vocab import BOS, language_tag
+from interlingua.evaluation.language_id import identify, off_target_rate
+from interlingua.experiment import run_experiments
+from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.training.trainer import Trainer, lowest_loss_steps
+
+ZERO_SHOT_RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes" / "multi30k" / "cpu" / "zero_shot").glob("*.yaml"))
+
+TRANSFORMER = {"embed_dim": 32, "shared": True, "tag_position": "decoder_start", "bridge": {"type": "none"},
+               "encoder": {"type": "transformer", "layers": 3, "heads": 2, "ff_dim": 64, "residual_drop_layer": 2},
+               "decoder": {"type": "transformer", "layers": 1, "heads": 2, "ff_dim": 64, "tie_embeddings": True}}
+
+
+def _zero_shot_config(corpus: Path, work: Path, **train) -> dict:
+    return tiny_config(corpus, work, preprocess={"joint_vocab": True, "vocab_size": 500, "lowercase": False,
+                                                 "max_train_sentences": 120, "max_valid_sentences": 12},
+                       directions={"mode": "pivot", "pivot": "en", "languages": ["de", "en", "fr"]},
+                       model=TRANSFORMER, train={"max_steps": 8, "valid_every": 2, "batch_size": 12, **train})
+
+
+def test_decoder_start_tag_replaces_bos_and_leaves_the_source_unmarked(multi30k_corpus, tmp_path):
+    trainer = Trainer(parse_config(_zero_shot_config(multi30k_corpus, tmp_path)))
+    vocab = trainer.data.vocabs["de"]
+    for (src, tgt), batches in trainer.batches.items():
+        batch = batches.next()
+        tag = vocab.piece_id(language_tag(tgt))
+        assert tag > 3  # a piece of its own, not a special (pad, unk, bos, eos)
+        assert (batch.tgt_in[:, 0] == tag).all()  # the target language is the decoder's first input
+        tags = {vocab.piece_id(language_tag(x)) for x in ("de", "en", "fr")}
+        assert not any(int(t) in tags for t in batch.src.flatten())  # nothing marks the source
+    # the source-prefix placement (Johnson et al.) is still the default
+    cfg = _zero_shot_config(multi30k_corpus, tmp_path / "prefix")
+    cfg["model"] = {**TRANSFORMER, "tag_position": "source_prefix"}
+    prefixed = Trainer(parse_config(cfg))
+    batch = prefixed.batches[("de", "en")].next()
+    assert (batch.tgt_in[:, 0] == BOS).all()
+    assert (batch.src[:, 0] == prefixed.data.vocabs["de"].piece_id(language_tag("en"))).all()
+
+
+def test_lowest_loss_steps_ranks_by_mean_dev_loss():
+    history = [{"step": s, "mean_loss": loss} for s, loss in ((2, 3.0), (4, 2.0), (6, 2.5), (8, 2.0), (10, float("nan")))]
+    assert lowest_loss_steps(history, 2) == [8, 4]  # ties: the later step first
+    assert lowest_loss_steps(history, 9) == [8, 4, 6, 2]
+
+
+def test_average_best_keeps_the_lowest_loss_checkpoints_and_averages_them(multi30k_corpus, tmp_path):
+    result = Trainer(parse_config(_zero_shot_config(multi30k_corpus, tmp_path, average_best=2))).train()
+    kept = lowest_loss_steps(result.history, 2)
+    assert len(result.history) == 4 and len(kept) == 2
+    assert sorted(p.name for p in (tmp_path / "best_loss").glob("*.pt")) == sorted(f"step{s}.pt" for s in kept)
+    averaged = read_checkpoint(tmp_path / "averaged.pt")
+    parts = [read_checkpoint(tmp_path / "best_loss" / f"step{s}.pt")["model"] for s in kept]
+    for name, value in averaged["model"].items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, (parts[0][name] + parts[1][name]) / 2)
+
+
+def test_language_identifier_and_off_target_rate():
+    langs = ["cs", "de", "en", "fr"]
+    texts = ["Ein Mann fährt mit dem Fahrrad durch die Stadt.", "A man is riding a bicycle through the city.",
+             "Un homme fait du vélo dans la ville.", "Muž jede na kole přes město.", ""]
+    assert identify(texts, langs) == ["de", "en", "fr", "cs", None]
+    assert off_target_rate(texts, "de", langs) == pytest.approx(80.0)  # the empty output counts as off-target
+    assert off_target_rate(texts[:1], "de", langs) == 0.0
+
+
+def test_experiment_writes_the_zero_shot_study_with_pivot_and_off_target(multi30k_corpus, tmp_path):
+    recipe = tmp_path / "zs.yaml"
+    recipe.write_text(yaml.safe_dump({**_zero_shot_config(multi30k_corpus, tmp_path / "run", average_best=2), "name": "zs_tiny"}))
+    out = tmp_path / "zero-shot.md"
+    run = run_experiments([recipe], [], out, max_test=15, pivot="en")[0]
+    assert run["checkpoint"] == "averaged.pt"
+    matrix, pivoted = run["matrix"], run["pivot_matrix"]
+    assert sorted(matrix["zero_shot"]) == ["de-fr", "fr-de"]
+    assert sorted(f"{s}-{t}" for s, row in pivoted["bleu"].items() for t in row) == ["de-fr", "fr-de"]
+    for table in ("bleu_cased", "off_target"):
+        values = [v for row in matrix[table].values() for v in row.values()]
+        assert len(values) == 6 and all(0 <= v <= 100 for v in values)
+    assert set(matrix["lid_ceiling"]) == {"de", "en", "fr"} and all(v > 50 for v in matrix["lid_ceiling"].values())
+    text = out.read_text()
+    assert "## Zero-shot study" in text
+    row = next(line for line in text.splitlines() if line.startswith("| zs | averaged.pt |"))
+    zs_cased = (matrix["bleu_cased"]["de"]["fr"] + matrix["bleu_cased"]["fr"]["de"]) / 2
+    assert f"| {zs_cased:.1f} / " in row  # the zero-shot mean, cased first
+
+
+@pytest.mark.parametrize("recipe", ZERO_SHOT_RECIPES, ids=lambda p: p.stem)
+def test_zero_shot_recipes_are_english_centred_and_name_their_switches(recipe, multi30k_corpus):
+    cfg = load_config(recipe, [f"corpus={multi30k_corpus}"])
+    langs = cfg.directions.languages or ["cs", "de", "en", "fr"]
+    trained = set(build_directions(cfg.directions, langs))
+    assert {d for d in trained if d[0] != d[1]} == {(x, "en") for x in langs if x != "en"} | {("en", x) for x in langs if x != "en"}
+    if "lstm" in recipe.stem:
+        assert cfg.model.encoder.type == "bilstm" and cfg.directions.monolingual
+        return
+    enc, dec = cfg.model.encoder, cfg.model.decoder
+    assert cfg.model.shared and cfg.model.tag_position == "decoder_start" and cfg.model.bridge.type == "none"
+    assert cfg.preprocess.joint_vocab and dec.tie_embeddings and cfg.train.label_smoothing == 0.1
+    assert cfg.train.average_best == 5 and cfg.train.lr_schedule == "inverse_sqrt"
+    assert (enc.residual_drop_layer == 3) == recipe.stem.startswith("residual")
+    assert enc.position_query == ("posq" in recipe.stem)
+    assert enc.variational_dropout == dec.variational_dropout == ("_vd" in recipe.stem)
+
+
+def test_dev_loss_starts_the_decoder_with_the_language_tag(multi30k_corpus, tmp_path):
+    from interlingua.data.batching import make_batch
+    from interlingua.training.validation import evaluate_devset
+    trainer = Trainer(parse_config(_zero_shot_config(multi30k_corpus, tmp_path)))
+    dev, vocabs, model = trainer.devsets[("de", "en")], trainer.data.vocabs, trainer.model.eval()
+    reported = evaluate_devset(model, dev, vocabs, batch_size=len(dev.src))["loss"]
+
+    def loss(start: int) -> float:
+        with torch.inference_mode():
+            out = model(make_batch(dev.src, dev.tgt, "de", "en", None, start))
+        return out.nll_sum / out.n_tokens
+
+    assert reported == pytest.approx(loss(vocabs["en"].piece_id(language_tag("en"))), rel=1e-5)
+    assert reported != pytest.approx(loss(BOS), rel=1e-5)
