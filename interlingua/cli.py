@@ -40,6 +40,11 @@ def positive_int(text: str) -> int:
     return _number(text, int, 1, strict=False)
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number >= 0 (seeds)."""
+    return _number(text, int, 0, strict=False)
+
+
 def non_negative_float(text: str) -> float:
     """argparse type: a finite number >= 0 (length penalty)."""
     return _number(text, float, 0.0, strict=False)
@@ -275,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the new language's sentencepiece size (default 4000)")
     x.add_argument("--noise", type=non_negative_float, default=None,
                    help="std of the Gaussian noise added to the mean of the old rows for each new id (default 0.01)")
-    x.add_argument("--seed", type=int, default=0, help="seed of that noise")
+    x.add_argument("--seed", type=non_negative_int, default=0, help="seed of that noise")
     x.set_defaults(func=cmd_extend)
 
     t = sub.add_parser("translate", help="translate lines from stdin (or -i) to stdout (or -o)")

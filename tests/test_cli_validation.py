@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from interlingua.cli import build_parser, main, non_negative_float, positive_float, positive_int
+from interlingua.cli import build_parser, main, non_negative_float, non_negative_int, positive_float, positive_int
 
 from test_decoding import random_checkpoint
 
@@ -21,6 +21,7 @@ REQUIRED = {
     "analyze": ["lengths", "--model", "m.pt"],
     "experiment": ["r.yaml"],
     "demo": [],
+    "extend": ["m.pt", "--lang", "cs", "--out", "x.pt"],
 }
 # (command, option, range-checking type): every numeric option the parser has
 NUMERIC = [
@@ -35,10 +36,12 @@ NUMERIC = [
     ("experiment", "--beam", positive_int), ("experiment", "--max-test-sentences", positive_int),
     ("experiment", "--jobs", positive_int),
     ("demo", "--minutes", positive_float),
+    ("extend", "--vocab-size", positive_int), ("extend", "--noise", non_negative_float),
+    ("extend", "--seed", non_negative_int),
 ]
-BAD = {positive_int: ["0", "-3", "2.5", "two", ""], non_negative_float: ["-0.5", "nan", "inf", "x"],
+BAD = {positive_int: ["0", "-3", "2.5", "two", ""], non_negative_int: ["-1", "2.5", "x"], non_negative_float: ["-0.5", "nan", "inf", "x"],
        positive_float: ["0", "-1", "nan", "inf", "soon"]}
-GOOD = {positive_int: ("1", 1), non_negative_float: ("0", 0.0), positive_float: ("0.5", 0.5)}
+GOOD = {positive_int: ("1", 1), non_negative_int: ("0", 0), non_negative_float: ("0", 0.0), positive_float: ("0.5", 0.5)}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
