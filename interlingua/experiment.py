@@ -210,7 +210,7 @@ def zero_shot_study_markdown(runs: list[dict[str, Any]]) -> list[str]:
         c = run["compute"]
         sup = f"{_fmt(m.mean('bleu_cased', False))} / {_fmt(m.mean('bleu', False))}"
         zs = f"{_fmt(m.mean('bleu_cased', True))} / {_fmt(m.mean('bleu', True))}"
-        piv = f"{_fmt(p.mean('bleu_cased', False))} / {_fmt(p.mean('bleu', False))}" if p else "-"
+        piv = f"{_fmt(p.mean('bleu_cased', True))} / {_fmt(p.mean('bleu', True))}" if p else "-"  # its pairs are the zero-shot ones
         lines.append(f"| {run['recipe']} | {run.get('checkpoint', 'best.pt')} | {c['steps']} | {c['train_minutes']} | "
                      f"{_fmt(c.get('tokens_per_s'), 0)} | {sup} | {zs} | {piv} | {_fmt(m.mean('off_target', True))} | "
                      f"{_fmt(m.mean('off_target', False))} |")

@@ -93,6 +93,8 @@ def test_experiment_writes_the_zero_shot_study_with_pivot_and_off_target(multi30
     row = next(line for line in text.splitlines() if line.startswith("| zs | averaged.pt |"))
     zs_cased = (matrix["bleu_cased"]["de"]["fr"] + matrix["bleu_cased"]["fr"]["de"]) / 2
     assert f"| {zs_cased:.1f} / " in row  # the zero-shot mean, cased first
+    pivot_cased = (pivoted["bleu_cased"]["de"]["fr"] + pivoted["bleu_cased"]["fr"]["de"]) / 2
+    assert f"| {pivot_cased:.1f} / " in row  # and the same directions through English
 
 
 @pytest.mark.parametrize("recipe", ZERO_SHOT_RECIPES, ids=lambda p: p.stem)
