@@ -48,6 +48,7 @@ from interlingua.data.prepare import direction_pairs, prepare  # noqa: E402
 from interlingua.data.vocab import EOS  # noqa: E402
 
 THREADS = 2
+"""torch threads of each side (`--threads`)."""
 SRC, TGT = "en", "de"
 RECIPE = ROOT / "recipes" / "multi30k" / "cpu" / "zero_shot" / "baseline.yaml"
 PEER_CONFIG = ROOT / "bench" / "opennmt_transformer.yaml"
@@ -116,7 +117,7 @@ def write_peer_config(args: argparse.Namespace, data_dir: Path, run_dir: Path) -
 
 
 def run_measured(cmd: list[str], log: Path) -> dict:
-    """Run `cmd` with 2 threads, its output to `log`; its wall clock and peak RSS (wait4's ru_maxrss)."""
+    """Run `cmd` with THREADS threads, its output to `log`; its wall clock and peak RSS (wait4's ru_maxrss)."""
     with open(log, "w", encoding="utf-8") as f:
         t0 = time.time()
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_peer.peer_env(THREADS), cwd=ROOT)
@@ -168,8 +169,10 @@ def versions(peer_dir: Path) -> dict:
 
 
 def main() -> None:
+    global THREADS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--threads", type=int, default=THREADS, help="torch threads of each side")
     ap.add_argument("--rounds", type=int, default=3, help="peer, ours, peer, ours, ... (peer first in each round)")
     ap.add_argument("--warmup", type=int, default=50, help="steps before the timed window, each run")
     ap.add_argument("--log-every", type=int, default=25, help="log interval of both sides (steps)")
@@ -179,6 +182,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "transformer_vs_peer.jsonl"),
                     help="append the JSON line here ('' : print only); the peer's step lines go beside it")
     args = ap.parse_args()
+    THREADS = args.threads
     if args.steps < args.warmup + 2 * args.log_every:
         ap.error(f"--steps must leave at least two log intervals after --warmup ({args.warmup + 2 * args.log_every})")
     onmt_train = Path(args.peer_dir) / "venv" / "bin" / "onmt_train"
