@@ -25,6 +25,7 @@ from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_
 from interlingua.evaluation.paper_numbers import paper_bleu
 from interlingua.inference.api import load
 from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.training.metrics import MetricsLog
 from interlingua.training.trainer import Trainer
 from interlingua.workers import process_pool
 
@@ -58,10 +59,7 @@ def selected_checkpoint(work: Path) -> Path:
 
 def mean_tokens_per_second(work: Path) -> float | None:
     """Mean training throughput (source + target tokens per second) over the run's log windows."""
-    path = work / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    rates = [r["tokens_per_s"] for r in map(json.loads, path.read_text().splitlines()) if r.get("type") == "train"]
+    rates = [r["tokens_per_s"] for r in MetricsLog(work).records() if r.get("type") == "train"]
     return round(sum(rates) / len(rates), 1) if rates else None
 
 
@@ -104,7 +102,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
         "checkpoint": best.name,
         "matrix": matrix.to_json(),
         "pivot_matrix": pivoted.to_json() if pivoted else None,
-        "compute": {"tokens_per_s": mean_tokens_per_second(work),"train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"], "directions": len(last["directions"]),
+        "compute": {"tokens_per_s": mean_tokens_per_second(work), "train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"], "directions": len(last["directions"]),
                     "best_dev_bleu": state["best_bleu"], "validations": len(history),
                     "eval_seconds": round(time.perf_counter() - t0, 1), "threads": last["config"]["train"].get("threads") or torch.get_num_threads(),
                     "machine": f"{platform.machine()} {platform.processor() or ''}".strip()},

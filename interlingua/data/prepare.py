@@ -132,11 +132,9 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     missing = [lang for lang in langs if not any(train_text[lang])]
     if missing:
         raise DataError(f"corpus {corpus.source}: no training text for language(s) {', '.join(missing)}")
+    given = vocabs is not None  # a checkpoint's vocabularies: it holds them, nothing to cache
     if vocabs is None:
         vocabs = train_vocabs(corpus, train_text, pre, langs)
-        given = False
-    else:
-        given = True
 
     splits: dict[str, list[EncodedGroup]] = {}
     arrays: dict[str, np.ndarray] = {}
@@ -151,20 +149,18 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
                 arrays[key + "|len"] = np.asarray([len(s) for s in seqs], dtype=np.int32)
     np.savez(cache_dir / "encoded.npz", **arrays)
     distinct = {id(v): v for v in vocabs.values()}
-    for lang, v in vocabs.items():
-        if given:  # the checkpoint holds them; nothing to cache
-            break
-        if pre.joint_vocab:
-            (cache_dir / "joint.model").write_bytes(v.proto)
-        else:
-            (cache_dir / f"{lang}.model").write_bytes(v.proto)
+    if not given:
+        for lang, v in vocabs.items():
+            if pre.joint_vocab:
+                (cache_dir / "joint.model").write_bytes(v.proto)
+            else:
+                (cache_dir / f"{lang}.model").write_bytes(v.proto)
     meta = {
         "fingerprint": fp, "languages": langs, "joint_vocab": pre.joint_vocab,
         "groups": {s: [g.name for g in gs] for s, gs in splits.items()},
         "group_langs": {s: [sorted(g.ids) for g in gs] for s, gs in splits.items()},
         "vocab_sizes": {lang: len(v) for lang, v in vocabs.items()},
         "n_vocabs": len(distinct),
-        "vocabs_given": given,
     }
     meta_path.write_text(json.dumps(meta, indent=1))
     return _attach_texts(PreparedData(vocabs=vocabs, splits=splits, languages=langs, joint_vocab=pre.joint_vocab), corpus)

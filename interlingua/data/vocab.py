@@ -112,8 +112,12 @@ def vocabs_from_protos(protos: dict[str, bytes], offsets: dict[str, int] | None 
     where some offset is set (a language was added), every vocabulary also knows the others' tags."""
     offsets = offsets or {}
     cache: dict[tuple[bytes, int], Vocab] = {}
-    vocabs = {lang: cache.setdefault((p, int(offsets.get(lang, 0))), Vocab(p, int(offsets.get(lang, 0))))
-              for lang, p in protos.items()}
+    vocabs = {}
+    for lang, p in protos.items():
+        key = (p, int(offsets.get(lang, 0)))
+        if key not in cache:  # a joint vocabulary's sentencepiece model is loaded once
+            cache[key] = Vocab(*key)
+        vocabs[lang] = cache[key]
     if any(offsets.values()):
         link_tags(vocabs)
     return vocabs

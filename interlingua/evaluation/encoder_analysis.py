@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from interlingua.errors import DataError, LanguageError
+from interlingua.evaluation.sentence.retrieval import cosine_matrix
 from interlingua.evaluation.svcca import random_svcca, svcca
 from interlingua.inference.api import Model, load
 
@@ -129,9 +130,7 @@ def retrieval_accuracy(queries: np.ndarray, candidates: np.ndarray, query_keys: 
                        candidate_keys: Sequence[str]) -> float:
     """Share of queries whose cosine nearest candidate has the query's key (its translation's text,
     so that a repeated sentence counts whichever copy is found)."""
-    q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
-    c = candidates / np.maximum(np.linalg.norm(candidates, axis=1, keepdims=True), 1e-12)
-    best = (q @ c.T).argmax(1)
+    best = cosine_matrix(queries, candidates).argmax(1)
     return float(np.mean([candidate_keys[j] == key for j, key in zip(best, query_keys)]))
 
 

@@ -49,6 +49,12 @@ class MetricsLog:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
+    def records(self) -> list[dict[str, Any]]:
+        """Every record logged so far (none when there is no log yet)."""
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines()]
+
     def reconcile(self, step: int, validated: bool, window_open: bool) -> None:
         """Make the log match a state resumed at `step`: drop the lines written after it, and
         the lines of `step` itself that the state says are still owed (a validation not yet
