@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from interlingua.config import parse_config
 from interlingua.data.download import get_multi30k
@@ -45,6 +46,20 @@ def pytest_sessionfinish(session, exitstatus):
 
 # Tiny models gain nothing from a second thread, and one thread stays fast when the machine is busy.
 torch.set_num_threads(1)
+
+
+def write_multiway_corpus(root: Path, name: str, texts: dict[str, dict[str, list[str]]]) -> Path:
+    """A corpus YAML over `texts` (split -> language -> lines), one file per split and language."""
+    splits: dict[str, dict[str, str]] = {}
+    for split, by_lang in texts.items():
+        splits[split] = {}
+        for lang, lines in by_lang.items():
+            (root / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            splits[split][lang] = f"{split}.{lang}"
+    corpus = root / "corpus.yaml"
+    corpus.write_text(yaml.safe_dump({"name": name, "languages": list(next(iter(texts.values()))), "splits": splits}),
+                      encoding="utf-8")
+    return corpus
 
 
 def tiny_config(corpus: Path, work_dir: Path, **sections) -> dict:

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from interlingua.cli import main
 from interlingua.config import ModelConfig, parse_config
@@ -18,7 +17,7 @@ from interlingua.evaluation.svcca import random_svcca, svcca
 from interlingua.modules.model import TranslationModel
 from interlingua.modules.transformer import sinusoids
 
-from conftest import tiny_config
+from conftest import tiny_config, write_multiway_corpus
 
 VOCAB = 23
 ENCODERS = [
@@ -125,17 +124,12 @@ def three_way_corpus(tmp_path_factory) -> Path:
     """xa sentences of 2-6 words; xb: mapped and reversed; xc: mapped in order (multi-way splits)."""
     root = tmp_path_factory.mktemp("encoder_corpus")
     rng = random.Random(5)
-    splits = {}
+    texts = {}
     for split, n in (("train", 400), ("val", 60), ("test", 40)):
         xa = [[rng.randrange(8) for _ in range(rng.randint(2, 6))] for _ in range(n)]
-        texts = {"xa": xa, "xb": [s[::-1] for s in xa], "xc": xa}
-        splits[split] = {}
-        for lang, sents in texts.items():
-            (root / f"{split}.{lang}").write_text("".join(" ".join(WORDS[lang][w] for w in s) + "\n" for s in sents))
-            splits[split][lang] = f"{split}.{lang}"
-    corpus = root / "corpus.yaml"
-    corpus.write_text(yaml.safe_dump({"name": "three_way", "languages": list(WORDS), "splits": splits}))
-    return corpus
+        sents = {"xa": xa, "xb": [s[::-1] for s in xa], "xc": xa}
+        texts[split] = {lang: [" ".join(WORDS[lang][w] for w in s) for s in ss] for lang, ss in sents.items()}
+    return write_multiway_corpus(root, "three_way", texts)
 
 
 def train_tiny(corpus: Path, work: Path, encoder: dict) -> Path:

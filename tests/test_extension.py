@@ -26,7 +26,7 @@ from interlingua.modules.checkpoint import build_payload, load_model, read_check
 from interlingua.modules.extension import extend_checkpoint
 from interlingua.training.trainer import Trainer
 
-from conftest import tiny_config
+from conftest import tiny_config, write_multiway_corpus
 
 OLD = ["xa", "xb", "xc"]
 NEW = "xn"
@@ -50,16 +50,11 @@ def word(lang: str, w: str) -> str:
 def corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("extension_corpus")
     rng = random.Random(5)
-    splits = {}
+    texts = {}
     for split, n in (("train", 600), ("val", 20), ("test", 20)):
         sents = [[rng.choice(TYPES) for _ in range(rng.randint(2, 6))] for _ in range(n)]
-        splits[split] = {}
-        for lang in [*OLD, NEW]:
-            (root / f"{split}.{lang}").write_text("".join(" ".join(word(lang, w) for w in s) + "\n" for s in sents))
-            splits[split][lang] = f"{split}.{lang}"
-    path = root / "corpus.yaml"
-    path.write_text(yaml.safe_dump({"name": "synthetic", "languages": [*OLD, NEW], "splits": splits}))
-    return path
+        texts[split] = {lang: [" ".join(word(lang, w) for w in s) for s in sents] for lang in [*OLD, NEW]}
+    return write_multiway_corpus(root, "synthetic", texts)
 
 
 def config(corpus: Path, work: Path, model: dict, languages: list[str], steps: int) -> dict:

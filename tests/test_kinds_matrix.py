@@ -30,7 +30,7 @@ from interlingua.cli import main
 from interlingua.data.vocab import PAD
 from interlingua.modules.search import beam_search, greedy_search
 
-from conftest import tiny_config
+from conftest import tiny_config, write_multiway_corpus
 
 # One line per combination of kinds: the `--set` overrides that select it (id: encoder-bridge-decoder).
 # A kind that needs other settings (learning rate, steps) to learn the task sets them here too.
@@ -88,14 +88,8 @@ def synthetic_corpus(tmp_path_factory) -> Path:
                 lines.append(s)
         held_out.update(lines)
         texts[split] = lines
-    splits = {}
-    for split, lines in texts.items():
-        (root / f"{split}.xa").write_text("".join(s + "\n" for s in lines), encoding="utf-8")
-        (root / f"{split}.xb").write_text("".join(target_of(s) + "\n" for s in lines), encoding="utf-8")
-        splits[split] = {"xa": f"{split}.xa", "xb": f"{split}.xb"}
-    corpus = root / "corpus.yaml"
-    corpus.write_text(yaml.safe_dump({"name": "reverse_map", "languages": ["xa", "xb"], "splits": splits}), encoding="utf-8")
-    return corpus
+    return write_multiway_corpus(root, "reverse_map", {split: {"xa": lines, "xb": [target_of(s) for s in lines]}
+                                                       for split, lines in texts.items()})
 
 
 def experiment_yaml(corpus: Path, work_dir: Path) -> Path:
