@@ -60,7 +60,9 @@ def test_average_best_keeps_the_lowest_loss_checkpoints_and_averages_them(multi3
     assert len(result.history) == 4 and len(kept) == 2
     assert sorted(p.name for p in (tmp_path / "best_loss").glob("*.pt")) == sorted(f"step{s}.pt" for s in kept)
     averaged = read_checkpoint(tmp_path / "averaged.pt")
-    parts = [read_checkpoint(tmp_path / "best_loss" / f"step{s}.pt")["model"] for s in kept]
+    kept_payloads = [read_checkpoint(tmp_path / "best_loss" / f"step{s}.pt") for s in kept]
+    assert all("training" not in p for p in kept_payloads)  # weights only: no optimizer moments on disk
+    parts = [p["model"] for p in kept_payloads]
     for name, value in averaged["model"].items():
         if value.is_floating_point():
             torch.testing.assert_close(value, (parts[0][name] + parts[1][name]) / 2)

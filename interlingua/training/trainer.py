@@ -154,10 +154,13 @@ class Trainer:
             **({"init": self.init} if self.init else {}),
         }
 
-    def _save(self, name: str, history: list[dict[str, Any]] | None = None, best_bleu: float | None = None) -> Path:
+    def _save(self, name: str, history: list[dict[str, Any]] | None = None, best_bleu: float | None = None,
+              weights_only: bool = False) -> Path:
+        """Write a checkpoint; `weights_only` leaves out the training state (optimizer moments and
+        all), for checkpoints that are only ever translated with or averaged."""
         path = self.work_dir / name
-        save_atomic(build_payload(self.cfg, self.model, self.data.vocabs, self.directions,
-                                  self._training_state(history, best_bleu)), path)
+        state = None if weights_only else self._training_state(history, best_bleu)
+        save_atomic(build_payload(self.cfg, self.model, self.data.vocabs, self.directions, state), path)
         return path
 
     def _read_resume_checkpoint(self) -> dict[str, Any]:
@@ -378,7 +381,7 @@ class Trainer:
         folder = self.work_dir / "best_loss"
         folder.mkdir(exist_ok=True)
         if self.step in kept:
-            self._save(f"best_loss/step{self.step}.pt", history, best_bleu)
+            self._save(f"best_loss/step{self.step}.pt", weights_only=True)
         for path in folder.glob("step*.pt"):
             if int(path.stem[4:]) not in kept:
                 path.unlink()
