@@ -6,7 +6,10 @@ of test_2016_flickr, and the results gathered into one markdown report: source r
 columns, our BLEU with the paper's beside it, zero-shot cells marked, and the compute each run
 took. Runs with zero-shot directions also get a zero-shot study table (paper 004): supervised and
 zero-shot means, cased and lowercased, off-target rates, and with `pivot` the same zero-shot
-directions translated through the pivot language.
+directions translated through the pivot language. Runs fine-tuned from a checkpoint that
+`interlingua extend` gave a new language get an adding-a-language table (paper 004, Table 7):
+the new language's supervised and zero-shot directions, and the old directions beside the runs
+without it.
 """
 from __future__ import annotations
 
@@ -57,6 +60,17 @@ def selected_checkpoint(work: Path) -> Path:
     return averaged if averaged.exists() else work / "best.pt"
 
 
+def extension_of(init: str | None) -> dict[str, Any] | None:
+    """What the checkpoint a run was fine-tuned from (`train --init`) added with `interlingua extend`:
+    {"languages": [...], "from": the checkpoint extended}; None for any other run."""
+    if not init or not Path(init).is_file():
+        return None
+    extended = read_checkpoint(init).get("extended")
+    if not extended:
+        return None
+    return {"languages": [e["lang"] for e in extended], "from": extended[0]["from"]}
+
+
 def mean_tokens_per_second(work: Path) -> float | None:
     """Mean training throughput (source + target tokens per second) over the run's log windows."""
     rates = [r["tokens_per_s"] for r in MetricsLog(work).records() if r.get("type") == "train"]
@@ -100,6 +114,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     run = {
         "recipe": recipe.stem, "name": cfg.name, "setting": paper_setting(cfg.name),
         "checkpoint": best.name,
+        "added": extension_of(state.get("init")),
         "matrix": matrix.to_json(),
         "pivot_matrix": pivoted.to_json() if pivoted else None,
         "compute": {"tokens_per_s": mean_tokens_per_second(work), "train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"], "directions": len(last["directions"]),
@@ -228,9 +243,54 @@ def zero_shot_study_markdown(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def added_language_markdown(runs: list[dict[str, Any]]) -> list[str]:
+    """Paper 004's Table 7 for runs fine-tuned after `interlingua extend`: the new languages'
+    supervised directions (with the pivot) and zero-shot directions, both ways, and the old
+    directions' means beside those of the runs over the old languages only (the model before the
+    language was added, and any run continued without it)."""
+    added = [r for r in runs if r.get("added")]
+    if not added:
+        return []
+    new = {lang for r in added for lang in r["added"]["languages"]}
+    old_sets = {frozenset(r["matrix"]["languages"]) - new for r in added}
+    shown = [r for r in runs if r.get("added") or frozenset(r["matrix"]["languages"]) in old_sets]
+    lines = ["## Adding a language", "",
+             f"New language(s): {', '.join(sorted(new))}. Old: directions between the languages the model had "
+             "before; new: directions from or into a new language. Means of cased BLEU on test_2016_flickr; "
+             "'from' = the new language is the source, 'into' = it is the target; off-target as above.", "",
+             "| run | added to | steps | old supervised | old zero-shot | new supervised, from / into | "
+             "new zero-shot, from / into | new zero-shot via pivot | off-target new zero-shot % |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def is_old(s: str, t: str) -> bool:
+        return s not in new and t not in new
+
+    def from_new(s: str, t: str) -> bool:
+        return s in new
+
+    def into_new(s: str, t: str) -> bool:
+        return t in new
+
+    for run in shown:
+        m = MatrixResult.from_json(run["matrix"])
+        p = MatrixResult.from_json(run["pivot_matrix"]) if run.get("pivot_matrix") else None
+        origin = run["added"]["from"] if run.get("added") else "-"
+        if run.get("added"):
+            sup = f"{_fmt(m.mean('bleu_cased', False, from_new))} / {_fmt(m.mean('bleu_cased', False, into_new))}"
+            zs = f"{_fmt(m.mean('bleu_cased', True, from_new))} / {_fmt(m.mean('bleu_cased', True, into_new))}"
+            piv = f"{_fmt(p.mean('bleu_cased', True, from_new))} / {_fmt(p.mean('bleu_cased', True, into_new))}" if p else "-"
+            off = _fmt(m.mean("off_target", True, lambda s, t: not is_old(s, t)))
+        else:
+            sup = zs = piv = off = "-"
+        lines.append(f"| {run['recipe']} | {origin} | {run['compute']['steps']} | {_fmt(m.mean('bleu_cased', False, is_old))} | "
+                     f"{_fmt(m.mean('bleu_cased', True, is_old))} | {sup} | {zs} | {piv} | {off} |")
+    return lines + [""]
+
+
 def _write(runs: list[dict[str, Any]], out: Path, notes: Path | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = results_markdown(runs) + "\n" + "\n".join(summary_markdown(runs) + zero_shot_study_markdown(runs))
+    text = results_markdown(runs) + "\n" + "\n".join(summary_markdown(runs) + zero_shot_study_markdown(runs)
+                                                   + added_language_markdown(runs))
     if notes is not None and notes.is_file():
         text += "\n" + notes.read_text()
     out.write_text(text)

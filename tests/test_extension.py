@@ -21,6 +21,8 @@ from interlingua.cli import main
 from interlingua.config import parse_config
 from interlingua.data.batching import make_batch
 from interlingua.data.vocab import EOS, decoder_start, language_tag, source_prefix
+from interlingua.evaluation.bleu_matrix import MatrixResult
+from interlingua.experiment import run_experiments
 from interlingua.inference.api import Model
 from interlingua.modules.checkpoint import build_payload, load_model, read_checkpoint, save_atomic
 from interlingua.modules.extension import extend_checkpoint
@@ -51,7 +53,7 @@ def corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("extension_corpus")
     rng = random.Random(5)
     texts = {}
-    for split, n in (("train", 600), ("val", 20), ("test", 20)):
+    for split, n in (("train", 600), ("val", 20), ("test", 20), ("test_2016_flickr", 12)):
         sents = [[rng.choice(TYPES) for _ in range(rng.randint(2, 6))] for _ in range(n)]
         texts[split] = {lang: [" ".join(word(lang, w) for w in s) for s in sents] for lang in [*OLD, NEW]}
     return write_multiway_corpus(root, "synthetic", texts)
@@ -244,6 +246,27 @@ def test_train_init_fine_tunes_the_new_language(trained, corpus, tmp_path, capsy
     assert main(["train", str(cfg_path), "--init", str(old_path)]) == 2
     err = capsys.readouterr().err
     assert "no vocabulary for xn" in err and "Traceback" not in err
+
+
+def test_experiment_reports_the_added_language_beside_the_model_without_it(trained, corpus, tmp_path):
+    kind, old_path, ext_path = trained
+    old_recipe, new_recipe = tmp_path / "old.yaml", tmp_path / "added.yaml"
+    old_recipe.write_text(yaml.safe_dump({**config(corpus, old_path.parent, MODELS[kind], OLD, 80), "name": "old"}))
+    new_recipe.write_text(yaml.safe_dump({**config(corpus, tmp_path / "added", MODELS[kind], [*OLD, NEW], 40), "name": "added"}))
+    assert main(["train", str(new_recipe), "--init", str(ext_path)]) == 0
+    out = tmp_path / "report.md"
+    old_run, new_run = run_experiments([old_recipe, new_recipe], [], out, max_test=12, pivot="xb")
+    assert old_run["added"] is None and old_run["compute"]["steps"] == 80  # finished: scored, not retrained
+    assert new_run["added"] == {"languages": [NEW], "from": str(old_path)}
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in out.read_text().split("## Adding a language")[1].splitlines()
+            if line.startswith("| old ") or line.startswith("| added ")}
+    m = MatrixResult.from_json(new_run["matrix"])
+    into_new = [m.bleu_cased[s][NEW] for s in ("xa", "xc")]  # zero-shot: only xb<->xn was trained
+    assert rows["added"][5].endswith(f"/ {m.bleu_cased['xb'][NEW]:.1f}")  # new supervised: from / into
+    assert rows["added"][6].endswith(f"/ {sum(into_new) / 2:.1f}")
+    old_sup = MatrixResult.from_json(old_run["matrix"]).mean("bleu_cased", False)
+    assert rows["old"][3] == f"{old_sup:.1f}" and rows["old"][5] == "-"
+    assert rows["added"][3] == f"{m.mean('bleu_cased', False, lambda s, t: NEW not in (s, t)):.1f}"
 
 
 def test_cli_extend_and_its_errors(trained, corpus, tmp_path, capsys):

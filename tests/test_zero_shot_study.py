@@ -112,7 +112,8 @@ def test_zero_shot_recipes_are_english_centred_and_name_their_switches(recipe, m
     assert cfg.model.shared and cfg.model.tag_position == "decoder_start" and cfg.model.bridge.type == "none"
     assert cfg.preprocess.joint_vocab and dec.tie_embeddings and cfg.train.label_smoothing == 0.1
     assert cfg.train.average_best in (3, 5) and cfg.train.lr_schedule == "inverse_sqrt"
-    assert (enc.residual_drop_layer == 3) == recipe.stem.startswith("residual")
+    layer = int(recipe.stem.split("_layer")[1]) if "_layer" in recipe.stem else 3
+    assert enc.residual_drop_layer == (layer if recipe.stem.startswith("residual") else None)
     assert enc.position_query == ("posq" in recipe.stem)
     assert enc.variational_dropout == dec.variational_dropout == ("_vd" in recipe.stem)
 

@@ -13,6 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -56,11 +57,12 @@ class MatrixResult:
         return cls(**{k: data[k] for k in keys if k in data},
                    zero_shot=[tuple(x.split("-")) for x in data.get("zero_shot", [])])
 
-    def mean(self, table: str, zero_shot: bool) -> float | None:
-        """Mean of `table` ('bleu', 'bleu_cased', 'chrf', 'off_target') over the zero-shot or the trained directions."""
+    def mean(self, table: str, zero_shot: bool, where: Callable[[str, str], bool] | None = None) -> float | None:
+        """Mean of `table` ('bleu', 'bleu_cased', 'chrf', 'off_target') over the zero-shot or the trained
+        directions (only those (source, target) for which `where` holds, when given)."""
         zs = set(self.zero_shot)
         values = [v for s, row in getattr(self, table).items() for t, v in row.items()
-                  if ((s, t) in zs) == zero_shot and v is not None]
+                  if ((s, t) in zs) == zero_shot and v is not None and (where is None or where(s, t))]
         return sum(values) / len(values) if values else None
 
     def to_markdown(self, title: str = "") -> str:
