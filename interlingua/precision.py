@@ -4,10 +4,14 @@ bf16 needs dot-product instructions to be fast: AMX (Intel Sapphire Rapids and l
 AVX512-BF16 (e.g. AMD Zen 4). Without either PyTorch emulates bf16, hundreds of times slower,
 so `auto` is fp32 there without further ado. With them the outcome depends on the chip: on
 an AMD EPYC with AVX512-BF16 bf16 training steps run faster than fp32, on an Intel Xeon with
-AVX512-BF16 but no AMX slower. So where the flags allow bf16, `auto` runs a short probe (a
-few training steps of a small LSTM + output layer in both precisions, interleaved) and keeps
-bf16 only when it wins clearly. The answer is cached per CPU model, flags, torch version and
-thread count in `$INTERLINGUA_CACHE_DIR` (default `~/.cache/interlingua`)/precision.json.
+AVX512-BF16 but no AMX slower; and it differs by model (on one AMD EPYC a recurrent model
+trained faster in bf16, a Transformer slower, while a single synthetic Transformer layer claimed
+bf16 was faster). So where the flags allow bf16, `auto` times a few training steps (forward and
+backward) in both precisions, interleaved: of the model about to be trained where there is one
+(`training.precision_probe`), else of a small LSTM + output layer; it keeps bf16 only when it
+wins clearly. The answer is cached per CPU model, flags, torch version, thread count and
+workload (the model's configuration) in `$INTERLINGUA_CACHE_DIR` (default
+`~/.cache/interlingua`)/precision.json.
 Master weights and the loss stay fp32 either way.
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -97,32 +102,37 @@ def cpu_has_native_bf16() -> bool:
 
 def measure_bf16_speedup(steps: int = 4, batch: int = 32, length: int = 16, hidden: int = 256,
                          vocab: int = 4000) -> float:
-    """fp32 step time / bf16 step time of a small LSTM + output layer, forward and backward.
-
-    The two precisions alternate step by step (after one warm-up step each), so a machine that
-    slows down during the probe slows both alike; medians resist single slow steps."""
+    """fp32 step time / bf16 step time of a small LSTM + output layer, forward and backward: the
+    probe where no model is at hand."""
     gen = torch.Generator().manual_seed(0)
     lstm = torch.nn.LSTM(hidden, hidden, batch_first=True)
     out = torch.nn.Linear(hidden, vocab)
     x = torch.randn(batch, length, hidden, generator=gen)
     y = torch.randint(vocab, (batch * length,), generator=gen)
 
-    def step(precision: str) -> float:
-        t0 = time.perf_counter()
+    def step(precision: str) -> None:
         with autocast(precision):
             h, _ = lstm(x)
             loss = torch.nn.functional.cross_entropy(out(h).reshape(-1, vocab).float(), y)
         loss.backward()
         lstm.zero_grad(set_to_none=True)
         out.zero_grad(set_to_none=True)
-        return time.perf_counter() - t0
 
+    return measure_speedup(step, steps)
+
+
+def measure_speedup(step: Callable[[str], object], steps: int = 4) -> float:
+    """fp32 time / bf16 time of `step(precision)`, run `steps` times in each precision.
+
+    The two precisions alternate step by step (after one warm-up step each), so a machine that
+    slows down during the probe slows both alike; medians resist single slow steps."""
     times: dict[str, list[float]] = {"fp32": [], "bf16": []}
     for i in range(steps + 1):
         for precision in ("fp32", "bf16"):
-            t = step(precision)
+            t0 = time.perf_counter()
+            step(precision)
             if i:
-                times[precision].append(t)
+                times[precision].append(time.perf_counter() - t0)
     return statistics.median(times["fp32"]) / statistics.median(times["bf16"])
 
 
@@ -131,8 +141,13 @@ def cache_path() -> Path:
     return Path(root) / "precision.json"
 
 
-def _machine_key(features: list[str]) -> str:
-    return f"{cpu_model()} | {'+'.join(features)} | torch {torch.__version__} | threads {torch.get_num_threads()}"
+DEFAULT_WORKLOAD = "lstm probe"
+"""The cache entry of `measure_bf16_speedup`."""
+
+
+def _machine_key(features: list[str], workload: str) -> str:
+    return (f"{cpu_model()} | {'+'.join(features)} | torch {torch.__version__} | threads {torch.get_num_threads()}"
+            f" | {workload}")
 
 
 def _read_cache(path: Path) -> dict:
@@ -153,33 +168,36 @@ def _write_cache(path: Path, data: dict) -> None:
         log.warning("could not cache the precision probe in %s: %s", path, err)
 
 
-def bf16_speedup() -> float:
-    """This machine's measured bf16 speed-up, from the cache or from a probe run now (a few seconds)."""
-    key = _machine_key(native_bf16_features())
+def bf16_speedup(probe: Callable[[], float] | None = None, workload: str = DEFAULT_WORKLOAD) -> float:
+    """This machine's measured bf16 speed-up for `workload`, from the cache or from `probe` run now
+    (a few seconds; the LSTM probe by default)."""
+    key = _machine_key(native_bf16_features(), workload)
     path = cache_path()
     cached = _read_cache(path)
     entry = cached.get(key)
     if isinstance(entry, dict) and isinstance(entry.get("speedup"), (int, float)):
         return float(entry["speedup"])
-    log.info("measuring whether bf16 is faster than fp32 on this CPU (once per machine)")
-    speedup = measure_bf16_speedup()
+    log.info("measuring whether bf16 is faster than fp32 here for %s (once per machine)", workload)
+    speedup = (probe or measure_bf16_speedup)()
     cached[key] = {"speedup": round(speedup, 3), "measured": datetime.datetime.now().isoformat(timespec="seconds")}
     _write_cache(path, cached)
     return speedup
 
 
-def resolve_precision(requested: str) -> str:
-    """'auto' -> 'bf16' where the CPU has native bf16 and bf16 steps measure faster here, else 'fp32'.
+def resolve_precision(requested: str, probe: Callable[[], float] | None = None,
+                      workload: str = DEFAULT_WORKLOAD) -> str:
+    """'auto' -> 'bf16' where the CPU has native bf16 and bf16 steps of `workload` (timed by
+    `probe`) measure faster here, else 'fp32'.
 
     An explicit 'bf16' on a CPU without native bf16 is kept but warned about."""
     if requested == "auto":
         features = native_bf16_features()
         if not features:
             return "fp32"
-        speedup = bf16_speedup()
+        speedup = bf16_speedup(probe, workload)
         choice = "bf16" if speedup >= MIN_BF16_SPEEDUP else "fp32"
-        log.info("precision auto -> %s (%s; bf16 steps %.2fx the speed of fp32 here, cached in %s)",
-                 choice, "+".join(features), speedup, cache_path())
+        log.info("precision auto -> %s (%s; bf16 steps of %s %.2fx the speed of fp32 here, cached in %s)",
+                 choice, "+".join(features), workload, speedup, cache_path())
         return choice
     if requested == "bf16" and not cpu_has_native_bf16():
         log.warning("precision bf16 requested but this CPU has no native bf16 (no AMX / AVX512-BF16): "

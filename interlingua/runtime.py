@@ -7,19 +7,21 @@ global torch state as a side effect:
 - device `auto` is CUDA when a GPU is visible, else Apple's MPS, else the CPU;
 - precision `auto` is bf16 autocast on CUDA GPUs that support it, fp16 autocast with a
   gradient scaler on older CUDA GPUs, fp32 on MPS, and on the CPU bf16 only where the CPU has
-  native bf16 and a probe measures it faster (`interlingua.precision`);
+  native bf16 and timing the model's own training steps measures it faster
+  (`interlingua.precision`, `training.precision_probe`);
 - threads and the seed are applied by `Runtime.apply()`, which the entry point calls.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 
 from interlingua.errors import ConfigError
-from interlingua.precision import resolve_precision
+from interlingua.precision import DEFAULT_WORKLOAD, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,10 @@ def resolve_device(requested: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-def resolve_device_precision(requested: str, device: torch.device) -> str:
-    """The autocast precision for `device`: `auto` picks what is fast there; impossible choices are errors."""
+def resolve_device_precision(requested: str, device: torch.device, probe: Callable[[], float] | None = None,
+                             workload: str = DEFAULT_WORKLOAD) -> str:
+    """The autocast precision for `device`: `auto` picks what is fast there (on a CPU with native
+    bf16, by timing `probe`, the bf16 speed-up of `workload`); impossible choices are errors."""
     if requested not in PRECISIONS:
         raise ConfigError(f"unknown precision '{requested}': use one of {', '.join(PRECISIONS)}")
     if device.type == "cuda":
@@ -65,7 +69,7 @@ def resolve_device_precision(requested: str, device: torch.device) -> str:
         raise ConfigError(f"precision fp16 needs a CUDA GPU (device is {device.type}); use bf16 or fp32")
     if device.type == "mps":
         return "fp32" if requested == "auto" else requested
-    return resolve_precision(requested)
+    return resolve_precision(requested, probe, workload)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,10 @@ class Runtime:
                seed: int | None = None) -> "Runtime":
         dev = resolve_device(device)
         return cls(dev, resolve_device_precision(precision, dev), threads, seed)
+
+    def with_precision(self, precision: str) -> "Runtime":
+        """The same runtime with `precision` (already resolved) instead."""
+        return replace(self, precision=precision)
 
     def apply(self) -> "Runtime":
         """Set torch's CPU thread count (when given) and seed every generator (when given)."""

@@ -50,7 +50,7 @@ def test_auto_precision_on_cuda_is_bf16_where_supported_else_fp16_with_a_scaler(
 
 def test_cpu_precision_follows_the_cpu_rule_and_fp16_needs_a_gpu(monkeypatch):
     _machine(monkeypatch)
-    monkeypatch.setattr(rt, "resolve_precision", lambda p: {"auto": "fp32"}.get(p, p))
+    monkeypatch.setattr(rt, "resolve_precision", lambda p, *probe: {"auto": "fp32"}.get(p, p))
     assert Runtime.create("cpu", "auto").precision == "fp32"
     assert Runtime.create("cpu", "bf16").precision == "bf16"
     assert resolve_device_precision("auto", torch.device("mps")) == "fp32"

@@ -20,6 +20,7 @@ from interlingua.modules import model as model_mod
 from interlingua.modules.checkpoint import read_checkpoint
 from interlingua.modules.model import TranslationModel
 from interlingua import precision
+from interlingua.training import precision_probe
 from interlingua.training import trainer as trainer_mod
 from interlingua.precision import autocast
 from interlingua.training.trainer import Trainer
@@ -42,11 +43,12 @@ def _cpu(monkeypatch, cpuinfo, amx=False, avx512_bf16=False, speedup=1.5):
     monkeypatch.setattr(precision.torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
     probes = []
 
-    def probe() -> float:
+    def probe(*args, **kwargs) -> float:
         probes.append(1)
         return speedup
 
-    monkeypatch.setattr(precision, "measure_bf16_speedup", probe)
+    monkeypatch.setattr(precision, "measure_bf16_speedup", probe)  # the LSTM probe
+    monkeypatch.setattr(precision_probe, "measure_speedup", probe)  # the trainer's probe of its own model
     return probes
 
 
@@ -122,6 +124,39 @@ def test_trainer_trains_in_the_precision_auto_resolves_to(cpuinfo, expected, mul
     _cpu(monkeypatch, cpuinfo)
     trainer = Trainer(_config(multi30k_corpus, tmp_path / "run"), data=prepared)  # precision: auto, the default
     assert trainer.cfg.train.precision == "auto" and trainer.precision == expected
+
+
+def test_auto_precision_times_the_model_being_trained(multi30k_corpus, prepared, tmp_path, monkeypatch):
+    _cpu(monkeypatch, AMD_ZEN4)
+    timed = []
+
+    def measure(step, steps=4):  # runs the model's real step once per precision; reports bf16 slower
+        for p in ("fp32", "bf16"):
+            step(p)
+            timed.append(p)
+        return 0.8
+
+    monkeypatch.setattr(precision_probe, "measure_speedup", measure)
+    trainer = Trainer(_config(multi30k_corpus, tmp_path / "run"), data=prepared)
+    assert trainer.precision == "fp32" and timed == ["fp32", "bf16"]
+    [key] = json.loads(precision.cache_path().read_text())
+    assert key.endswith("model bilstm-attention-lstm " + key.rsplit(" ", 1)[1])  # cached per model
+    Trainer(_config(multi30k_corpus, tmp_path / "again"), data=prepared)  # same model: from the cache
+    assert timed == ["fp32", "bf16"]
+
+
+def test_the_model_probe_leaves_weights_batches_and_random_state_alone(multi30k_corpus, prepared, tmp_path):
+    trainer = Trainer(_config(multi30k_corpus, tmp_path / "run", precision="fp32"), data=prepared)
+    batches = trainer.batches[trainer.directions[0]]
+    weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    position, rng = json.dumps(batches.state_dict(), default=str), torch.get_rng_state()
+    probe = precision_probe.model_bf16_probe(trainer.model, batches, trainer.runtime.device, {"label_smoothing": 0.1},
+                                             trainer.runtime.rng_state, trainer.runtime.set_rng_state, steps=1)
+    speedup = probe()
+    assert math.isfinite(speedup) and speedup > 0
+    assert all(torch.equal(v, weights[k]) for k, v in trainer.model.state_dict().items())
+    assert all(p.grad is None for p in trainer.model.parameters())
+    assert json.dumps(batches.state_dict(), default=str) == position and torch.equal(torch.get_rng_state(), rng)
 
 
 # -- a prepared corpus and a tiny run, shared by the trainer tests below ----------------------

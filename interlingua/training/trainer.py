@@ -37,8 +37,9 @@ from interlingua.errors import CheckpointError, ConfigError, DataError
 from interlingua.modules.checkpoint import (average_checkpoints, build_payload, checkpoint_vocabs, read_checkpoint,
                                             restrict_to_vocabs, save_atomic, stored_config)
 from interlingua.modules.model import TranslationModel
-from interlingua.runtime import Runtime
+from interlingua.runtime import Runtime, resolve_device_precision
 from interlingua.training.metrics import MetricsLog, add_step, empty_window, train_record
+from interlingua.training.precision_probe import model_bf16_probe, model_workload
 from interlingua.training.validation import build_devsets, validate
 
 log = logging.getLogger(__name__)
@@ -77,9 +78,9 @@ class Trainer:
         self.work_dir = Path(cfg.work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         tc = cfg.train
-        self.runtime = Runtime.create(tc.device, tc.precision, tc.threads, tc.seed).apply()
-        self.precision = self.runtime.precision
-        log.info("training on %s", self.runtime.describe())
+        # precision `auto` is settled below by timing this model (a placeholder until then)
+        self.runtime = Runtime.create(tc.device, "fp32" if tc.precision == "auto" else tc.precision,
+                                      tc.threads, tc.seed).apply()
         # Read the checkpoint before the (possibly long) data preparation: a bad one fails at once.
         resume_from = self._read_resume_checkpoint() if resume else None
         init_from = self._read_init_checkpoint(init) if init is not None and resume_from is None else None
@@ -104,6 +105,10 @@ class Trainer:
         self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
         self.scheduler = DirectionScheduler(self.directions, tc.seed)
         self.batches = {d: self._direction_batches(d) for d in self.directions}
+        if tc.precision == "auto":
+            self.runtime = self.runtime.with_precision(self._auto_precision())
+        self.precision = self.runtime.precision
+        log.info("training on %s", self.runtime.describe())
         self.devsets = build_devsets(self.data, self.directions, self.zero_shot,
                                      self.cfg.preprocess.max_valid_sentences, self.cfg.preprocess.max_len)
         self.metrics = MetricsLog(self.work_dir)
@@ -121,6 +126,17 @@ class Trainer:
             raise ConfigError(f"{self.work_dir} already holds a run (last.pt); use --resume to continue it or choose another work_dir")
 
     # -- setup ---------------------------------------------------------------------------
+    def _auto_precision(self) -> str:
+        """`precision: auto` here: bf16 only where this model's own steps measure faster in it."""
+        tc = self.cfg.train
+        probe = model_bf16_probe(self.model, self.batches[self.directions[0]], self.runtime.device,
+                                 {"penalty_weight": tc.penalty_weight, "label_smoothing": tc.label_smoothing,
+                                  "softmax_sample": tc.softmax_sample},
+                                 self.runtime.rng_state, self.runtime.set_rng_state)
+        workload = model_workload(self.cfg.model.model_dump(mode="json"),
+                                  {lang: len(v) for lang, v in self.data.vocabs.items()}, tc.batch_size)
+        return resolve_device_precision("auto", self.runtime.device, probe, workload)
+
     def _prefix(self, src: str, tgt: str) -> int | None:
         return source_prefix(self.data.vocabs[src], tgt, self.cfg.model.shared, self.cfg.model.tag_position)
 
