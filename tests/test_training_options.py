@@ -250,6 +250,21 @@ def test_label_smoothing_is_the_smoothed_cross_entropy():
     # What is logged (nll_sum) stays the plain cross-entropy: smoothing changes only the gradient.
     assert smoothed.nll_sum == pytest.approx(plain.nll_sum) and smoothed.n_tokens == plain.n_tokens == len(gold)
 
+    # ... and its gradient is F.cross_entropy's with label smoothing (one log-softmax serves both)
+    net.zero_grad()
+    _loss(net, b, eps).loss.backward()
+    ours = {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None}
+    net.zero_grad()
+    kept = {}
+    hook = net.decoder_for("de").generator.register_forward_hook(lambda m, i, out: kept.__setitem__("logits", out))
+    _loss(net, b, eps)
+    hook.remove()
+    F.cross_entropy(kept["logits"].float(), gold, label_smoothing=eps).backward()
+    reference = {k: p.grad for k, p in net.named_parameters() if p.grad is not None}
+    assert ours.keys() == reference.keys() and len(ours) > 5
+    for k, g in ours.items():
+        torch.testing.assert_close(g, reference[k], rtol=1e-4, atol=1e-7)
+
     # With the penalty, the smoothed loss gets the same per-token penalty term as the plain one.
     with_penalty = _loss(net, b, eps, penalty=2.0)
     per_sentence = net.run_encoder(b.src, b.src_lengths, "en").penalty.float()
