@@ -49,6 +49,11 @@ class DirectionsConfig(_Strict):
     """Add A->A copy directions for every language (repairs zero-shot, paper 000 Sec. 3.1.2)."""
     held_out: list[tuple[str, str]] = Field(default_factory=list)
     """Directions removed from training, to study zero-shot translation on them."""
+    pair_lines: Literal["all", "disjoint", "common"] = "all"
+    """Which training lines of a multi-way corpus each language pair sees (paper 004, Table 3):
+    `all` every line; `disjoint` its own share (line j goes to pair j mod the number of pairs, a
+    pair's two directions share it), so no sentence is seen in two pairs; `common` the same
+    share for every pair (as many lines per pair as `disjoint`, still multi-way: its control)."""
 
     @model_validator(mode="after")
     def _pairs_needed(self) -> "DirectionsConfig":

@@ -8,7 +8,7 @@ import yaml
 
 from conftest import tiny_config
 from interlingua.config import load_config, parse_config
-from interlingua.data.directions import build_directions
+from interlingua.data.directions import build_directions, pair_shares
 from interlingua.data.vocab import BOS, language_tag
 from interlingua.evaluation.language_id import identify, off_target_rate
 from interlingua.experiment import run_experiments
@@ -46,6 +46,30 @@ def test_decoder_start_tag_replaces_bos_and_leaves_the_source_unmarked(multi30k_
     batch = prefixed.batches[("de", "en")].next()
     assert (batch.tgt_in[:, 0] == BOS).all()
     assert (batch.src[:, 0] == prefixed.data.vocabs["de"].piece_id(language_tag("en"))).all()
+
+
+def test_pair_shares_split_the_lines_by_language_pair():
+    directions = [("cs", "en"), ("de", "en"), ("en", "cs"), ("en", "de"), ("en", "en"), ("en", "fr"), ("fr", "en")]
+    shares = pair_shares(directions, "disjoint")
+    assert shares[("cs", "en")] == shares[("en", "cs")] == (0, 3) and shares[("de", "en")] == shares[("en", "de")] == (1, 3)
+    assert shares[("en", "fr")] == (2, 3) and ("en", "en") not in shares  # copies keep every line
+    assert set(pair_shares(directions, "common").values()) == {(0, 3)} and pair_shares(directions, "all") == {}
+
+
+def test_disjoint_directions_train_each_pair_on_its_own_lines(multi30k_corpus, tmp_path):
+    def english_sides(pair_lines: str) -> dict[tuple[str, str], set[bytes]]:
+        cfg = _zero_shot_config(multi30k_corpus, tmp_path / pair_lines)
+        cfg["directions"]["pair_lines"] = pair_lines
+        trainer = Trainer(parse_config(cfg))
+        return {d: {a.tobytes() for a in (b.tgt if d[1] == "en" else b.src)} for d, b in trainer.batches.items()}
+
+    full, split, common = english_sides("all"), english_sides("disjoint"), english_sides("common")
+    assert split[("de", "en")] == split[("en", "de")] and split[("fr", "en")] == split[("en", "fr")]
+    assert not split[("de", "en")] & split[("fr", "en")]  # no English line in two pairs
+    assert full[("de", "en")] == full[("fr", "en")]  # multi-way: the same English lines for every pair
+    assert split[("de", "en")] | split[("fr", "en")] <= full[("de", "en")]
+    assert 0.4 < len(split[("de", "en")]) / len(full[("de", "en")]) < 0.6
+    assert common[("de", "en")] == common[("fr", "en")] == split[("de", "en")]  # the control: one share, multi-way
 
 
 def test_lowest_loss_steps_ranks_by_mean_dev_loss():

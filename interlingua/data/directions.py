@@ -60,6 +60,18 @@ def zero_shot_directions(trained: list[Direction], languages: list[str]) -> list
             if a != b and a in enc and b in dec and (a, b) not in trained]
 
 
+def pair_shares(directions: list[Direction], pair_lines: str) -> dict[Direction, tuple[int, int]]:
+    """Each direction's share (index, count) of the training lines for `directions.pair_lines`:
+    `disjoint` one share per unordered language pair (sorted), so A->B and B->A train on the same
+    lines and no two pairs on the same ones; `common` share 0 for every pair; `all` none. Copy
+    directions (A->A) get no share: they keep all lines."""
+    if pair_lines == "all":
+        return {}
+    pairs = sorted({tuple(sorted(d)) for d in directions if d[0] != d[1]})
+    return {d: (pairs.index(tuple(sorted(d))) if pair_lines == "disjoint" else 0, len(pairs))
+            for d in directions if d[0] != d[1]}
+
+
 @dataclass
 class DirectionScheduler:
     """Uniform rotation over directions, reshuffled each cycle from (seed, cycle)."""

@@ -217,12 +217,16 @@ def language_training_text(corpus_path: str | Path, lang: str, pre: PreprocessCo
     return lines
 
 
-def direction_pairs(data: PreparedData, split: str, src: str, tgt: str, limit: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """All aligned (src, tgt) id sequences of a direction in a split; empty sides skipped."""
+def direction_pairs(data: PreparedData, split: str, src: str, tgt: str, limit: int | None = None,
+                    share: tuple[int, int] | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """All aligned (src, tgt) id sequences of a direction in a split; empty sides skipped. With
+    `share` (index, count), only line j of each group where j % count == index."""
     srcs, tgts = [], []
     for g in data.groups(split):
         if src in g.ids and tgt in g.ids:
-            for a, b in zip(g.ids[src], g.ids[tgt]):
+            for j, (a, b) in enumerate(zip(g.ids[src], g.ids[tgt])):
+                if share is not None and j % share[1] != share[0]:
+                    continue
                 if len(a) and len(b):
                     srcs.append(a)
                     tgts.append(b)

@@ -30,7 +30,8 @@ from tqdm import tqdm
 
 from interlingua.config import ExperimentConfig
 from interlingua.data.batching import DirectionBatches
-from interlingua.data.directions import Direction, DirectionScheduler, build_directions, zero_shot_directions
+from interlingua.data.directions import (Direction, DirectionScheduler, build_directions, pair_shares,
+                                         zero_shot_directions)
 from interlingua.data.prepare import PreparedData, direction_pairs, prepare
 from interlingua.data.vocab import decoder_start, source_prefix
 from interlingua.errors import CheckpointError, ConfigError, DataError
@@ -144,7 +145,8 @@ class Trainer:
         return decoder_start(self.data.vocabs[tgt], tgt, self.cfg.model.shared, self.cfg.model.tag_position)
 
     def _direction_batches(self, d: Direction) -> DirectionBatches:
-        src, tgt = direction_pairs(self.data, "train", *d)
+        share = pair_shares(self.directions, self.cfg.directions.pair_lines).get(d)
+        src, tgt = direction_pairs(self.data, "train", *d, share=share)
         if not src:
             raise DataError(f"no training sentence pairs for direction {d[0]}->{d[1]} in the corpus")
         seed = self.cfg.train.seed * 7919 + zlib.crc32(direction_name(d).encode())
