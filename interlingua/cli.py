@@ -229,6 +229,7 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 def cmd_experiment(args: argparse.Namespace) -> None:
     from interlingua.experiment import run_experiments
+    _use_threads(args.threads)
     runs = run_experiments([Path(r) for r in args.recipes], _device_override(args), Path(args.out), beam=args.beam,
                            max_test=args.max_test_sentences, jobs=args.jobs,
                            notes=Path(args.notes) if args.notes else None, pivot=args.pivot)
@@ -374,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--beam", type=positive_int, default=1)
     x.add_argument("--max-test-sentences", type=positive_int, default=None)
     x.add_argument("--jobs", type=positive_int, default=1, help="recipes trained at once, one thread each (e.g. one per core)")
+    x.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads for scoring (training uses each recipe's train.threads); 1 beside other jobs")
     x.add_argument("--notes", default=None, help="markdown file appended to the report (discussion of the numbers)")
     x.add_argument("--pivot", default=None, metavar="LANG",
                    help="also translate each run's zero-shot directions through LANG (zero-shot vs pivot)")
