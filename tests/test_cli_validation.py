@@ -34,7 +34,7 @@ NUMERIC = [
     ("evaluate", "--jobs", positive_int),
     ("analyze", "--beam", positive_int), ("analyze", "--max-sentences", positive_int),
     ("experiment", "--beam", positive_int), ("experiment", "--max-test-sentences", positive_int),
-    ("experiment", "--jobs", positive_int),
+    ("experiment", "--jobs", positive_int), ("experiment", "--threads", positive_int),
     ("demo", "--minutes", positive_float),
     ("extend", "--vocab-size", positive_int), ("extend", "--noise", non_negative_float),
     ("extend", "--seed", non_negative_int),
