@@ -149,12 +149,11 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
                 arrays[key + "|len"] = np.asarray([len(s) for s in seqs], dtype=np.int32)
     np.savez(cache_dir / "encoded.npz", **arrays)
     distinct = {id(v): v for v in vocabs.values()}
-    if not given:
+    if not given and pre.joint_vocab:
+        (cache_dir / "joint.model").write_bytes(next(iter(vocabs.values())).proto)
+    elif not given:
         for lang, v in vocabs.items():
-            if pre.joint_vocab:
-                (cache_dir / "joint.model").write_bytes(v.proto)
-            else:
-                (cache_dir / f"{lang}.model").write_bytes(v.proto)
+            (cache_dir / f"{lang}.model").write_bytes(v.proto)
     meta = {
         "fingerprint": fp, "languages": langs, "joint_vocab": pre.joint_vocab,
         "groups": {s: [g.name for g in gs] for s, gs in splits.items()},

@@ -99,7 +99,6 @@ class Trainer:
             self._load_init_weights(init_from, Path(init))
         restrict_to_vocabs(self.model, self.data.vocabs)
         self.model.to(self.runtime.device)
-        self.scaler = self.runtime.grad_scaler()
         self.optimizer = (torch.optim.SGD(self.model.parameters(), lr=tc.lr) if tc.optimizer == "sgd"
                           else torch.optim.Adam(self.model.parameters(), lr=tc.lr, fused=True))
         self.lr_factor = lr_factor(tc.lr_schedule, tc.warmup_steps)
@@ -109,6 +108,7 @@ class Trainer:
         if tc.precision == "auto":
             self.runtime = self.runtime.with_precision(self._auto_precision())
         self.precision = self.runtime.precision
+        self.scaler = self.runtime.grad_scaler()  # after `auto` is settled: fp16 (older GPUs) needs one
         log.info("training on %s", self.runtime.describe())
         self.devsets = build_devsets(self.data, self.directions, self.zero_shot,
                                      self.cfg.preprocess.max_valid_sentences, self.cfg.preprocess.max_len)
