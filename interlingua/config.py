@@ -170,7 +170,19 @@ class NoBridgeConfig(KindConfig):
     """Unused, as `heads`."""
 
 
-BridgeConfig = _kinds("attention", AttentionBridgeConfig, NoBridgeConfig)
+class NTDVBridgeConfig(KindConfig):
+    """Paper 003's shared layers (NTDV): a projection per source language, a self-attentive layer
+    of `heads` heads of size `hidden` (no position attends to another), a GRU over the head
+    outputs and a projection back to the encoder's size, which the decoder attends over."""
+
+    type: Literal["ntdv"] = "ntdv"
+    heads: int = Field(4, ge=1, le=64)
+    """r, the self-attention heads (the paper: 4)."""
+    hidden: int = Field(1024, ge=1)
+    """d_h, the size of each head's query/key/value and of the GRU (the paper: 1024)."""
+
+
+BridgeConfig = _kinds("attention", AttentionBridgeConfig, NoBridgeConfig, NTDVBridgeConfig)
 
 
 # -- decoders ---------------------------------------------------------------------------------
@@ -251,6 +263,13 @@ class TrainConfig(_Strict):
     threads: int | None = Field(None, ge=1)
     bucket_pool: int = Field(50, ge=1)
     """Batches per length-sorting pool: larger pools waste less padding, shuffle less."""
+    epochs: int | None = Field(None, ge=1)
+    """Train for this many passes over each direction's pairs (the steps are epochs x the batches of
+    one pass, summed over the directions), in place of `max_steps`. None: `max_steps`."""
+    trainable: Literal["all", "bridge"] = "all"
+    """`bridge`: train the bridge only, on top of the frozen translation model given with `train
+    --init` (paper 003's NTDV layers): every encoder and decoder parameter keeps its value and its
+    modules run without dropout; the bridge is new (the checkpoint's own bridge, if any, is dropped)."""
 
 
 class ExperimentConfig(_Strict):

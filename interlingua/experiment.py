@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from interlingua.config import load_config
+from interlingua.config import TrainConfig, load_config
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
 from interlingua.evaluation.paper_numbers import paper_bleu
 from interlingua.inference.api import load
@@ -45,12 +45,15 @@ def paper_setting(recipe_name: str) -> str | None:
     return name if name in ("pivot_en", "pivot_en_mono", "m2m", "m2m_mono") else None
 
 
-def _finished(cfg_work: Path, max_steps: int, max_minutes: float | None) -> bool:
+def _finished(cfg_work: Path, train: TrainConfig) -> bool:
     last = cfg_work / "last.pt"
     if not last.exists():
         return False
     st = read_checkpoint(last).get("training", {})
-    return st.get("step", 0) >= max_steps or (max_minutes is not None and st.get("elapsed", 0) >= max_minutes * 60)
+    # with `epochs` the run worked out its own last step; else the config's (a continued run may raise it)
+    max_steps = st.get("max_steps", train.max_steps) if train.epochs is not None else train.max_steps
+    return st.get("step", 0) >= max_steps or (train.max_minutes is not None
+                                              and st.get("elapsed", 0) >= train.max_minutes * 60)
 
 
 def selected_checkpoint(work: Path) -> Path:
@@ -86,7 +89,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     modification time and the search settings, so gathering finished runs into a table is cheap."""
     cfg = load_config(recipe, overrides)
     work = Path(cfg.work_dir)
-    if not _finished(work, cfg.train.max_steps, cfg.train.max_minutes):
+    if not _finished(work, cfg.train):
         Trainer(cfg, resume=(work / "last.pt").exists()).train()
     best = selected_checkpoint(work)
     key = {"best_mtime": best.stat().st_mtime, "beam": beam, "max_test": max_test, "recipe": recipe.stem,

@@ -42,12 +42,17 @@ KINDS = [
     pytest.param({"model.encoder.type": "transformer", "model.bridge.type": "attention", "model.decoder.type": "transformer", "model.encoder.positions": "learned", "model.decoder.positions": "learned", "train.lr": 0.001}, id="transformer-attention-transformer"),
     pytest.param({"model.encoder.type": "transformer", "model.bridge.type": "none", "model.decoder.type": "transformer", "train.lr": 0.001}, id="transformer-none-transformer"),
     pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "transformer", "model.decoder.positions": "learned", "train.lr": 0.003}, id="bilstm-attention-transformer"),
+    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "ntdv", "model.bridge.heads": 8, "model.bridge.hidden": 64, "model.decoder.type": "lstm", "train.max_steps": 600, "train.valid_every": 600}, id="bilstm-ntdv-lstm"),
 ]
 
 STEPS = 300
 MIN_ACCURACY = 0.85
 """Measured after 300 steps, training seeds 1-3: 0.92-0.94 (attention bridge), 0.92-0.99 (no bridge),
 with or without input feeding; after 1 step: 0.01-0.07."""
+MIN_ACCURACY_OF = {"bilstm-ntdv-lstm": 0.35}
+"""Kinds built for another job. NTDV (paper 003) pools a sentence into r head vectors whose heads
+score each token on its own, so reversing leans on the positions the BiLSTM encodes: measured 0.46
+after 300 steps, 0.52 after 600, 0.66 after 900 (its usual place is on top of a frozen model)."""
 
 SOURCE_WORDS = list("abcdefgh")
 TARGET_WORD = {w: str(i) for i, w in enumerate(SOURCE_WORDS, start=1)}
@@ -116,11 +121,11 @@ def padded(tr: Model, sentences: list[str], lang: str) -> tuple[torch.Tensor, to
 
 
 @pytest.mark.parametrize("overrides", KINDS)
-def test_kind_learns_the_task_and_translates_reproducibly(overrides, synthetic_corpus, tmp_path, capsys):
+def test_kind_learns_the_task_and_translates_reproducibly(overrides, synthetic_corpus, tmp_path, capsys, request):
     config = experiment_yaml(synthetic_corpus, tmp_path / "run")
     sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={json.dumps(value)}")]
     assert main(["train", str(config), *sets]) == 0
-    assert f"trained {STEPS} steps" in capsys.readouterr().out
+    assert f"trained {overrides.get('train.max_steps', STEPS)} steps" in capsys.readouterr().out
     ckpt = tmp_path / "run" / "best.pt"
     src_file = synthetic_corpus.parent / "test.xa"
     sources = src_file.read_text(encoding="utf-8").splitlines()
@@ -135,7 +140,7 @@ def test_kind_learns_the_task_and_translates_reproducibly(overrides, synthetic_c
     greedy = first.translate(sources, "xa", "xb", beam=1)
     accuracy = token_accuracy(greedy, references)
     print(f"token accuracy {accuracy:.3f}")
-    assert accuracy >= MIN_ACCURACY, (accuracy, list(zip(sources, greedy, references))[:5])
+    assert accuracy >= MIN_ACCURACY_OF.get(request.node.callspec.id, MIN_ACCURACY), (accuracy, list(zip(sources, greedy, references))[:5])
 
     # save -> load -> the same translations: a second load, and the command line
     beam = first.translate(sources, "xa", "xb", beam=3)

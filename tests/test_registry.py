@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_registries_hold_the_builtin_kinds():
     assert ENCODERS.names() == ["bilstm", "transformer"] and ENCODERS.get("bilstm") is BiLSTMEncoder
-    assert BRIDGES.names() == ["attention", "none"]
+    assert BRIDGES.names() == ["attention", "none", "ntdv"]
     assert BRIDGES.get("attention") is AttentionBridge and BRIDGES.get("none") is NoBridge
     assert DECODERS.names() == ["lstm", "transformer"] and DECODERS.get("lstm") is LSTMDecoder
     with pytest.raises(KeyError, match="no decoder kind 'gru' .*registered: lstm, transformer"):
@@ -46,7 +46,7 @@ def test_register_checks_the_base_class_and_duplicate_names():
         reg.register("bilstm")(type("Other", (BiLSTMEncoder,), {}))
 
 
-@pytest.mark.parametrize("bridge", ["attention", "none"])
+@pytest.mark.parametrize("bridge", ["attention", "none", "ntdv"])
 def test_the_model_builds_its_slots_by_type(bridge):
     cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 8, "layers": 1},
                                       "bridge": {"type": bridge, "heads": 2, "hidden": 4},
@@ -55,8 +55,8 @@ def test_the_model_builds_its_slots_by_type(bridge):
     assert isinstance(model.encoder_for("en"), Encoder) and isinstance(model.bridge, Bridge)
     assert isinstance(model.decoder_for("de"), Decoder)
     assert model.bridge.kind == bridge and model.decoder_for("de").kind == "lstm"
-    assert model.has_bridge == model.bridge.attention_available == (bridge == "attention")
-    assert model.bridge.heads == (2 if bridge == "attention" else None) and model.bridge.output_dim == 8
+    assert model.has_bridge == model.bridge.attention_available == (bridge != "none")
+    assert model.bridge.heads == (None if bridge == "none" else 2) and model.bridge.output_dim == 8
 
 
 def test_model_call_is_the_training_loss():

@@ -109,7 +109,7 @@ class Model:
     @property
     def dim(self) -> int:
         """Size of a sentence vector (and of each head's vector)."""
-        return self.model.bridge.output_dim
+        return self.model.bridge.vector_dim
 
     @property
     def heads(self) -> int | None:

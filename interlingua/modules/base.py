@@ -2,7 +2,7 @@
 the trainer and the embedder are written against (kinds: `interlingua.modules.registry`).
 
     encoder[src_lang]:  ids (batch, n), lengths -> states H (batch, n, d_h), mask (batch, n)
-    bridge (shared):    H, mask -> BridgeOutput: memory M, its mask, attention A or None, penalty
+    bridge (shared):    H, mask (, lang) -> BridgeOutput: memory M, its mask, attention A or None, penalty
     decoder[tgt_lang]:  memory -> state; teacher forcing over a whole target (training) or one
                         step at a time (search), both through the same `generator`
 """
@@ -66,32 +66,42 @@ class BridgeOutput:
     """(batch, k, src_len) bridge attention A (None without a bridge)."""
     penalty: torch.Tensor
     """(batch,) ||A A^T - I||_F^2 per sentence (zeros without a bridge)."""
+    heads: torch.Tensor | None = None
+    """(batch, k, vector_dim) the per-head vectors where they are not the memory rows themselves
+    (NTDV: the self-attentive outputs P, before the GRU); None: the memory rows are the heads."""
 
 
 class Bridge(Kind):
     """Built with context `input_dim` (the encoder's d_h)."""
 
     output_dim: int
-    """Size of each memory row (and of the sentence vector)."""
+    """Size of each memory row (what the decoder attends over)."""
     heads: int | None = None
     """k where the memory has a fixed number of rows, one vector per head; None where it follows
     the sentence length (no per-head vectors)."""
     attention_available: bool = False
     """Whether `BridgeOutput.attention` holds an attention over the source tokens."""
 
+    @property
+    def vector_dim(self) -> int:
+        """Size of the sentence vector and of each head's vector: the memory row's, unless the kind
+        pools something else (NTDV)."""
+        return self.output_dim
+
     @abstractmethod
-    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> BridgeOutput:
-        """H (batch, n, d_h), mask (batch, n) -> memory, mask, attention, penalty."""
+    def forward(self, states: torch.Tensor, mask: torch.Tensor, lang: str | None = None) -> BridgeOutput:
+        """H (batch, n, d_h), mask (batch, n) of a `lang` encoder -> memory, mask, attention, penalty.
+        Only kinds with per-language parts (NTDV's projections) need `lang`."""
 
     def pooled(self, out: BridgeOutput) -> torch.Tensor:
-        """The sentence vector (batch, output_dim), fp32: the masked mean of the memory rows."""
+        """The sentence vector (batch, vector_dim), fp32: the masked mean of the memory rows."""
         return masked_mean(out.memory.float(), out.memory_mask)
 
     def head_vectors(self, out: BridgeOutput) -> torch.Tensor:
-        """One vector per head (batch, heads, output_dim), fp32; only where `heads` is not None."""
+        """One vector per head (batch, heads, vector_dim), fp32; only where `heads` is not None."""
         if self.heads is None:
             raise ValueError(f"bridge '{self.kind}' has no per-head vectors")
-        return out.memory.float()
+        return (out.memory if out.heads is None else out.heads).float()
 
 
 class Decoder(Kind):

@@ -42,7 +42,7 @@ class AttentionBridge(Bridge):
     def from_config(cls, cfg: AttentionBridgeConfig, *, input_dim: int, **_: object) -> "AttentionBridge":
         return cls(input_dim, cfg.hidden, cfg.heads)
 
-    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> BridgeOutput:
+    def forward(self, states: torch.Tensor, mask: torch.Tensor, lang: str | None = None) -> BridgeOutput:
         """states H (batch, n, d_h), mask (batch, n) -> M (batch, k, d_h) and A (batch, k, n)."""
         scores = self.w2(torch.relu(self.w1(states)))                # (batch, n, k)
         scores = scores.masked_fill(~mask.unsqueeze(-1), float("-inf"))
@@ -64,6 +64,6 @@ class NoBridge(Bridge):
     def from_config(cls, cfg: NoBridgeConfig, *, input_dim: int, **_: object) -> "NoBridge":
         return cls(input_dim)
 
-    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> BridgeOutput:
+    def forward(self, states: torch.Tensor, mask: torch.Tensor, lang: str | None = None) -> BridgeOutput:
         zero = torch.zeros(states.size(0), dtype=torch.float32, device=states.device)
         return BridgeOutput(states, mask, None, zero)

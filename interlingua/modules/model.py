@@ -52,16 +52,34 @@ class TranslationModel(nn.Module):
             k: ENCODERS.build(cfg.encoder, vocab_size=size(k), embed_dim=cfg.embed_dim, dropout=cfg.dropout)
             for k in enc_keys})
         d_h = self.encoders[enc_keys[0]].output_dim
-        self.bridge = BRIDGES.build(cfg.bridge, input_dim=d_h)
+        self.bridge = BRIDGES.build(cfg.bridge, input_dim=d_h, languages=self.encoder_langs)
         self.decoders = nn.ModuleDict({
             k: DECODERS.build(cfg.decoder, vocab_size=size(k), embed_dim=cfg.embed_dim,
                               memory_dim=self.bridge.output_dim, dropout=cfg.dropout)
             for k in dec_keys})
         if cfg.param_init:
             self.reset_uniform(cfg.param_init)
+        self.translation_frozen = False
+        """True once `freeze_translation` has run: only the bridge trains."""
         self.output_rows: dict[str, OutputRows] = {}
         """Target language -> the ids it may produce; empty (no restriction) unless a language was
         added to the trained shared model (`restrict_outputs`, `interlingua.modules.outputs`)."""
+
+    def freeze_translation(self) -> None:
+        """Keep every encoder and decoder parameter as it is, to train the bridge alone on top of a
+        trained translation model (paper 003's NTDV layers): no gradients for them, and their modules
+        stay in eval mode (no dropout) whatever `train()` is asked."""
+        for part in (self.encoders, self.decoders):
+            part.requires_grad_(False)
+        self.translation_frozen = True
+        self.train(self.training)
+
+    def train(self, mode: bool = True) -> "TranslationModel":
+        super().train(mode)
+        if self.translation_frozen:
+            self.encoders.eval()
+            self.decoders.eval()
+        return self
 
     def restrict_outputs(self, ranges: dict[str, list[tuple[int, int]]]) -> None:
         """Let each target language produce only its vocabulary's ids ([start, end) ranges, e.g.
@@ -105,7 +123,7 @@ class TranslationModel(nn.Module):
     def run_encoder(self, src: torch.Tensor, lengths: torch.Tensor, src_lang: str) -> BridgeOutput:
         """The source language's encoder, then the bridge: ids (batch, n) -> `BridgeOutput`."""
         states, mask = self.encoder_for(src_lang)(src, lengths)
-        return self.bridge(states, mask)
+        return self.bridge(states, mask, src_lang)
 
     def start_decoding(self, bridged: BridgeOutput, tgt_lang: str) -> tuple[Decoder, Any]:
         """The target language's decoder and its start state for `bridged` (what the search takes); where

@@ -65,4 +65,4 @@ def _load_builtin_kinds() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from interlingua.modules import bridges, decoders, encoders, transformer  # noqa: F401  (their classes register)
+        from interlingua.modules import bridges, decoders, encoders, ntdv, transformer  # noqa: F401  (their classes register)

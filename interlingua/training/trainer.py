@@ -82,6 +82,9 @@ class Trainer:
         # precision `auto` is settled below by timing this model (a placeholder until then)
         self.runtime = Runtime.create(tc.device, "fp32" if tc.precision == "auto" else tc.precision,
                                       tc.threads, tc.seed).apply()
+        if tc.trainable == "bridge" and init is None and not resume:
+            raise ConfigError("train.trainable: bridge trains new shared layers on top of a trained translation "
+                              "model: give that model with --init CHECKPOINT")
         # Read the checkpoint before the (possibly long) data preparation: a bad one fails at once.
         resume_from = self._read_resume_checkpoint() if resume else None
         init_from = self._read_init_checkpoint(init) if init is not None and resume_from is None else None
@@ -97,14 +100,20 @@ class Trainer:
                                       self.encoder_langs, self.decoder_langs)
         if init_from is not None and resume_from is None:
             self._load_init_weights(init_from, Path(init))
+        if tc.trainable == "bridge":
+            self.model.freeze_translation()
         restrict_to_vocabs(self.model, self.data.vocabs)
         self.model.to(self.runtime.device)
-        self.optimizer = (torch.optim.SGD(self.model.parameters(), lr=tc.lr) if tc.optimizer == "sgd"
-                          else torch.optim.Adam(self.model.parameters(), lr=tc.lr, fused=True))
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = (torch.optim.SGD(trained, lr=tc.lr) if tc.optimizer == "sgd"
+                          else torch.optim.Adam(trained, lr=tc.lr, fused=True))
         self.lr_factor = lr_factor(tc.lr_schedule, tc.warmup_steps)
         self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
         self.scheduler = DirectionScheduler(self.directions, tc.seed)
         self.batches = {d: self._direction_batches(d) for d in self.directions}
+        self.max_steps = tc.max_steps if tc.epochs is None else tc.epochs * sum(len(b) for b in self.batches.values())
+        """The step to stop at: `train.max_steps`, or `train.epochs` passes over every direction (the
+        rotation gives each direction one batch per cycle, so directions of equal size end together)."""
         if tc.precision == "auto":
             self.runtime = self.runtime.with_precision(self._auto_precision())
         self.precision = self.runtime.precision
@@ -159,6 +168,7 @@ class Trainer:
         history = self.history if history is None else history
         return {
             "step": self.step,
+            "max_steps": self.max_steps,
             "elapsed": self.elapsed,
             "best_bleu": self.best_bleu if best_bleu is None else best_bleu,
             "optimizer": self.optimizer.state_dict(),
@@ -191,10 +201,13 @@ class Trainer:
         return payload
 
     def _read_init_checkpoint(self, init: str | Path) -> dict[str, Any]:
-        """The checkpoint to fine-tune from; its model section must be the config's."""
+        """The checkpoint to fine-tune from; its model section must be the config's (but for the
+        bridge, where only a new bridge is trained on top of it)."""
         payload = read_checkpoint(init)
         stored = stored_config(payload, init).model_dump(mode="json")["model"]
         wanted = self.cfg.model_dump(mode="json")["model"]
+        if self.cfg.train.trainable == "bridge":
+            stored.pop("bridge"), wanted.pop("bridge")
         if stored != wanted:
             diff = next(k for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k))
             raise ConfigError(f"cannot start from {init}: the config's model section differs from the checkpoint's "
@@ -202,8 +215,20 @@ class Trainer:
         return payload
 
     def _load_init_weights(self, payload: dict[str, Any], path: Path) -> None:
+        """The checkpoint's weights; with `trainable: bridge` its encoders and decoders only (those of
+        languages this run does not use are left out) and the bridge stays new."""
+        weights = payload["model"]
+        if self.cfg.train.trainable == "bridge":
+            wanted = {k for k in self.model.state_dict() if not k.startswith("bridge.")}
+            missing = sorted(wanted - set(weights))
+            if missing:
+                raise CheckpointError(f"cannot start from {path}: it lacks {len(missing)} weights this run's encoders "
+                                      f"and decoders need (languages or directions it was not trained on?), "
+                                      f"e.g. {missing[0]}")
+            weights = {k: v for k, v in weights.items() if k in wanted}
+            weights.update({k: v for k, v in self.model.state_dict().items() if k.startswith("bridge.")})
         try:
-            self.model.load_state_dict(payload["model"])
+            self.model.load_state_dict(weights)
         except (KeyError, RuntimeError) as err:
             raise CheckpointError(f"cannot start from {path}: its weights do not fit this run's model "
                                   f"(directions or languages?): {_one_line(err)}") from None
@@ -291,10 +316,11 @@ class Trainer:
         if self.step == 0:
             self.metrics.start_fresh()
         self.model.train()
+        trained_params = [p for p in self.model.parameters() if p.requires_grad]
         total_tokens, total_time = 0, 0.0
         # With a wall-clock budget the bar counts seconds of training, otherwise steps.
         by_time = tc.max_minutes is not None
-        bar = tqdm(total=round(tc.max_minutes * 60) if by_time else tc.max_steps,
+        bar = tqdm(total=round(tc.max_minutes * 60) if by_time else self.max_steps,
                    initial=round(self.elapsed) if by_time else self.step,
                    desc="train", unit="s" if by_time else "step", dynamic_ncols=True, mininterval=2)
         old_handlers: dict[int, Any] = {}
@@ -304,7 +330,7 @@ class Trainer:
                     old_handlers[sig] = signal.signal(sig, self._on_signal)
             while True:
                 self._after_step(bar)
-                if self.step >= tc.max_steps or self._budget_spent():
+                if self.step >= self.max_steps or self._budget_spent():
                     break
                 t0 = time.perf_counter()
                 self._step_start = self._step_boundary()
@@ -319,7 +345,7 @@ class Trainer:
                     self.scaler.unscale_(self.optimizer)
                 else:
                     out.loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_norm)
+                torch.nn.utils.clip_grad_norm_(trained_params, tc.clip_norm)
                 ntok = batch.n_src_tokens + batch.n_tgt_tokens
                 w = self._window
                 self._updating = True  # signals wait until the step is committed
