@@ -139,8 +139,25 @@ def cmd_embed(args: argparse.Namespace) -> None:
     import numpy as np
 
     from interlingua.inference.api import load
+    if args.other and not args.documents:
+        raise InterlinguaError("--other goes with --documents (document vectors on both language sides)")
+    if args.other and not args.output:
+        raise InterlinguaError("--other writes several arrays (one per variant) into an .npz file: give it with -o")
+    if args.documents and args.pooling != "mean":
+        raise InterlinguaError("--documents gives one vector per document (--pooling mean)")
     model = load(args.model, args.device)
-    vecs = model.encode(_read_lines(args.input), args.lang, pooling=args.pooling, batch_size=args.batch_size)
+    if args.documents:
+        from interlingua.inference.documents import embed_documents
+        docs = embed_documents(model, _read_lines(args.input), args.lang, unit=args.unit, other=args.other,
+                               batch_size=args.batch_size, progress=True)
+        if args.other:
+            np.savez(args.output, **docs.vectors)
+            log.info("wrote %s to %s", ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in docs.vectors.items()),
+                     args.output)
+            return
+        vecs = docs.vectors[args.lang]
+    else:
+        vecs = model.encode(_read_lines(args.input), args.lang, pooling=args.pooling, batch_size=args.batch_size)
     if args.output:
         np.save(args.output, vecs)
     else:
@@ -157,6 +174,17 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                                out_dir=args.out, device=args.device)
         print(report.markdown)
         print("\nwritten: " + ", ".join(str(f) for f in report.files))
+        return
+    if args.suite == "cldc":
+        from interlingua.evaluation.cldc import evaluate_cldc, parse_pairs
+        _use_threads(args.threads)
+        out_dir = Path(args.out or Path(args.model).parent / "eval" / "cldc")
+        root = Path(args.data_root)
+        root = root / "webis_cls10" if (root / "webis_cls10").is_dir() else root
+        evaluate_cldc(args.model, root, out_dir, pairs=parse_pairs(args.pairs), domains=args.domains,
+                      max_documents=args.max_documents, device=args.device, translator_path=args.translator)
+        print((out_dir / "cldc.md").read_text())
+        print(f"written: {out_dir / 'cldc.md'}, {out_dir / 'cldc.json'}, {out_dir / 'cldc.png'}")
         return
     from interlingua.evaluation.vectors import evaluate_sentence_vectors
     out_dir = Path(args.out or Path(args.model).parent / "eval")
@@ -307,13 +335,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--lang", required=True)
     e.add_argument("--pooling", choices=["mean", "heads"], default="mean")
     e.add_argument("--batch-size", type=positive_int, default=64)
-    e.add_argument("-i", "--input", default=None, help="one sentence a line; an empty line gets a vector of zeros")
-    e.add_argument("-o", "--output", default=None, help=".npy file (default: stdout)")
+    e.add_argument("-i", "--input", default=None,
+                   help="one sentence a line (with --documents: one document a line); an empty line gets a vector of zeros")
+    e.add_argument("-o", "--output", default=None, help=".npy file (default: stdout); .npz with --other")
+    e.add_argument("--documents", action="store_true",
+                   help="document vectors (paper 003): the whole line as one sequence (--unit document, DV, at most "
+                        "2,000 subwords) or the mean of its sentences (--unit sentences, SV, at most 500 subwords each)")
+    e.add_argument("--unit", choices=["document", "sentences"], default="document")
+    e.add_argument("--other", default=None, metavar="LANG",
+                   help="with --documents: also the vectors of the documents translated into LANG (greedy, sentence by "
+                        "sentence) and both sides concatenated (a:b) and summed (a+b), into an .npz (-o)")
     _add_device(e)
     e.set_defaults(func=cmd_embed)
 
     v = sub.add_parser("evaluate", help="BLEU/chrF matrix, or a sentence-vector suite")
-    v.add_argument("suite", choices=["bleu", "downstream", "similarity", "nli", "probing", "crosslingual", "retrieval", "all"])
+    v.add_argument("suite", choices=["bleu", "downstream", "similarity", "nli", "probing", "crosslingual", "retrieval", "all",
+                                     "cldc"])
     v.add_argument("--model", required=True)
     v.add_argument("--split", default="test_2016_flickr")
     v.add_argument("--corpus", default=None, help="corpus YAML (default: the one the model was trained on)")
@@ -322,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--batch-size", type=positive_int, default=64)
     v.add_argument("--max-sentences", type=positive_int, default=None)
     v.add_argument("--threads", type=positive_int, default=None)
-    v.add_argument("--data-root", default=str(Path("..") / "shared" / "data"), help="folder with senteval_downstream/, xnli/, multi30k/")
+    v.add_argument("--data-root", default=str(Path("..") / "shared" / "data"), help="folder with senteval_downstream/, xnli/, multi30k/, webis_cls10/ (cldc: or the Webis-CLS-10 folder itself)")
     v.add_argument("--probing-dir", default=None, metavar="DIR",
                    help="official SentEval probing files (default: <data-root>/senteval_probing)")
     v.add_argument("--jobs", type=positive_int, default=None, metavar="N",
@@ -330,6 +367,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--quick", action="store_true", help="subsample data sets (smoke runs)")
     v.add_argument("--no-references", action="store_true", help="skip the bag-of-words and untrained reference points")
     v.add_argument("--out", default=None, help="output folder (default: <model folder>/eval)")
+    v.add_argument("--pairs", nargs="+", default=["en-de", "en-fr"], metavar="A-B",
+                   help="cldc: language pairs, each classified both ways (default: en-de en-fr)")
+    v.add_argument("--domains", nargs="+", default=None, choices=["books", "dvd", "music"],
+                   help="cldc: Webis-CLS-10 domains (default: all three)")
+    v.add_argument("--translator", default=None, metavar="CKPT",
+                   help="cldc: the model that translates (other-side vectors, translate-test); default: --model. "
+                        "For an NTDV model, its frozen base model, as paper 003 does")
+    v.add_argument("--max-documents", type=positive_int, default=None, metavar="N",
+                   help="cldc: at most N training and N test documents per language and domain (quick runs)")
     _add_device(v)
     v.set_defaults(func=cmd_evaluate)
 

@@ -30,7 +30,7 @@ NUMERIC = [
     ("translate", "--threads", positive_int),
     ("embed", "--batch-size", positive_int),
     ("evaluate", "--beam", positive_int), ("evaluate", "--batch-size", positive_int),
-    ("evaluate", "--max-sentences", positive_int), ("evaluate", "--threads", positive_int),
+    ("evaluate", "--max-sentences", positive_int), ("evaluate", "--max-documents", positive_int), ("evaluate", "--threads", positive_int),
     ("evaluate", "--jobs", positive_int),
     ("analyze", "--beam", positive_int), ("analyze", "--max-sentences", positive_int),
     ("experiment", "--beam", positive_int), ("experiment", "--max-test-sentences", positive_int),

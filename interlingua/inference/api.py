@@ -179,9 +179,16 @@ class Model:
             raise InterlinguaError(f"pooling='heads' needs an attention-bridge model; this one has bridge: {bridge.kind}")
         self.model.encoder_for(lang)
         seqs = tokenize_inputs(texts, self.vocabs[lang], self.pre, empty_output="their vectors are zeros")
+        return self.encode_ids(seqs, lang, batch_size, pooling)
+
+    @torch.inference_mode()
+    def encode_ids(self, seqs: Sequence[np.ndarray], lang: str, batch_size: int = 64, pooling: str = "mean") -> np.ndarray:
+        """`encode` for texts already turned into subword ids (no language tag; any length the
+        encoder takes): documents, sentences cut at another length. Empty sequences get zeros."""
+        bridge = self.model.bridge
         shape = (len(seqs), bridge.heads, self.dim) if pooling == "heads" else (len(seqs), self.dim)
         out = np.zeros(shape, dtype=np.float32)
-        for idx, _, bridged in self._bridged(seqs, lang, batch_size):
+        for idx, _, bridged in self._bridged(list(seqs), lang, batch_size):
             vecs = bridge.head_vectors(bridged) if pooling == "heads" else bridge.pooled(bridged)
             out[idx] = vecs.cpu().numpy()
         return out

@@ -43,6 +43,9 @@ class Encoder(Kind):
 
     output_dim: int
     """d_h, the size of each state of H."""
+    max_length: int | None = None
+    """The longest input the kind reads (a learned position table's size, language tag included);
+    None: any length."""
 
     @abstractmethod
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -264,6 +264,7 @@ class TransformerEncoder(Encoder):
             for i in range(cfg.layers))
         self.final_norm = nn.LayerNorm(dim) if cfg.norm == "pre" else None
         self.output_dim = dim
+        self.max_length = cfg.max_positions if cfg.positions == "learned" else None
 
     @classmethod
     def from_config(cls, cfg: TransformerEncoderConfig, *, vocab_size: int, embed_dim: int, dropout: float,

@@ -1,0 +1,118 @@
+"""Webis-CLS-10 (Prettenhofer & Stein 2010): Amazon reviews in en/de/fr for the domains books, dvd
+and music, labelled positive (rating > 3) or negative (rating < 3).
+
+Layout read: `<root>/<lang>/<domain>/{train,test,unlabeled}.review[.gz]`, the release's XML files
+(`cls-acl10-unprocessed`). A document is the review's summary and text joined by a space. Where
+`test.review` is missing (a copy with the training part only), a seeded, label-stratified part of
+`train.review` is held out as the test split, and the split says so (`held_out`).
+"""
+from __future__ import annotations
+
+import gzip
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from interlingua.errors import DataError
+
+LANGUAGES = ("en", "de", "fr")
+DOMAINS = ("books", "dvd", "music")
+LABELS = ("negative", "positive")
+
+
+@dataclass
+class LabelledDocuments:
+    texts: list[str]
+    labels: np.ndarray
+    """(n,) int: 1 positive, 0 negative."""
+
+    def __post_init__(self) -> None:
+        if len(self.texts) != len(self.labels):
+            raise DataError(f"{len(self.texts)} documents but {len(self.labels)} labels")
+
+    def subset(self, index: np.ndarray) -> "LabelledDocuments":
+        return LabelledDocuments([self.texts[i] for i in index], self.labels[index])
+
+
+@dataclass
+class DomainData:
+    lang: str
+    domain: str
+    train: LabelledDocuments
+    test: LabelledDocuments
+    held_out: bool
+    """True where `test` was held out of train.review (no test.review in the folder)."""
+
+
+def _review_file(folder: Path, part: str) -> Path | None:
+    for name in (f"{part}.review", f"{part}.review.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def read_reviews(path: Path) -> LabelledDocuments:
+    """The labelled reviews of one .review(.gz) file, in file order."""
+    try:
+        raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+        root = ET.fromstring(raw)
+    except (OSError, EOFError) as err:
+        raise DataError(f"cannot read {path}: {err}") from None
+    except ET.ParseError as err:
+        raise DataError(f"{path} is not a Webis-CLS-10 review file (XML): {err}") from None
+    texts, labels = [], []
+    for n, item in enumerate(root.iter("item"), start=1):
+        rating_text = (item.findtext("rating") or "").strip()
+        try:
+            rating = float(rating_text)
+        except ValueError:
+            raise DataError(f"{path}: review {n} has no numeric <rating> ({rating_text!r})") from None
+        if rating == 3:
+            raise DataError(f"{path}: review {n} is rated 3, neither positive nor negative")
+        summary, text = (item.findtext("summary") or "").strip(), (item.findtext("text") or "").strip()
+        texts.append(f"{summary} {text}".strip())
+        labels.append(int(rating > 3))
+    if not texts:
+        raise DataError(f"{path} holds no <item> reviews")
+    return LabelledDocuments(texts, np.asarray(labels, dtype=np.int64))
+
+
+def held_out_split(docs: LabelledDocuments, test_share: float, seed: int) -> tuple[LabelledDocuments, LabelledDocuments]:
+    """(train, test): `test_share` of each label's documents, drawn with `seed`, become the test part."""
+    rng = np.random.default_rng(seed)
+    test_idx: list[int] = []
+    for label in np.unique(docs.labels):
+        members = np.flatnonzero(docs.labels == label)
+        test_idx.extend(rng.permutation(members)[: round(len(members) * test_share)])
+    test = np.sort(np.asarray(test_idx, dtype=np.int64))
+    train = np.setdiff1d(np.arange(len(docs.texts)), test)
+    return docs.subset(train), docs.subset(test)
+
+
+def load_domain(root: Path, lang: str, domain: str, test_share: float = 0.5, seed: int = 0) -> DomainData:
+    """One language and domain: the release's train/test split, or train.review split in two."""
+    folder = Path(root) / lang / domain
+    train_file = _review_file(folder, "train")
+    if train_file is None:
+        raise DataError(f"no Webis-CLS-10 training reviews for {lang}/{domain}: {folder}/train.review[.gz] is missing")
+    train = read_reviews(train_file)
+    test_file = _review_file(folder, "test")
+    if test_file is not None:
+        return DomainData(lang, domain, train, read_reviews(test_file), held_out=False)
+    train, test = held_out_split(train, test_share, seed)
+    return DomainData(lang, domain, train, test, held_out=True)
+
+
+def unlabeled_reviews(root: Path, lang: str, domain: str) -> list[str] | None:
+    """The domain's unlabelled reviews (summary + text), or None where the folder has none."""
+    path = _review_file(Path(root) / lang / domain, "unlabeled")
+    if path is None:
+        return None
+    raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+    try:
+        items = ET.fromstring(raw).iter("item")
+    except ET.ParseError as err:
+        raise DataError(f"{path} is not a Webis-CLS-10 review file (XML): {err}") from None
+    return [f"{(i.findtext('summary') or '').strip()} {(i.findtext('text') or '').strip()}".strip() for i in items]

@@ -1,0 +1,247 @@
+"""`interlingua evaluate cldc`: cross-lingual document classification (paper 003, Sec. 3.2) on
+Webis-CLS-10 sentiment.
+
+For each language pair (a, b) and domain, a linear SVM (scikit-learn `LinearSVC`, defaults but
+`class_weight="balanced"`, `max_iter=5000`, no scaling) is trained on one language's training
+documents and tested on the other language's test documents, both ways, for every document vector
+variant (DV / SV x a, b, a:b, a+b; `interlingua.inference.documents`). Two references sit beside
+them: translate-test (the test documents translated into the training language by the same model,
+then a TF-IDF SVM trained on the training language) and an in-language TF-IDF SVM (trained and
+tested in the test language: the bound a cross-lingual method aims at). Accuracy is the paper's
+metric; macro-F1 is added. Translations are cached in <out>/translations.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.metrics import accuracy_score, f1_score
+from sklearn.svm import LinearSVC
+from tqdm import tqdm
+
+from interlingua.data.webis import DOMAINS, DomainData, LabelledDocuments, load_domain
+from interlingua.errors import InterlinguaError
+from interlingua.figures import save_figure
+from interlingua.inference.api import Model, load
+from interlingua.inference.documents import Unit, embed_documents, translate_documents, variant_names
+
+log = logging.getLogger(__name__)
+
+UNITS: dict[str, Unit] = {"DV": "document", "SV": "sentences"}
+
+PAPER_TABLE2 = {"DV_en": (92.58, 82.53), "DV_de": (92.16, 79.38), "DV_en:de": (94.39, 82.70), "DV_en+de": (93.52, 82.25),
+                "SV_en": (93.30, 82.55), "SV_de": (91.74, 79.55), "SV_en:de": (94.30, 83.18), "SV_en+de": (93.22, 81.37),
+                "MT_base": (68.1, 67.4)}
+"""Paper 003 Table 2, accuracy (%) en->de and de->en on RCV1/RCV2 topics (4 classes), NTDV models
+trained on Europarl: context for our numbers, not a like-for-like target."""
+
+
+@dataclass
+class Score:
+    accuracy: float
+    macro_f1: float
+
+
+@dataclass
+class CLDCResult:
+    model: str
+    translator: str
+    pairs: list[tuple[str, str]]
+    domains: list[str]
+    scores: dict[str, dict[str, dict[str, Score]]] = field(default_factory=dict)
+    """row (DV_en, ..., translate-test, in-language) -> column ("books en->de") -> score."""
+    held_out: bool = False
+    documents: dict[str, int] = field(default_factory=dict)
+    """train / test documents per language and domain."""
+    speed: dict[str, float] = field(default_factory=dict)
+    """documents per second: DV / SV vectors (forward passes only) and full translation."""
+
+
+def linear_svm() -> LinearSVC:
+    """The paper's classifier: scikit-learn's linear SVM, defaults but these two settings."""
+    return LinearSVC(class_weight="balanced", max_iter=5000)
+
+
+def svm_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray) -> Score:
+    pred = linear_svm().fit(x_train, y_train).predict(x_test)
+    return Score(100 * accuracy_score(y_test, pred), 100 * f1_score(y_test, pred, average="macro"))
+
+
+def tfidf_score(train_texts: list[str], y_train: np.ndarray, test_texts: list[str], y_test: np.ndarray) -> Score:
+    """TF-IDF (word uni- and bigrams, sublinear tf) + the same SVM."""
+    vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+    return svm_score(vec.fit_transform(train_texts), y_train, vec.transform(test_texts), y_test)
+
+
+def _cap(docs: LabelledDocuments, n: int | None, seed: int) -> LabelledDocuments:
+    """At most `n` documents, drawn at random (the files are ordered by label)."""
+    if n is None or n >= len(docs.texts):
+        return docs
+    return docs.subset(np.sort(np.random.default_rng(seed).permutation(len(docs.texts))[:n]))
+
+
+class _Translations:
+    """Document translations cached on disk: they cost more than everything else here."""
+
+    def __init__(self, model: Model, folder: Path, key: str):
+        self.model, self.folder, self.key = model, folder, key
+        self.seconds, self.documents = 0.0, 0
+
+    def get(self, docs: list[str], src: str, tgt: str, name: str) -> list[list[str]]:
+        path = self.folder / f"{name}.{src}-{tgt}.json"
+        digest = hashlib.sha256("\0".join(docs).encode("utf-8")).hexdigest()
+        if path.is_file():
+            cached = json.loads(path.read_text(encoding="utf-8"))
+            if cached.get("key") == self.key and cached.get("documents") == digest:
+                return cached["sentences"]
+        start = time.perf_counter()
+        out = translate_documents(self.model, docs, src, tgt, progress=True)
+        self.seconds += time.perf_counter() - start
+        self.documents += len(docs)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"key": self.key, "documents": digest, "sentences": out}, ensure_ascii=False),
+                        encoding="utf-8")
+        return out
+
+
+def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | Path,
+                  pairs: list[tuple[str, str]] | None = None, domains: list[str] | None = None,
+                  max_documents: int | None = None, batch_size: int = 16, device: str = "auto",
+                  seed: int = 0, translator_path: str | Path | None = None) -> CLDCResult:
+    """Every vector variant and both references, for each pair and domain; writes cldc.md/.json/.png.
+
+    `translator_path`: the model that translates (the other-side vectors, translate-test), by default
+    the embedding model itself. Paper 003 translates with the plain translation models, not through
+    the NTDV layers: give the frozen base model here. Translations are cached beside it
+    (<its folder>/eval/cldc_translations), so every model evaluated with one translator shares them."""
+    model = load(model_path, device)
+    translator_path = Path(translator_path or model_path)
+    translator = model if translator_path == Path(model_path) else load(translator_path, device)
+    pairs = pairs or [("en", "de"), ("en", "fr")]
+    domains = domains or list(DOMAINS)
+    for a, b in pairs:
+        for lang in (a, b):
+            model.model.encoder_for(lang)
+            translator.model.encoder_for(lang)
+            translator.model.decoder_for(lang)
+    out = Path(out_dir)
+    key = f"{translator_path.resolve()}:{translator_path.stat().st_mtime}:{seed}:{max_documents}"
+    translations = _Translations(translator, translator_path.parent / "eval" / "cldc_translations", key)
+    result = CLDCResult(str(model_path), str(translator_path), [tuple(p) for p in pairs], list(domains))
+    encode_seconds: dict[str, float] = {"DV": 0.0, "SV": 0.0}
+    encoded_docs = 0
+    steps = [(p, d) for p in pairs for d in domains]
+    for (a, b), domain in tqdm(steps, desc="cldc", unit="pair-domain"):
+        data: dict[str, DomainData] = {}
+        for lang in (a, b):
+            d = load_domain(Path(data_root), lang, domain, seed=seed)
+            d.train, d.test = _cap(d.train, max_documents, seed), _cap(d.test, max_documents, seed + 1)
+            data[lang] = d
+            result.held_out |= d.held_out
+            result.documents[f"{lang}/{domain}"] = len(d.train.texts) + len(d.test.texts)
+        vectors: dict[tuple[str, str, str], dict[str, np.ndarray]] = {}
+        for lang, other in ((a, b), (b, a)):
+            for split in ("train", "test"):
+                docs = getattr(data[lang], split).texts
+                translated = translations.get(docs, lang, other, f"{domain}.{split}")
+                for unit_name, unit in UNITS.items():
+                    dv = embed_documents(model, docs, lang, unit=unit, other=other, translations=translated,
+                                         batch_size=batch_size)
+                    encode_seconds[unit_name] += dv.seconds["encode"]
+                    vectors[(lang, split, unit_name)] = dv.vectors
+                encoded_docs += len(docs)
+        for src, tgt in ((a, b), (b, a)):
+            column = f"{domain} {src}->{tgt}"
+            y_train, y_test = data[src].train.labels, data[tgt].test.labels
+            for unit_name in UNITS:
+                for variant in variant_names(a, b):
+                    row = f"{unit_name}_{variant}"
+                    result.scores.setdefault(row, {})[column] = svm_score(
+                        vectors[(src, "train", unit_name)][variant], y_train,
+                        vectors[(tgt, "test", unit_name)][variant], y_test)
+            test_in_src = [" ".join(s) for s in translations.get(data[tgt].test.texts, tgt, src, f"{domain}.test")]
+            result.scores.setdefault("translate-test (TF-IDF)", {})[column] = tfidf_score(
+                data[src].train.texts, y_train, test_in_src, y_test)
+            result.scores.setdefault("in-language (TF-IDF)", {})[column] = tfidf_score(
+                data[tgt].train.texts, data[tgt].train.labels, data[tgt].test.texts, y_test)
+    # encoding is timed on both sides (own text + translation): per document, each side counts once
+    result.speed = {f"{u} vectors (docs/s)": 2 * encoded_docs / s for u, s in encode_seconds.items() if s > 0}
+    if translations.seconds > 0:
+        result.speed["translation (docs/s)"] = translations.documents / translations.seconds
+    write_report(result, out)
+    return result
+
+
+def markdown(result: CLDCResult) -> str:
+    """One table per pair: rows the vector variants and references, columns domain x direction."""
+    lines = [f"# Cross-lingual document classification (Webis-CLS-10): {result.model}", "",
+             "Accuracy % (macro-F1 %): a linear SVM trained on one language's documents, tested on the other's. "
+             f"Translations (the other-side vectors, translate-test) by {result.translator}, greedy, sentence by sentence."]
+    if result.held_out:
+        lines.append("The test documents are a held-out half of each train.review (no test.review in the data folder).")
+    for a, b in result.pairs:
+        cols = [f"{d} {s}->{t}" for d in result.domains for s, t in ((a, b), (b, a))]
+        lines += ["", f"## {a}-{b}", "", "| | " + " | ".join(cols) + " | mean |", "|---" * (len(cols) + 2) + "|"]
+        for row, by_col in result.scores.items():
+            cells = [by_col.get(c) for c in cols]
+            if not any(cells) or (row.startswith(("DV_", "SV_")) and not _row_of_pair(row, a, b)):
+                continue
+            shown = [f"{s.accuracy:.1f} ({s.macro_f1:.1f})" if s else "" for s in cells]
+            mean = np.mean([s.accuracy for s in cells if s])
+            lines.append(f"| {row} | " + " | ".join(shown) + f" | {mean:.1f} |")
+    if result.speed:
+        lines += ["", "Speed on this machine: " + ", ".join(f"{k} {v:.1f}" for k, v in result.speed.items())]
+    lines += ["", "Paper 003 Table 2 for reference (accuracy %, en->de / de->en, RCV1/RCV2 topic classification, "
+              "models trained on Europarl: another task and scale): "
+              + "; ".join(f"{k} {v[0]:.1f} / {v[1]:.1f}" for k, v in PAPER_TABLE2.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _row_of_pair(row: str, a: str, b: str) -> bool:
+    return row.split("_", 1)[1] in variant_names(a, b)
+
+
+def write_report(result: CLDCResult, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / "cldc.md", out / "cldc.json"
+    md.write_text(markdown(result), encoding="utf-8")
+    js.write_text(json.dumps(asdict(result), indent=1), encoding="utf-8")
+    return [md, js, plot_accuracy(result, out / "cldc.png")]
+
+
+def plot_accuracy(result: CLDCResult, out_png: Path) -> Path:
+    """Mean accuracy over the domains per row, one bar per direction."""
+    import matplotlib.pyplot as plt
+    directions = [(s, t) for a, b in result.pairs for s, t in ((a, b), (b, a))]
+    rows = list(result.scores)
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(rows) * len(directions) / 2), 4))
+    width = 0.8 / len(directions)
+    for k, (s, t) in enumerate(directions):
+        means = []
+        for row in rows:
+            vals = [v.accuracy for c, v in result.scores[row].items() if c.endswith(f" {s}->{t}")]
+            means.append(np.mean(vals) if vals else np.nan)
+        ax.bar(np.arange(len(rows)) + k * width, means, width, label=f"{s}->{t}")
+    ax.set_xticks(np.arange(len(rows)) + width * (len(directions) - 1) / 2, rows, rotation=60, ha="right", fontsize=8)
+    ax.axhline(50, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("accuracy % (mean over domains)")
+    ax.set_title("cross-lingual document classification (Webis-CLS-10)")
+    ax.legend(fontsize=8)
+    return save_figure(fig, out_png)
+
+
+def parse_pairs(values: list[str]) -> list[tuple[str, str]]:
+    """'en-de' -> ('en', 'de')."""
+    pairs = []
+    for v in values:
+        parts = v.split("-")
+        if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+            raise InterlinguaError(f"--pairs takes two different languages joined by '-', e.g. en-de (got {v!r})")
+        pairs.append((parts[0], parts[1]))
+    return pairs
