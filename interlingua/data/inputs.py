@@ -31,11 +31,16 @@ def tokenize_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfi
     return [np.asarray(x[:pre.max_len], dtype=np.int64) for x in ids]
 
 
-def length_sorted_batches(seqs: list[np.ndarray], batch_size: int, prefix: int | None = None
-                          ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
-    """Yield (original indices, padded ids, lengths) over the non-empty sequences, longest first."""
+def length_sorted_batches(seqs: list[np.ndarray], batch_size: int, prefix: int | None = None,
+                          max_tokens: int | None = None) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Yield (original indices, padded ids, lengths) over the non-empty sequences, longest first:
+    `batch_size` sequences a batch, fewer where `max_tokens` caps the padded batch (rows x longest
+    row), so that a few very long inputs (documents) do not make one huge batch."""
     order = sorted((i for i, s in enumerate(seqs) if len(s)), key=lambda i: -len(seqs[i]))
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+    start = 0
+    while start < len(order):
+        size = batch_size if max_tokens is None else max(1, min(batch_size, max_tokens // len(seqs[order[start]])))
+        idx = order[start:start + size]
+        start += size
         src, lengths = pad_sources([seqs[i] for i in idx], prefix)
         yield idx, src, lengths

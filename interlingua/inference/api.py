@@ -182,13 +182,15 @@ class Model:
         return self.encode_ids(seqs, lang, batch_size, pooling)
 
     @torch.inference_mode()
-    def encode_ids(self, seqs: Sequence[np.ndarray], lang: str, batch_size: int = 64, pooling: str = "mean") -> np.ndarray:
+    def encode_ids(self, seqs: Sequence[np.ndarray], lang: str, batch_size: int = 64, pooling: str = "mean",
+                   max_tokens: int | None = None) -> np.ndarray:
         """`encode` for texts already turned into subword ids (no language tag; any length the
-        encoder takes): documents, sentences cut at another length. Empty sequences get zeros."""
+        encoder takes): documents, sentences cut at another length. Empty sequences get zeros.
+        `max_tokens` caps a batch's padded size (long documents go in smaller batches)."""
         bridge = self.model.bridge
         shape = (len(seqs), bridge.heads, self.dim) if pooling == "heads" else (len(seqs), self.dim)
         out = np.zeros(shape, dtype=np.float32)
-        for idx, _, bridged in self._bridged(list(seqs), lang, batch_size):
+        for idx, _, bridged in self._bridged(list(seqs), lang, batch_size, max_tokens):
             vecs = bridge.head_vectors(bridged) if pooling == "heads" else bridge.pooled(bridged)
             out[idx] = vecs.cpu().numpy()
         return out
@@ -266,11 +268,11 @@ class Model:
                 out[i] = att[row, :, : int(lengths[row])]
         return out
 
-    def _bridged(self, seqs: list[np.ndarray], lang: str, batch_size: int
+    def _bridged(self, seqs: list[np.ndarray], lang: str, batch_size: int, max_tokens: int | None = None
                  ) -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
         """(indices, lengths, encoder + bridge output) per length-sorted batch of the non-empty
         sequences, each source prefixed as a `lang` -> `lang` translation's would be."""
         prefix = source_prefix(self.vocabs[lang], lang, self.model.cfg.shared, self.model.cfg.tag_position)
         device = self.device
-        for idx, ids, lengths in length_sorted_batches(seqs, batch_size, prefix):
+        for idx, ids, lengths in length_sorted_batches(seqs, batch_size, prefix, max_tokens):
             yield idx, lengths, self.model.run_encoder(ids.to(device), lengths.to(device), lang)

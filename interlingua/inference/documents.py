@@ -29,6 +29,8 @@ from interlingua.inference.api import Model
 log = logging.getLogger(__name__)
 
 Unit = Literal["document", "sentences"]
+BATCH_TOKENS = 4096
+"""Padded subwords per batch at most: long documents go a few at a time (attention grows with n^2)."""
 
 
 @dataclass
@@ -106,11 +108,12 @@ def _vectors(model: Model, docs: Sequence[str] | Sequence[Sequence[str]], lang: 
     readable = model.model.encoder_for(lang).max_length  # a learned position table ends somewhere
     limit = (lambda n: n) if readable is None else (lambda n: min(n, readable - 1))
     if unit == "document":
-        return model.encode_ids(tokenize_documents(docs, vocab, pre, limit(DOCUMENT_TOKENS)), lang, batch_size)  # type: ignore[arg-type]
+        seqs = tokenize_documents(docs, vocab, pre, limit(DOCUMENT_TOKENS))  # type: ignore[arg-type]
+        return model.encode_ids(seqs, lang, batch_size, max_tokens=BATCH_TOKENS)
     owner = [i for i, sents in enumerate(docs) for _ in sents]
     flat = [s for sents in docs for s in sents]
     seqs = tokenize_documents(flat, vocab, pre, limit(SENTENCE_TOKENS), owners=owner)
-    per_sentence = model.encode_ids(seqs, lang, max(batch_size, 64))
+    per_sentence = model.encode_ids(seqs, lang, max(batch_size, 64), max_tokens=BATCH_TOKENS)
     out = np.zeros((len(docs), model.dim), dtype=np.float32)
     counts = np.zeros(len(docs))
     for row, (i, ids) in enumerate(zip(owner, seqs)):
