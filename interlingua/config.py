@@ -266,6 +266,10 @@ class TrainConfig(_Strict):
     epochs: int | None = Field(None, ge=1)
     """Train for this many passes over each direction's pairs (the steps are epochs x the batches of
     one pass, summed over the directions), in place of `max_steps`. None: `max_steps`."""
+    both_directions: bool = False
+    """Each step trains one batch of sentence pairs in both directions of its pair and sums the two
+    losses (paper 003: cost(a->b) + cost(b->a)); every trained direction's reverse must be trained.
+    An epoch is then one pass over each pair. False: one direction a step, in rotation."""
     trainable: Literal["all", "bridge"] = "all"
     """`bridge`: train the bridge only, on top of the frozen translation model given with `train
     --init` (paper 003's NTDV layers): every encoder and decoder parameter keeps its value and its

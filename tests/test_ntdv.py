@@ -34,6 +34,7 @@ def test_sizes_and_the_vector_is_the_sum_of_the_head_outputs(bridge):
     assert out.heads.shape == (2, R, D_H) and out.attention.shape == (2, R, 7)
     assert bridge.vector_dim == D_H and bridge.output_dim == D_ENC
     assert torch.allclose(bridge.pooled(out), out.heads.sum(1))
+    assert not out.penalty.any()  # paper 003 puts no penalty on the heads
     assert bridge.head_vectors(out).shape == (2, R, D_H)
 
 
@@ -136,3 +137,26 @@ def test_base_model_must_match_outside_the_bridge(trained_model, multi30k_corpus
     cfg_path.write_text(yaml.safe_dump(cfg))
     assert main(["train", str(cfg_path), "--init", str(trained_model)]) == 2
     assert "model.embed_dim" in capsys.readouterr().err
+
+
+def test_both_directions_sum_the_two_costs_of_the_same_pairs(trained_model, multi30k_corpus, tmp_path):
+    """`train.both_directions`: a step is one batch of pairs in both directions (paper 003's loss), and
+    an epoch is one pass over each pair."""
+    cfg = _ntdv_config(multi30k_corpus, tmp_path / "run", both_directions=True, epochs=2)
+    trainer = Trainer(parse_config(cfg), init=trained_model)
+    assert list(trainer.batches) == [("de", "en")] and trainer.max_steps == 2 * math.ceil(200 / 40)
+    forward, backward = trainer.batches[("de", "en")].next_both_ways(trainer._prefix("en", "de"), trainer._start("de"))
+    assert (forward.src_lang, forward.tgt_lang, backward.src_lang, backward.tgt_lang) == ("de", "en", "en", "de")
+    for row in range(forward.src.size(0)):
+        n = int(forward.src_lengths[row])
+        back_tgt = backward.tgt_out[row][backward.tgt_out[row] > 3]  # the ids past the specials
+        assert torch.equal(forward.src[row, :n][forward.src[row, :n] > 3], back_tgt)
+    trainer.batches[("de", "en")].load_state_dict({"epoch": 0, "position": 0})
+    out, ntok = trainer._step_loss(("de", "en"))
+    one, two = trainer.model(forward), trainer.model(backward)
+    assert torch.allclose(out.loss, one.loss + two.loss) and out.n_tokens == one.n_tokens + two.n_tokens
+    assert ntok == 2 * (forward.n_src_tokens + forward.n_tgt_tokens)
+    assert trainer.train().steps == trainer.max_steps
+    cfg["directions"] = {"mode": "explicit", "pairs": [["en", "de"]]}
+    with pytest.raises(Exception, match="de->en"):
+        Trainer(parse_config(cfg), init=trained_model)

@@ -100,14 +100,26 @@ class DirectionBatches:
     def __len__(self) -> int:
         return len(self._plan)
 
-    def next(self) -> Batch:
+    def _next_indices(self) -> np.ndarray:
         if self.position >= len(self._plan):
             self.epoch, self.position = self.epoch + 1, 0
             self._plan = self._epoch_plan(self.epoch)
         idx = self._plan[self.position]
         self.position += 1
+        return idx
+
+    def next(self) -> Batch:
+        idx = self._next_indices()
         return make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.src_lang, self.tgt_lang, self.src_prefix,
                           self.tgt_start)
+
+    def next_both_ways(self, reverse_prefix: int | None, reverse_start: int) -> tuple[Batch, Batch]:
+        """The next batch, and the same sentence pairs the other way round (target -> source, with
+        that direction's source prefix and decoder start): paper 003's cost(a->b) + cost(b->a)."""
+        idx = self._next_indices()
+        src, tgt = [self.src[i] for i in idx], [self.tgt[i] for i in idx]
+        return (make_batch(src, tgt, self.src_lang, self.tgt_lang, self.src_prefix, self.tgt_start),
+                make_batch(tgt, src, self.tgt_lang, self.src_lang, reverse_prefix, reverse_start))
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

@@ -14,7 +14,8 @@ every token on its own and pools the sequence into one vector. W_q, W_k, W_v are
 matrices per head (a head's size is d_h, not d_h / r). The decoder attends over the r rows of
 K^ (Eq. 10), and forms its start state by its own rule from them (the LSTM decoder: tanh(W mean
 K^)), so nothing reaches the decoder but through the shared layers. The sentence vector is
-NTDV = sum_m p_m (Eq. 11-12), of size d_h; the per-head vectors are the p_m.
+NTDV = sum_m p_m (Eq. 11-12), of size d_h; the per-head vectors are the p_m. The paper puts no
+penalty on the heads: the kind's penalty is zero whatever `train.penalty_weight` says.
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from torch import nn
 from interlingua.config import NTDVBridgeConfig
 from interlingua.errors import LanguageError
 from interlingua.modules.base import Bridge, BridgeOutput
-from interlingua.modules.bridges import orthogonality_penalty
 from interlingua.modules.registry import BRIDGES
 
 __all__ = ["NTDVBridge"]
@@ -80,7 +80,8 @@ class NTDVBridge(Bridge):
         summary, _ = self.gru(heads)                                                 # (batch, r, d_h)
         memory = self.out(summary)
         memory_mask = torch.ones(memory.shape[:2], dtype=torch.bool, device=memory.device)
-        return BridgeOutput(memory, memory_mask, attention, orthogonality_penalty(attention), heads)
+        no_penalty = torch.zeros(batch, dtype=torch.float32, device=states.device)  # the paper has none
+        return BridgeOutput(memory, memory_mask, attention, no_penalty, heads)
 
     def pooled(self, out: BridgeOutput) -> torch.Tensor:
         """NTDV (batch, d_h): the sum of the r self-attentive head outputs (Eq. 11-12), not the GRU's."""

@@ -37,7 +37,7 @@ from interlingua.data.vocab import decoder_start, source_prefix
 from interlingua.errors import CheckpointError, ConfigError, DataError
 from interlingua.modules.checkpoint import (average_checkpoints, build_payload, checkpoint_vocabs, read_checkpoint,
                                             restrict_to_vocabs, save_atomic, stored_config)
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import LossOutput, TranslationModel
 from interlingua.runtime import Runtime, resolve_device_precision
 from interlingua.training.metrics import MetricsLog, add_step, empty_window, train_record
 from interlingua.training.precision_probe import model_bf16_probe, model_workload
@@ -109,8 +109,10 @@ class Trainer:
                           else torch.optim.Adam(trained, lr=tc.lr, fused=True))
         self.lr_factor = lr_factor(tc.lr_schedule, tc.warmup_steps)
         self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
-        self.scheduler = DirectionScheduler(self.directions, tc.seed)
-        self.batches = {d: self._direction_batches(d) for d in self.directions}
+        self.step_directions = self._step_directions()
+        """The directions the scheduler rotates over: all, or with `both_directions` one per pair."""
+        self.scheduler = DirectionScheduler(self.step_directions, tc.seed)
+        self.batches = {d: self._direction_batches(d) for d in self.step_directions}
         self.max_steps = tc.max_steps if tc.epochs is None else tc.epochs * sum(len(b) for b in self.batches.values())
         """The step to stop at: `train.max_steps`, or `train.epochs` passes over every direction (the
         rotation gives each direction one batch per cycle, so directions of equal size end together)."""
@@ -136,10 +138,19 @@ class Trainer:
             raise ConfigError(f"{self.work_dir} already holds a run (last.pt); use --resume to continue it or choose another work_dir")
 
     # -- setup ---------------------------------------------------------------------------
+    def _step_directions(self) -> list[Direction]:
+        if not self.cfg.train.both_directions:
+            return list(self.directions)
+        missing = [f"{t}->{s}" for s, t in self.directions if (t, s) not in self.directions]
+        if missing:
+            raise ConfigError("train.both_directions trains every pair both ways in one step, but these reverse "
+                              f"directions are not trained: {', '.join(missing)}")
+        return [(s, t) for s, t in self.directions if s < t]
+
     def _auto_precision(self) -> str:
         """`precision: auto` here: bf16 only where this model's own steps measure faster in it."""
         tc = self.cfg.train
-        probe = model_bf16_probe(self.model, self.batches[self.directions[0]], self.runtime.device,
+        probe = model_bf16_probe(self.model, next(iter(self.batches.values())), self.runtime.device,
                                  {"penalty_weight": tc.penalty_weight, "label_smoothing": tc.label_smoothing,
                                   "softmax_sample": tc.softmax_sample},
                                  self.runtime.rng_state, self.runtime.set_rng_state)
@@ -335,10 +346,8 @@ class Trainer:
                 t0 = time.perf_counter()
                 self._step_start = self._step_boundary()
                 direction = self.scheduler.next()
-                batch = self.batches[direction].next().to(self.runtime.device)
                 with self.runtime.autocast():
-                    out = self.model(batch, penalty_weight=tc.penalty_weight, label_smoothing=tc.label_smoothing,
-                                     softmax_sample=tc.softmax_sample)
+                    out, ntok = self._step_loss(direction)
                 self.optimizer.zero_grad(set_to_none=True)
                 if self.scaler:  # fp16: scaled loss, gradients unscaled before clipping
                     self.scaler.scale(out.loss).backward()
@@ -346,7 +355,6 @@ class Trainer:
                 else:
                     out.loss.backward()
                 torch.nn.utils.clip_grad_norm_(trained_params, tc.clip_norm)
-                ntok = batch.n_src_tokens + batch.n_tgt_tokens
                 w = self._window
                 self._updating = True  # signals wait until the step is committed
                 if self.scaler:
@@ -379,6 +387,23 @@ class Trainer:
         best = self.work_dir / "best.pt"
         return TrainResult(self.work_dir, self.step, self.best_bleu, best if best.exists() else None,
                            self.work_dir / "last.pt", self.history, total_tokens / max(total_time, 1e-9))
+
+    def _step_loss(self, direction: Direction) -> tuple[LossOutput, int]:
+        """The loss of one step and its source + target tokens: one batch of `direction`, or with
+        `both_directions` that batch and its pairs the other way round, losses summed."""
+        tc = self.cfg.train
+        terms = {"penalty_weight": tc.penalty_weight, "label_smoothing": tc.label_smoothing,
+                 "softmax_sample": tc.softmax_sample}
+        device = self.runtime.device
+        if not tc.both_directions:
+            batch = self.batches[direction].next().to(device)
+            return self.model(batch, **terms), batch.n_src_tokens + batch.n_tgt_tokens
+        s, t = direction
+        forward, backward = self.batches[direction].next_both_ways(self._prefix(t, s), self._start(s))
+        one, two = self.model(forward.to(device), **terms), self.model(backward.to(device), **terms)
+        summed = LossOutput(one.loss + two.loss, one.nll_sum + two.nll_sum, one.n_tokens + two.n_tokens,
+                            (one.penalty + two.penalty) / 2)
+        return summed, 2 * (forward.n_src_tokens + forward.n_tgt_tokens)
 
     def _after_step(self, bar: tqdm) -> None:
         """The log line and validation owed at the current step, unless already done (state-driven,
