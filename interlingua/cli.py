@@ -179,6 +179,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         from interlingua.evaluation.cldc import evaluate_cldc, parse_pairs
         _use_threads(args.threads)
         out_dir = Path(args.out or Path(args.model).parent / "eval" / "cldc")
+        if args.train_docs or args.test_docs:
+            _cldc_files(args, out_dir)
+            return
         root = Path(args.data_root)
         root = root / "webis_cls10" if (root / "webis_cls10").is_dir() else root
         evaluate_cldc(args.model, root, out_dir, pairs=parse_pairs(args.pairs), domains=args.domains,
@@ -196,6 +199,25 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(f"written: {out_dir / (args.suite + '.md')}, {out_dir / (args.suite + '.json')}")
     print(f"wall clock: suite {result.total_elapsed_s:.1f} s, loading model and references "
           f"{result.setup_elapsed_s:.1f} s")
+
+
+def _cldc_files(args: argparse.Namespace, out_dir: Path) -> None:
+    """`evaluate cldc` on the user's own documents and label files."""
+    from interlingua.data.documents import read_labelled_documents
+    from interlingua.data.webis import LabelledDocuments
+    from interlingua.evaluation.cldc import evaluate_cldc_files
+    needed = {"--train-docs": args.train_docs, "--train-labels": args.train_labels, "--train-lang": args.train_lang,
+              "--test-docs": args.test_docs, "--test-labels": args.test_labels, "--test-lang": args.test_lang}
+    missing = [k for k, v in needed.items() if not v]
+    if missing:
+        raise InterlinguaError(f"cldc on your own documents needs {', '.join(missing)} as well")
+    texts, labels, names = read_labelled_documents(Path(args.train_docs), Path(args.train_labels))
+    test_texts, test_labels, _ = read_labelled_documents(Path(args.test_docs), Path(args.test_labels), names)
+    evaluate_cldc_files(args.model, LabelledDocuments(texts, labels), args.train_lang,
+                        LabelledDocuments(test_texts, test_labels), args.test_lang, out_dir, device=args.device,
+                        translator_path=args.translator)
+    print((out_dir / "cldc.md").read_text())
+    print(f"written: {out_dir / 'cldc.md'}, {out_dir / 'cldc.json'}, {out_dir / 'cldc.png'}")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
@@ -374,6 +396,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--translator", default=None, metavar="CKPT",
                    help="cldc: the model that translates (other-side vectors, translate-test); default: --model. "
                         "For an NTDV model, its frozen base model, as paper 003 does")
+    for part in ("train", "test"):
+        v.add_argument(f"--{part}-docs", default=None, metavar="FILE",
+                       help=f"cldc on your own data: {part} documents, one a line (with --{part}-labels, --{part}-lang)")
+        v.add_argument(f"--{part}-labels", default=None, metavar="FILE", help="one label a line, any names")
+        v.add_argument(f"--{part}-lang", default=None, metavar="LANG")
     v.add_argument("--max-documents", type=positive_int, default=None, metavar="N",
                    help="cldc: at most N training and N test documents per language and domain (quick runs)")
     _add_device(v)

@@ -160,3 +160,30 @@ def test_evaluate_cldc_cli(trained_model, webis, tmp_path, capsys):
     assert "translation (docs/s)" not in json.loads((out / "cldc.json").read_text())["speed"]
     assert main([*args[:6], "--pairs", "en-xx", *args[8:]]) == 2
     assert "'xx'" in capsys.readouterr().err
+
+
+def test_cldc_on_your_own_files(trained_model, tmp_path, capsys):
+    rng = random.Random(1)
+    files = {}
+    for part, lang in (("train", "en"), ("test", "de")):
+        good, bad, base = WORDS[lang]
+        labels = [rng.choice(["pos", "neg"]) for _ in range(16)]
+        docs = [f"{base}. {rng.choice(good if y == 'pos' else bad)}!" for y in labels]
+        files[part] = (tmp_path / f"{part}.txt", tmp_path / f"{part}.labels")
+        files[part][0].write_text("\n".join(docs) + "\n", encoding="utf-8")
+        files[part][1].write_text("\n".join(labels) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    args = ["evaluate", "cldc", "--model", str(trained_model), "--train-docs", str(files["train"][0]),
+            "--train-labels", str(files["train"][1]), "--train-lang", "en", "--test-docs", str(files["test"][0]),
+            "--test-labels", str(files["test"][1]), "--test-lang", "de", "--out", str(out), "--device", "cpu"]
+    assert main(args) == 0
+    report = capsys.readouterr().out
+    assert "documents en->de" in report and "translate-test (TF-IDF)" in report and "in-language" not in report
+    files["test"][1].write_text("pos\nneg\n", encoding="utf-8")  # 2 labels for 16 documents
+    assert main(args) == 2
+    assert "16 documents but" in capsys.readouterr().err
+    files["test"][1].write_text("\n".join(["pos"] * 15 + ["maybe"]) + "\n", encoding="utf-8")
+    assert main(args) == 2
+    assert "line 16: label 'maybe'" in capsys.readouterr().err
+    assert main(args[:2] + ["--model", str(trained_model), "--train-docs", str(files["train"][0])]) == 2
+    assert "--train-labels" in capsys.readouterr().err

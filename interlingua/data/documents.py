@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from sentence_splitter import SentenceSplitter, SentenceSplitterException
@@ -12,6 +13,8 @@ from sentence_splitter import SentenceSplitter, SentenceSplitterException
 from interlingua.config import PreprocessConfig
 from interlingua.data.corpus import normalize_line
 from interlingua.data.vocab import Vocab
+from interlingua.errors import DataError
+from interlingua.textio import decode_lines
 
 log = logging.getLogger(__name__)
 
@@ -60,3 +63,33 @@ def tokenize_documents(texts: Sequence[str], vocab: Vocab, pre: PreprocessConfig
     if empty and owners is None:
         log.warning("%s empty: %s", name_items(empty), "its vector is zeros" if len(empty) == 1 else "their vectors are zeros")
     return [np.asarray(x[:max_tokens], dtype=np.int64) for x in ids]
+
+
+def read_labelled_documents(docs_path: Path, labels_path: Path, label_names: Sequence[str] | None = None
+                            ) -> tuple[list[str], np.ndarray, list[str]]:
+    """Documents (one a line) and their labels (one a line, any names): (texts, label ids, label names).
+    Label ids index `label_names`, by default the sorted names found; a count mismatch, an empty label
+    or a label outside `label_names` is an error naming the file and line."""
+    texts, labels = (_lines(docs_path), _lines(labels_path))
+    if len(texts) != len(labels):
+        raise DataError(f"{docs_path} has {len(texts)} documents but {labels_path} has {len(labels)} labels: "
+                        "one label a line, in the documents' order")
+    for n, label in enumerate(labels, start=1):
+        if not label.strip():
+            raise DataError(f"{labels_path}, line {n}: empty label")
+    names = list(label_names) if label_names is not None else sorted({x.strip() for x in labels})
+    index = {name: i for i, name in enumerate(names)}
+    ids = []
+    for n, label in enumerate(labels, start=1):
+        if label.strip() not in index:
+            raise DataError(f"{labels_path}, line {n}: label {label.strip()!r} is not among the training labels "
+                            f"({', '.join(names)})")
+        ids.append(index[label.strip()])
+    return texts, np.asarray(ids, dtype=np.int64), names
+
+
+def _lines(path: Path) -> list[str]:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"file not found: {path}")
+    return decode_lines(path.read_bytes(), str(path))

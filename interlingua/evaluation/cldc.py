@@ -110,32 +110,84 @@ class _Translations:
         return out
 
 
+class _Scorer:
+    """One evaluation's model, translator cache and clocks: document vectors of a set of documents
+    (DV and SV, both sides) and the scores of one train-language -> test-language column."""
+
+    def __init__(self, model: Model, translations: _Translations, result: CLDCResult, batch_size: int):
+        self.model, self.translations, self.result, self.batch_size = model, translations, result, batch_size
+        self.encode_seconds = {name: 0.0 for name in UNITS}
+        self.encoded_docs = 0
+
+    def vectors(self, docs: list[str], lang: str, other: str, name: str) -> dict[str, dict[str, np.ndarray]]:
+        """unit name (DV / SV) -> variant -> (n, d) vectors of `docs`, written in `lang`."""
+        translated = self.translations.get(docs, lang, other, name)
+        out = {}
+        for unit_name, unit in UNITS.items():
+            dv = embed_documents(self.model, docs, lang, unit=unit, other=other, translations=translated,
+                                 batch_size=self.batch_size)
+            self.encode_seconds[unit_name] += dv.seconds["encode"]
+            out[unit_name] = dv.vectors
+        self.encoded_docs += len(docs)
+        return out
+
+    def score(self, column: str, src: str, tgt: str, train: LabelledDocuments, test: LabelledDocuments,
+              train_vectors: dict[str, dict[str, np.ndarray]], test_vectors: dict[str, dict[str, np.ndarray]],
+              test_name: str, in_language: LabelledDocuments | None) -> None:
+        """Every vector variant trained on `train` (in `src`), tested on `test` (in `tgt`); translate-test;
+        the in-language bound where the test language has training documents."""
+        scores = self.result.scores
+        for unit_name in UNITS:
+            for variant in variant_names(src, tgt):
+                scores.setdefault(f"{unit_name}_{variant}", {})[column] = svm_score(
+                    train_vectors[unit_name][variant], train.labels, test_vectors[unit_name][variant], test.labels)
+        test_in_src = [" ".join(s) for s in self.translations.get(test.texts, tgt, src, test_name)]
+        scores.setdefault("translate-test (TF-IDF)", {})[column] = tfidf_score(train.texts, train.labels,
+                                                                               test_in_src, test.labels)
+        if in_language is not None:
+            scores.setdefault("in-language (TF-IDF)", {})[column] = tfidf_score(
+                in_language.texts, in_language.labels, test.texts, test.labels)
+
+    def finish(self, out: Path) -> CLDCResult:
+        # encoding is timed on both sides (own text + translation): per document, each side counts once
+        speed = {f"{u} vectors (docs/s)": 2 * self.encoded_docs / s for u, s in self.encode_seconds.items() if s > 0}
+        if self.translations.seconds > 0:
+            speed["translation (docs/s)"] = self.translations.documents / self.translations.seconds
+        self.result.speed = speed
+        write_report(self.result, out)
+        return self.result
+
+
+def _setup(model_path: str | Path, translator_path: str | Path | None, languages: set[str], device: str,
+           cache_key: str) -> tuple[Model, _Translations, Path]:
+    model = load(model_path, device)
+    translator_path = Path(translator_path or model_path)
+    translator = model if translator_path == Path(model_path) else load(translator_path, device)
+    for lang in sorted(languages):
+        model.model.encoder_for(lang)
+        translator.model.encoder_for(lang)
+        translator.model.decoder_for(lang)
+    key = f"{translator_path.resolve()}:{translator_path.stat().st_mtime}:{cache_key}"
+    return model, _Translations(translator, translator_path.parent / "eval" / "cldc_translations", key), translator_path
+
+
 def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | Path,
                   pairs: list[tuple[str, str]] | None = None, domains: list[str] | None = None,
                   max_documents: int | None = None, batch_size: int = 16, device: str = "auto",
                   seed: int = 0, translator_path: str | Path | None = None) -> CLDCResult:
-    """Every vector variant and both references, for each pair and domain; writes cldc.md/.json/.png.
+    """Every vector variant and both references, for each pair and domain, both ways; writes
+    cldc.md/.json/.png.
 
     `translator_path`: the model that translates (the other-side vectors, translate-test), by default
     the embedding model itself. Paper 003 translates with the plain translation models, not through
     the NTDV layers: give the frozen base model here. Translations are cached beside it
     (<its folder>/eval/cldc_translations), so every model evaluated with one translator shares them."""
-    model = load(model_path, device)
-    translator_path = Path(translator_path or model_path)
-    translator = model if translator_path == Path(model_path) else load(translator_path, device)
     pairs = pairs or [("en", "de"), ("en", "fr")]
     domains = domains or list(DOMAINS)
-    for a, b in pairs:
-        for lang in (a, b):
-            model.model.encoder_for(lang)
-            translator.model.encoder_for(lang)
-            translator.model.decoder_for(lang)
-    out = Path(out_dir)
-    key = f"{translator_path.resolve()}:{translator_path.stat().st_mtime}:{seed}:{max_documents}"
-    translations = _Translations(translator, translator_path.parent / "eval" / "cldc_translations", key)
+    model, translations, translator_path = _setup(model_path, translator_path, {x for p in pairs for x in p}, device,
+                                                  f"{seed}:{max_documents}")
     result = CLDCResult(str(model_path), str(translator_path), [tuple(p) for p in pairs], list(domains))
-    encode_seconds: dict[str, float] = {"DV": 0.0, "SV": 0.0}
-    encoded_docs = 0
+    scorer = _Scorer(model, translations, result, batch_size)
     steps = [(p, d) for p in pairs for d in domains]
     for (a, b), domain in tqdm(steps, desc="cldc", unit="pair-domain"):
         data: dict[str, DomainData] = {}
@@ -145,37 +197,32 @@ def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | 
             data[lang] = d
             result.held_out |= d.held_out
             result.documents[f"{lang}/{domain}"] = len(d.train.texts) + len(d.test.texts)
-        vectors: dict[tuple[str, str, str], dict[str, np.ndarray]] = {}
-        for lang, other in ((a, b), (b, a)):
-            for split in ("train", "test"):
-                docs = getattr(data[lang], split).texts
-                translated = translations.get(docs, lang, other, f"{domain}.{split}")
-                for unit_name, unit in UNITS.items():
-                    dv = embed_documents(model, docs, lang, unit=unit, other=other, translations=translated,
-                                         batch_size=batch_size)
-                    encode_seconds[unit_name] += dv.seconds["encode"]
-                    vectors[(lang, split, unit_name)] = dv.vectors
-                encoded_docs += len(docs)
+        vectors = {(lang, split): scorer.vectors(getattr(data[lang], split).texts, lang, other, f"{domain}.{split}")
+                   for lang, other in ((a, b), (b, a)) for split in ("train", "test")}
         for src, tgt in ((a, b), (b, a)):
-            column = f"{domain} {src}->{tgt}"
-            y_train, y_test = data[src].train.labels, data[tgt].test.labels
-            for unit_name in UNITS:
-                for variant in variant_names(a, b):
-                    row = f"{unit_name}_{variant}"
-                    result.scores.setdefault(row, {})[column] = svm_score(
-                        vectors[(src, "train", unit_name)][variant], y_train,
-                        vectors[(tgt, "test", unit_name)][variant], y_test)
-            test_in_src = [" ".join(s) for s in translations.get(data[tgt].test.texts, tgt, src, f"{domain}.test")]
-            result.scores.setdefault("translate-test (TF-IDF)", {})[column] = tfidf_score(
-                data[src].train.texts, y_train, test_in_src, y_test)
-            result.scores.setdefault("in-language (TF-IDF)", {})[column] = tfidf_score(
-                data[tgt].train.texts, data[tgt].train.labels, data[tgt].test.texts, y_test)
-    # encoding is timed on both sides (own text + translation): per document, each side counts once
-    result.speed = {f"{u} vectors (docs/s)": 2 * encoded_docs / s for u, s in encode_seconds.items() if s > 0}
-    if translations.seconds > 0:
-        result.speed["translation (docs/s)"] = translations.documents / translations.seconds
-    write_report(result, out)
-    return result
+            scorer.score(f"{domain} {src}->{tgt}", src, tgt, data[src].train, data[tgt].test, vectors[(src, "train")],
+                         vectors[(tgt, "test")], f"{domain}.test", data[tgt].train)
+    return scorer.finish(Path(out_dir))
+
+
+def evaluate_cldc_files(model_path: str | Path, train: LabelledDocuments, train_lang: str, test: LabelledDocuments,
+                        test_lang: str, out_dir: str | Path, batch_size: int = 16, device: str = "auto",
+                        translator_path: str | Path | None = None, name: str = "documents") -> CLDCResult:
+    """Your own documents: an SVM per vector variant trained on `train` (in `train_lang`), tested on
+    `test` (in `test_lang`), and translate-test beside it (no in-language bound: the test language
+    has no training documents here)."""
+    if train_lang == test_lang:
+        raise InterlinguaError(f"cross-lingual classification needs two languages (both are '{train_lang}')")
+    model, translations, translator_path = _setup(model_path, translator_path, {train_lang, test_lang}, device,
+                                                  "files")
+    result = CLDCResult(str(model_path), str(translator_path), [(train_lang, test_lang)], [name])
+    result.documents = {f"{train_lang} train": len(train.texts), f"{test_lang} test": len(test.texts)}
+    scorer = _Scorer(model, translations, result, batch_size)
+    train_vectors = scorer.vectors(train.texts, train_lang, test_lang, f"{name}.train")
+    test_vectors = scorer.vectors(test.texts, test_lang, train_lang, f"{name}.test")
+    scorer.score(f"{name} {train_lang}->{test_lang}", train_lang, test_lang, train, test, train_vectors, test_vectors,
+                 f"{name}.test", None)
+    return scorer.finish(Path(out_dir))
 
 
 def markdown(result: CLDCResult) -> str:
