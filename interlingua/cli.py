@@ -73,6 +73,11 @@ def cmd_data(args: argparse.Namespace) -> None:
     elif args.dataset == "xnli":
         from interlingua.data.evaluation_sets import get_xnli_dev
         print(f"XNLI dev (en, de, fr, es) ready in {get_xnli_dev(args.dest, args.source)}")
+    elif args.dataset == "webis-cls10":
+        from interlingua.data.webis import get_webis_cls10
+        path = get_webis_cls10(args.dest, args.source)
+        print(f"Webis-CLS-10 training parts (en de fr x books dvd music) ready in {path}; test parts are not "
+              "fetched: `evaluate cldc` holds out half of each train.review unless test.review sits beside it")
     else:
         if args.source is not None:
             raise InterlinguaError("senteval-probing downloads only; copy local probing files into the folder "
@@ -297,10 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="download (or copy) a public data set")
-    d.add_argument("dataset", choices=["multi30k", "senteval", "xnli", "senteval-probing"],
+    d.add_argument("dataset", choices=["multi30k", "senteval", "xnli", "senteval-probing", "webis-cls10"],
                    help="multi30k: translation corpus; senteval: SentEval downstream tasks (put them in "
                         "<data-root>/senteval_downstream); xnli: XNLI dev (<data-root>/xnli); senteval-probing: "
-                        "the ten official probing sets")
+                        "the ten official probing sets; webis-cls10: cross-lingual sentiment reviews for "
+                        "`evaluate cldc` (<data-root>/webis_cls10)")
     d.add_argument("--dest", required=True, help="folder to put the files in")
     d.add_argument("--from", dest="source", default=None, help="copy from this local folder instead of downloading")
     d.set_defaults(func=cmd_data)

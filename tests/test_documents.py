@@ -187,3 +187,21 @@ def test_cldc_on_your_own_files(trained_model, tmp_path, capsys):
     assert "line 16: label 'maybe'" in capsys.readouterr().err
     assert main(args[:2] + ["--model", str(trained_model), "--train-docs", str(files["train"][0])]) == 2
     assert "--train-labels" in capsys.readouterr().err
+
+
+def test_webis_copy_is_checked(tmp_path, capsys):
+    from conftest import SHARED_DATA, missing
+    source = SHARED_DATA / "webis_cls10"
+    if not (source / "en" / "books" / "train.review.gz").is_file():
+        missing("../shared/data/webis_cls10 is not available")
+    dest = tmp_path / "webis"
+    assert main(["data", "webis-cls10", "--dest", str(dest), "--from", str(source)]) == 0
+    assert len(list(dest.glob("*/*/train.review.gz"))) == 9
+    assert len(load_domain(dest, "fr", "dvd").train.texts) == 1000
+    broken = tmp_path / "broken"
+    for f in source.glob("*/*/train.review.gz"):
+        (broken / f.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+        (broken / f.relative_to(source)).write_bytes(f.read_bytes())
+    (broken / "de" / "music" / "train.review.gz").write_bytes(b"not a review file")
+    assert main(["data", "webis-cls10", "--dest", str(tmp_path / "again"), "--from", str(broken)]) == 2
+    assert "checksum mismatch for de/music/train.review.gz" in capsys.readouterr().err

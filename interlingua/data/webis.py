@@ -9,17 +9,36 @@ Layout read: `<root>/<lang>/<domain>/{train,test,unlabeled}.review[.gz]`, the re
 from __future__ import annotations
 
 import gzip
+import hashlib
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from interlingua.data.download import install_files
 from interlingua.errors import DataError
 
 LANGUAGES = ("en", "de", "fr")
 DOMAINS = ("books", "dvd", "music")
 LABELS = ("negative", "positive")
+
+WEBIS_URL = ("https://raw.githubusercontent.com/lijuntaopku/UFD/1d5f78c1a5c579910e6dff0ca2144d2e46492abb/"
+             "data/{lang}/{domain}/train.review")
+"""A public copy of the release's files at a pinned commit (the Webis group's own archive is on
+Zenodo, record 3251672)."""
+WEBIS_TRAIN_SHA256 = {
+    "de/books": "3b0cca49e79aad2278d575841c5b4a4e7a9669e62b3f5ec623fdb45b33c615b7",
+    "de/dvd": "9ad998bdba96476fcf9b0650d3ebb8ef4cb3e7c6ada03d834e057c89f7c0ca54",
+    "de/music": "4e2a1e9cbad1af142576e39f3bc3b50aa2917f14e503ad517f4d9149b4a13be0",
+    "en/books": "3f481f3e11fdfc6a14c9da1cc712fef7f71a32d0ff19e92230de5e0e188e9db2",
+    "en/dvd": "9de7202b94ff38eefb655dc815a6c178b0fb1c9592ea85a98eef48ee0be83ff8",
+    "en/music": "089ed551fcdf64f3beddc58204547b3fc3450ab1a3381c0dbd082600e3616166",
+    "fr/books": "fb11d1a20d436ecfe34e19e7fcf3a81473909da593b967bf9f78f22b89256b99",
+    "fr/dvd": "150487ab1ea7201c6a1a603cb6991f3297d79e4650502e4fbcb0337ed91d5bde",
+    "fr/music": "66961e978b96ba7837cc6ced5f1db200009ad095ff7b55757482a7ceeb73da77",
+}
+"""SHA-256 of each train.review (the XML as released, uncompressed)."""
 
 
 @dataclass
@@ -116,3 +135,27 @@ def unlabeled_reviews(root: Path, lang: str, domain: str) -> list[str] | None:
     except ET.ParseError as err:
         raise DataError(f"{path} is not a Webis-CLS-10 review file (XML): {err}") from None
     return [f"{(i.findtext('summary') or '').strip()} {(i.findtext('text') or '').strip()}".strip() for i in items]
+
+
+def _content_sha256(path: Path) -> str:
+    """SHA-256 of a stored (gzipped) review file's content: the release's bytes, whatever the gzip."""
+    try:
+        return hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
+    except (OSError, EOFError):
+        return "unreadable"
+
+
+def get_webis_cls10(dest: str | Path, source_dir: str | Path | None = None) -> Path:
+    """Put the training parts (`<lang>/<domain>/train.review.gz`) into `dest`, downloaded (or copied
+    from `source_dir`, the same layout) and checked against their SHA-256. Test parts are not fetched
+    (no checksum of them is pinned here); where none sits beside train.review, `load_domain` holds out
+    half of it. Test parts of the release put there as `test.review[.gz]` are used instead."""
+    files = {f"{key}/train.review.gz": digest for key, digest in WEBIS_TRAIN_SHA256.items()}
+
+    def url_for(name: str) -> str:
+        lang, domain, _ = name.split("/")
+        return WEBIS_URL.format(lang=lang, domain=domain)
+
+    install_files(Path(dest), files, url_for=url_for, source_dir=source_dir, desc="webis-cls10",
+                  digest=_content_sha256, convert=lambda _name, raw: gzip.compress(raw, mtime=0))
+    return Path(dest)
