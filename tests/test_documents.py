@@ -178,7 +178,7 @@ def test_cldc_on_your_own_files(trained_model, tmp_path, capsys):
             "--test-labels", str(files["test"][1]), "--test-lang", "de", "--out", str(out), "--device", "cpu"]
     assert main(args) == 0
     report = capsys.readouterr().out
-    assert "documents en->de" in report and "translate-test (TF-IDF)" in report and "in-language" not in report
+    assert "documents en->de" in report and "translate-test (TF-IDF)" in report and "in-language (TF-IDF)" not in report
     files["test"][1].write_text("pos\nneg\n", encoding="utf-8")  # 2 labels for 16 documents
     assert main(args) == 2
     assert "16 documents but" in capsys.readouterr().err
@@ -205,3 +205,16 @@ def test_webis_copy_is_checked(tmp_path, capsys):
     (broken / "de" / "music" / "train.review.gz").write_bytes(b"not a review file")
     assert main(["data", "webis-cls10", "--dest", str(tmp_path / "again"), "--from", str(broken)]) == 2
     assert "checksum mismatch for de/music/train.review.gz" in capsys.readouterr().err
+
+
+def test_two_language_gap_line():
+    from interlingua.evaluation.cldc import CLDCResult, Score, markdown
+    result = CLDCResult("m", "m", [("en", "de")], ["music"])
+    cols = ["music en->de", "music de->en"]
+    values = {"de": (60, 70), "en": (80, 50), "de:en": (75, 75), "de+en": (65, 65)}
+    for unit in ("DV", "SV"):
+        for variant, (x, y) in values.items():
+            result.scores[f"{unit}_{variant}"] = {cols[0]: Score(x, x), cols[1]: Score(y, y)}
+    text = markdown(result)
+    # training-language side: en for en->de (80), de for de->en (70); test-language side: de (60), en (50)
+    assert "DV a:b 75.0, a+b 65.0, train-language side 75.0, test-language side 55.0" in text

@@ -227,7 +227,7 @@ def evaluate_cldc_files(model_path: str | Path, train: LabelledDocuments, train_
 
 def markdown(result: CLDCResult) -> str:
     """One table per pair: rows the vector variants and references, columns domain x direction."""
-    lines = [f"# Cross-lingual document classification (Webis-CLS-10): {result.model}", "",
+    lines = [f"# Cross-lingual document classification: {result.model}", "",
              "Accuracy % (macro-F1 %): a linear SVM trained on one language's documents, tested on the other's. "
              f"Translations (the other-side vectors, translate-test) by {result.translator}, greedy, sentence by sentence."]
     if result.held_out:
@@ -242,12 +242,46 @@ def markdown(result: CLDCResult) -> str:
             shown = [f"{s.accuracy:.1f} ({s.macro_f1:.1f})" if s else "" for s in cells]
             mean = np.mean([s.accuracy for s in cells if s])
             lines.append(f"| {row} | " + " | ".join(shown) + f" | {mean:.1f} |")
+        gaps = _two_language_gaps(result, a, b, cols)
+        if gaps:
+            lines += ["", "Two-language vectors against one-language ones (paper line 144), mean accuracy over the "
+                      "columns: " + "; ".join(gaps)]
     if result.speed:
         lines += ["", "Speed on this machine: " + ", ".join(f"{k} {v:.1f}" for k, v in result.speed.items())]
     lines += ["", "Paper 003 Table 2 for reference (accuracy %, en->de / de->en, RCV1/RCV2 topic classification, "
               "models trained on Europarl: another task and scale): "
               + "; ".join(f"{k} {v[0]:.1f} / {v[1]:.1f}" for k, v in PAPER_TABLE2.items())]
     return "\n".join(lines) + "\n"
+
+
+def _two_language_gaps(result: CLDCResult, a: str, b: str, cols: list[str]) -> list[str]:
+    """Per unit: the mean accuracy of a:b and a+b beside that of the training language's own side
+    and of the other side (the one reached by translating)."""
+    def mean(row: str) -> float | None:
+        vals = [s.accuracy for c, s in result.scores.get(row, {}).items() if c in cols]
+        return float(np.mean(vals)) if vals else None
+
+    out = []
+    for unit in UNITS:
+        x, y = sorted((a, b))
+        parts = {"a:b": mean(f"{unit}_{x}:{y}"), "a+b": mean(f"{unit}_{x}+{y}"),
+                 "train-language side": _side_mean(result, unit, cols, train_side=True),
+                 "test-language side": _side_mean(result, unit, cols, train_side=False)}
+        if all(v is not None for v in parts.values()):
+            out.append(f"{unit} " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
+    return out
+
+
+def _side_mean(result: CLDCResult, unit: str, cols: list[str], train_side: bool) -> float | None:
+    """Mean accuracy of the single-language vectors of the training language (train_side) or of the
+    test language, over `cols` ("<domain> <src>-><tgt>")."""
+    vals = []
+    for col in cols:
+        src, tgt = col.split()[-1].split("->")
+        score = result.scores.get(f"{unit}_{src if train_side else tgt}", {}).get(col)
+        if score is not None:
+            vals.append(score.accuracy)
+    return float(np.mean(vals)) if vals else None
 
 
 def _row_of_pair(row: str, a: str, b: str) -> bool:
