@@ -160,3 +160,11 @@ def test_both_directions_sum_the_two_costs_of_the_same_pairs(trained_model, mult
     cfg["directions"] = {"mode": "explicit", "pairs": [["en", "de"]]}
     with pytest.raises(Exception, match="de->en"):
         Trainer(parse_config(cfg), init=trained_model)
+
+
+def test_untrained_like_resets_every_ntdv_weight(bridge):
+    before = {k: v.clone() for k, v in bridge.state_dict().items()}
+    for module in bridge.modules():
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    assert all(not torch.equal(before[k], v) for k, v in bridge.state_dict().items())

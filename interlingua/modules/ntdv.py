@@ -48,11 +48,16 @@ class NTDVBridge(Bridge):
         self.query_key = nn.Linear(hidden, 2 * heads * hidden)
         self.value_weight = nn.Parameter(torch.empty(heads, hidden, hidden))
         self.value_bias = nn.Parameter(torch.empty(heads, hidden))
-        bound = 1 / math.sqrt(hidden)  # nn.Linear's initialisation, per head
-        nn.init.uniform_(self.value_weight, -bound, bound)
-        nn.init.uniform_(self.value_bias, -bound, bound)
         self.gru = nn.GRU(hidden, hidden, batch_first=True)
         self.out = nn.Linear(hidden, input_dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The per-head value projections as nn.Linear initialises its own (the other parts reset
+        themselves)."""
+        bound = 1 / math.sqrt(self.hidden)
+        nn.init.uniform_(self.value_weight, -bound, bound)
+        nn.init.uniform_(self.value_bias, -bound, bound)
 
     @classmethod
     def from_config(cls, cfg: NTDVBridgeConfig, *, input_dim: int, languages: list[str] | None = None,
