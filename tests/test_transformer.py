@@ -188,3 +188,18 @@ def test_width_from_embed_dim_must_divide_into_heads():
     cfg = ModelConfig.model_validate({"embed_dim": 10, "encoder": {"type": "transformer", "heads": 4}})
     with pytest.raises(ConfigError, match="multiple of heads"):
         TransformerEncoder.from_config(cfg.encoder, vocab_size=VOCAB, embed_dim=10, dropout=0.0)
+
+
+def test_search_stops_at_a_learned_position_table():
+    """A decoder with learned positions decodes at most its table's size, whatever max_len asks."""
+    from interlingua.modules.search import translate_ids
+
+    class Pieces:
+        def decode(self, ids):
+            return " ".join(map(str, ids))
+
+    m = model(decoder={"positions": "learned", "max_positions": 8}, seed=3)
+    seqs = [src[:n].numpy() for src, n in zip(*padded_batch())]
+    for beam in (1, 3):
+        out = translate_ids(m, {"en": Pieces(), "de": Pieces()}, seqs, "en", "de", batch_size=4, beam=beam, max_len=30)
+        assert all(len(o.split()) <= 8 for o in out) and any(out)

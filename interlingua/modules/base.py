@@ -115,6 +115,9 @@ class Decoder(Kind):
     `reorder_state` and `batch_size`; training uses `start_state`, `forward` and `generator`.
     """
 
+    max_length: int | None = None
+    """The most positions the kind decodes (a learned position table's size, start token included:
+    that many search steps); None: any number."""
     generator: nn.Linear
     """Output layer: decoder states (..., H) -> vocabulary logits (the sampled softmax slices its rows)."""
 

@@ -127,16 +127,19 @@ def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Seq
     order; an empty source gives "". Sources get the model's prefix (`source_prefix`), go through
     in length-sorted batches on the model's device, and are searched greedily (`beam` 1) or with
     beam search. A batch's output limit is `max_len`, or by default twice its longest source + 10,
-    at most `max_len_cap` subwords."""
+    at most `max_len_cap` subwords, and never past a decoder's learned position table."""
     model.eval()
     device = model.device
     prefix = source_prefix(vocabs[src_lang], tgt_lang, model.cfg.shared, model.cfg.tag_position)
     start = decoder_start(vocabs[tgt_lang], tgt_lang, model.cfg.shared, model.cfg.tag_position)
     out = [""] * len(seqs)
+    readable = model.decoder_for(tgt_lang).max_length
     n_batches = (sum(1 for s in seqs if len(s)) + batch_size - 1) // batch_size
     for idx, ids, lengths in tqdm(length_sorted_batches(list(seqs), batch_size, prefix), total=n_batches,
                                   desc=f"{src_lang}->{tgt_lang}", unit="batch", disable=not progress, leave=False):
         limit = max_len or min(int(lengths.max()) * 2 + 10, max_len_cap)
+        if readable is not None:  # a learned position table ends: the start token and `limit` steps fit in it
+            limit = min(limit, readable)
         bridged = model.run_encoder(ids.to(device), lengths.to(device), src_lang)
         decoder, state = model.start_decoding(bridged, tgt_lang)
         if beam == 1:

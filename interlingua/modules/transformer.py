@@ -314,6 +314,7 @@ class TransformerDecoder(Decoder):
         dim, ff_dim = _sizes(cfg, embed_dim)
         self.dim = dim
         self.embedding = _Embedding(vocab_size, embed_dim, dim, cfg, dropout)
+        self.max_length = cfg.max_positions if cfg.positions == "learned" else None
         self.layers = nn.ModuleList(
             DecoderLayer(dim, cfg.heads, ff_dim, dropout, cfg.norm, cfg.variational_dropout, memory_dim)
             for _ in range(cfg.layers))
