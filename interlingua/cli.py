@@ -75,9 +75,12 @@ def cmd_data(args: argparse.Namespace) -> None:
         print(f"XNLI dev (en, de, fr, es) ready in {get_xnli_dev(args.dest, args.source)}")
     elif args.dataset == "webis-cls10":
         from interlingua.data.webis import get_webis_cls10
-        path = get_webis_cls10(args.dest, args.source)
-        print(f"Webis-CLS-10 training parts (en de fr x books dvd music) ready in {path}; test parts are not "
-              "fetched: `evaluate cldc` holds out half of each train.review unless test.review sits beside it")
+        path, with_test = get_webis_cls10(args.dest, args.source)
+        if with_test:
+            print(f"Webis-CLS-10 (en de fr x books dvd music, official train and test parts) ready in {path}")
+        else:
+            print(f"Webis-CLS-10 training parts (en de fr x books dvd music) ready in {path}; {args.source} has no "
+                  "test.review parts, so `evaluate cldc` holds out half of each train.review as the test split")
     else:
         if args.source is not None:
             raise InterlinguaError("senteval-probing downloads only; copy local probing files into the folder "

@@ -218,3 +218,42 @@ def test_two_language_gap_line():
     text = markdown(result)
     # training-language side: en for en->de (80), de for de->en (70); test-language side: de (60), en (50)
     assert "DV a:b 75.0, a+b 65.0, train-language side 75.0, test-language side 55.0" in text
+
+
+def test_webis_download_fetches_the_official_test_parts(tmp_path, monkeypatch, capsys):
+    """Without --from, train and test parts come from the pinned public copy; a test part whose
+    content does not match its checksum is named and removed, nothing half-written stays."""
+    import gzip
+    from conftest import SHARED_DATA, missing
+    from interlingua.data import download
+    source = SHARED_DATA / "webis_cls10"
+    if not (source / "en" / "books" / "train.review.gz").is_file():
+        missing("../shared/data/webis_cls10 is not available")
+    asked = []
+
+    def fake_fetch(url, dest, **_):
+        asked.append(url)
+        lang, domain, part = url.split("/")[-3:]
+        if part == "train.review":
+            dest.write_bytes(gzip.decompress((source / lang / domain / "train.review.gz").read_bytes()))
+        else:
+            dest.write_bytes(b"<reviews>not the release</reviews>")
+
+    monkeypatch.setattr(download, "fetch", fake_fetch)
+    dest = tmp_path / "webis"
+    assert main(["data", "webis-cls10", "--dest", str(dest)]) == 2
+    assert "checksum mismatch for de/books/test.review.gz" in capsys.readouterr().err
+    assert not (dest / "de" / "books" / "test.review.gz").exists()
+    assert len(list(dest.glob("*/*/train.review.gz"))) == 9  # installed and checked before the test parts
+    assert load_domain(dest, "de", "books").held_out  # no test part: half of train.review is held out
+    assert [u.split("UFD/1d5f78c1a5c579910e6dff0ca2144d2e46492abb/data/")[1] for u in asked] == [
+        f"{lang}/{domain}/train.review" for lang in ("de", "en", "fr") for domain in ("books", "dvd", "music")
+    ] + ["de/books/test.review"]
+
+
+def test_webis_download_lists_train_and_test_of_every_language_and_domain():
+    from interlingua.data.webis import webis_files
+    files = webis_files()
+    assert len(files) == 18 and len(set(files.values())) == 18
+    assert {name.split("/")[2] for name in files} == {"train.review.gz", "test.review.gz"}
+    assert len(webis_files(with_test=False)) == 9

@@ -24,7 +24,7 @@ DOMAINS = ("books", "dvd", "music")
 LABELS = ("negative", "positive")
 
 WEBIS_URL = ("https://raw.githubusercontent.com/lijuntaopku/UFD/1d5f78c1a5c579910e6dff0ca2144d2e46492abb/"
-             "data/{lang}/{domain}/train.review")
+             "data/{lang}/{domain}/{part}.review")
 """A public copy of the release's files at a pinned commit (the Webis group's own archive is on
 Zenodo, record 3251672)."""
 WEBIS_TRAIN_SHA256 = {
@@ -39,6 +39,18 @@ WEBIS_TRAIN_SHA256 = {
     "fr/music": "66961e978b96ba7837cc6ced5f1db200009ad095ff7b55757482a7ceeb73da77",
 }
 """SHA-256 of each train.review (the XML as released, uncompressed)."""
+WEBIS_TEST_SHA256 = {
+    "de/books": "e49eeecddea70abbc43bd79e29c7ba527a77a57f4282e0e9293349c3265241aa",
+    "de/dvd": "64c204920fa0b7ca08b595465d62953bbf386d4f40f1e2c8061c1b3ee098366a",
+    "de/music": "960d86d54345acbde7c1fe998fba7aca52150965b7dee1836ac2baa48b43a2bc",
+    "en/books": "e3963bd5b91a5a8c1ad4bcdca37a4273db9868bce08eb5a91316e60688be381d",
+    "en/dvd": "d4dd56218a3385c71be19c31e1ea376d5280733bee9fac9620094a5c93ce7f9a",
+    "en/music": "1dfa555fd6d1a03565e921fa14057a148872965ed581c027f05a0da994a7445d",
+    "fr/books": "70c42f8e351fd18311be71f28f3f51022ffa6c7b98ff4c3cf68c0839e916a31c",
+    "fr/dvd": "b1d007d197489026a5d2cfe3c62d207c2d6b7e0349335d38903673ac05d4b045",
+    "fr/music": "8ddcf008c838d81dee5fd57599ceb50de61682b10d38ad98d8337ea35cec7bd8",
+}
+"""SHA-256 of each official test.review (2,000 reviews per language and domain, as released)."""
 
 
 @dataclass
@@ -145,17 +157,27 @@ def _content_sha256(path: Path) -> str:
         return "unreadable"
 
 
-def get_webis_cls10(dest: str | Path, source_dir: str | Path | None = None) -> Path:
-    """Put the training parts (`<lang>/<domain>/train.review.gz`) into `dest`, downloaded (or copied
-    from `source_dir`, the same layout) and checked against their SHA-256. Test parts are not fetched
-    (no checksum of them is pinned here); where none sits beside train.review, `load_domain` holds out
-    half of it. Test parts of the release put there as `test.review[.gz]` are used instead."""
-    files = {f"{key}/train.review.gz": digest for key, digest in WEBIS_TRAIN_SHA256.items()}
+def webis_files(with_test: bool = True) -> dict[str, str]:
+    """{stored name: SHA-256 of its content}: the training parts, and the official test parts."""
+    parts = [("train", WEBIS_TRAIN_SHA256)] + ([("test", WEBIS_TEST_SHA256)] if with_test else [])
+    return {f"{key}/{part}.review.gz": digest for part, table in parts for key, digest in table.items()}
+
+
+def get_webis_cls10(dest: str | Path, source_dir: str | Path | None = None) -> tuple[Path, bool]:
+    """Put `<lang>/<domain>/{train,test}.review.gz` into `dest`, downloaded (or copied from
+    `source_dir`, the same layout) and checked against their SHA-256; returns (dest, whether the
+    official test parts are there). A local copy may lack the test parts: then only its training
+    parts are installed, and `load_domain` holds out half of each train.review as the test split."""
+    with_test = source_dir is None or all((Path(source_dir) / name).is_file()
+                                          for name in webis_files() if "/test." in name)
 
     def url_for(name: str) -> str:
-        lang, domain, _ = name.split("/")
-        return WEBIS_URL.format(lang=lang, domain=domain)
+        lang, domain, file = name.split("/")
+        return WEBIS_URL.format(lang=lang, domain=domain, part=file.split(".")[0])
 
-    install_files(Path(dest), files, url_for=url_for, source_dir=source_dir, desc="webis-cls10",
-                  digest=_content_sha256, convert=lambda _name, raw: gzip.compress(raw, mtime=0))
-    return Path(dest)
+    files = webis_files(with_test)
+    for part in ("train", "test"):  # the training parts first: they are what a held-out split needs
+        install_files(Path(dest), {k: v for k, v in files.items() if f"/{part}." in k}, url_for=url_for,
+                      source_dir=source_dir, desc=f"webis-cls10 {part}", digest=_content_sha256,
+                      convert=lambda _name, raw: gzip.compress(raw, mtime=0))
+    return Path(dest), with_test
