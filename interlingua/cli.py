@@ -81,6 +81,8 @@ def cmd_data(args: argparse.Namespace) -> None:
         else:
             print(f"Webis-CLS-10 training parts (en de fr x books dvd music) ready in {path}; {args.source} has no "
                   "test.review parts, so `evaluate cldc` holds out half of each train.review as the test split")
+    elif args.dataset == "webis-monolingual":
+        _webis_monolingual(args)
     else:
         if args.source is not None:
             raise InterlinguaError("senteval-probing downloads only; copy local probing files into the folder "
@@ -88,6 +90,24 @@ def cmd_data(args: argparse.Namespace) -> None:
         from interlingua.data.senteval_download import download_senteval_probing
         files = download_senteval_probing(Path(args.dest))
         print(f"{len(files)} SentEval probing files in {args.dest}")
+
+
+def _webis_monolingual(args: argparse.Namespace) -> None:
+    """Review sentences of the Webis-CLS-10 training splits as monolingual text beside a corpus."""
+    from interlingua.data.corpus import load_corpus, write_corpus_with_monolingual
+    from interlingua.data.webis import LANGUAGES, review_sentences
+    if args.source is None or args.corpus is None:
+        raise InterlinguaError("webis-monolingual needs --from (the Webis-CLS-10 folder) and --corpus (the corpus "
+                               "YAML to add the review text to)")
+    corpus_langs = load_corpus(args.corpus).languages
+    langs = args.langs or [x for x in LANGUAGES if x in corpus_langs]
+    unknown = [x for x in langs if x not in LANGUAGES]
+    if unknown:
+        raise InterlinguaError(f"Webis-CLS-10 has no language {', '.join(unknown)} (it has {', '.join(LANGUAGES)})")
+    text = {lang: review_sentences(Path(args.source), lang) for lang in langs}
+    out = write_corpus_with_monolingual(args.corpus, Path(args.dest), "webis_reviews", text)
+    counts = ", ".join(f"{lang} {len(lines)}" for lang, lines in text.items())
+    print(f"review sentences of the training splits ({counts}) added to {args.corpus} as monolingual text: {out}")
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
@@ -305,13 +325,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="download (or copy) a public data set")
-    d.add_argument("dataset", choices=["multi30k", "senteval", "xnli", "senteval-probing", "webis-cls10"],
+    d.add_argument("dataset", choices=["multi30k", "senteval", "xnli", "senteval-probing", "webis-cls10",
+                                       "webis-monolingual"],
                    help="multi30k: translation corpus; senteval: SentEval downstream tasks (put them in "
                         "<data-root>/senteval_downstream); xnli: XNLI dev (<data-root>/xnli); senteval-probing: "
                         "the ten official probing sets; webis-cls10: cross-lingual sentiment reviews for "
-                        "`evaluate cldc` (<data-root>/webis_cls10)")
+                        "`evaluate cldc` (<data-root>/webis_cls10); webis-monolingual: the review text of "
+                        "Webis-CLS-10's training splits (--from) as sentences, added to --corpus as monolingual "
+                        "training text for copy directions")
     d.add_argument("--dest", required=True, help="folder to put the files in")
-    d.add_argument("--from", dest="source", default=None, help="copy from this local folder instead of downloading")
+    d.add_argument("--from", dest="source", default=None, help="copy from this local folder instead of downloading "
+                   "(webis-monolingual: the Webis-CLS-10 folder to read)")
+    d.add_argument("--corpus", default=None, help="webis-monolingual: the corpus YAML to extend")
+    d.add_argument("--langs", nargs="+", default=None, metavar="LANG",
+                   help="webis-monolingual: languages to take (default: those of --corpus among en de fr)")
     d.set_defaults(func=cmd_data)
 
     for name, func, helptext in (("prepare", cmd_prepare, "train sentencepiece and cache the encoded corpus"),

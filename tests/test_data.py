@@ -128,3 +128,30 @@ def test_per_pair_corpus_trains_both_pairs(tmp_path):
     assert len(direction_pairs(data, "train", "de", "en")[0]) == 20
     assert len(direction_pairs(data, "train", "en", "fr")[0]) == 30
     assert direction_pairs(data, "train", "de", "fr")[0] == []  # no de-fr bitext: zero-shot only
+
+
+def test_monolingual_text_beside_a_corpus_feeds_only_the_copy_directions(tmp_path):
+    """`write_corpus_with_monolingual`: the base corpus's groups unchanged, one training group per
+    language of extra text, which adds lines to A->A and to nothing else."""
+    from conftest import write_multiway_corpus
+    from interlingua.data.corpus import write_corpus_with_monolingual
+    base_dir = tmp_path / "base"
+    base_dir.mkdir()
+    words = "dog cat runs sits red blue a the man woman street grass jumps walks small big old young".split()
+    lines = [" ".join(words[(i * 7 + k * 5) % len(words)] for k in range(6)) for i in range(30)]
+    base = write_multiway_corpus(base_dir, "toy", {"train": {"en": lines, "de": lines[::-1]},
+                                                    "val": {"en": lines[:5], "de": lines[:5]}})
+    extra = ["the red dog sits .", "  a  blue cat runs  ", ""]
+    out = write_corpus_with_monolingual(base, tmp_path / "with_mono", "reviews", {"en": extra})
+    corpus = load_corpus(out)
+    assert [g.name for g in corpus.splits["train"]] == ["multiway", "reviews.en"]
+    assert corpus.splits["val"][0].files["en"].resolve() == (base_dir / "val.en").resolve()
+    assert read_group(corpus.splits["train"][1]) == {"en": ["the red dog sits .", "a blue cat runs"]}
+    cfg = parse_config(tiny_config(out, tmp_path / "w", preprocess={"vocab_size": 50, "max_train_sentences": None},
+                                   directions={"mode": "pivot", "pivot": "en", "monolingual": True}))
+    data = prepare(cfg)
+    assert len(direction_pairs(data, "train", "en", "en")[0]) == 32
+    assert len(direction_pairs(data, "train", "de", "de")[0]) == 30
+    assert len(direction_pairs(data, "train", "en", "de")[0]) == 30
+    with pytest.raises(DataError, match="not a language of corpus"):
+        write_corpus_with_monolingual(base, tmp_path / "bad", "reviews", {"fr": extra})

@@ -257,3 +257,31 @@ def test_webis_download_lists_train_and_test_of_every_language_and_domain():
     assert len(files) == 18 and len(set(files.values())) == 18
     assert {name.split("/")[2] for name in files} == {"train.review.gz", "test.review.gz"}
     assert len(webis_files(with_test=False)) == 9
+
+
+def test_webis_monolingual_takes_the_training_split_only(webis, tmp_path, capsys):
+    """Review sentences for copy directions come from the documents `evaluate cldc` trains on,
+    never from its test documents, and land beside the corpus as one group per language."""
+    from conftest import write_multiway_corpus
+    from interlingua.data.corpus import load_corpus, read_group
+    from interlingua.data.webis import review_sentences
+    for lang in ("en", "de"):
+        for domain in ("books", "dvd"):
+            write_reviews(webis / lang / domain / "train.review", lang, 10, 3)
+    sentences = review_sentences(webis, "en")
+    train_docs = [t for d in ("books", "dvd", "music") for t in load_domain(webis, "en", d).train.texts]
+    test_docs = [t for d in ("books", "dvd", "music") for t in load_domain(webis, "en", d).test.texts]
+    assert sentences == [s for t in train_docs for s in split_sentences(t, "en")]
+    assert len(train_docs) + len(test_docs) == 60 and len(test_docs) >= 25
+    base = write_multiway_corpus(tmp_path, "toy", {"train": {"en": ["a dog ."], "de": ["ein hund ."]}})
+    dest = tmp_path / "with_reviews"
+    assert main(["data", "webis-monolingual", "--from", str(webis), "--corpus", str(base), "--dest", str(dest)]) == 0
+    assert f"en {len(sentences)}" in capsys.readouterr().out
+    groups = {g.name: g for g in load_corpus(dest / "corpus.yaml").splits["train"]}
+    assert set(groups) == {"multiway", "webis_reviews.en", "webis_reviews.de"}
+    assert read_group(groups["webis_reviews.en"])["en"] == [" ".join(s.split()) for s in sentences]
+    assert main(["data", "webis-monolingual", "--from", str(webis), "--dest", str(dest)]) == 2
+    assert "--corpus" in capsys.readouterr().err
+    assert main(["data", "webis-monolingual", "--from", str(webis), "--corpus", str(base), "--langs", "xx",
+                 "--dest", str(dest)]) == 2
+    assert "no language xx" in capsys.readouterr().err

@@ -17,6 +17,7 @@ belongs together is checked for equal line counts when read.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -139,4 +140,41 @@ def write_multiway_corpus_yaml(dest: Path, name: str, languages: list[str], spli
     """Write the corpus YAML for a folder of multi-way parallel files."""
     out = dest / "corpus.yaml"
     out.write_text(yaml.safe_dump({"name": name, "languages": languages, "splits": splits}, sort_keys=False), encoding="utf-8")
+    return out
+
+
+def write_corpus_with_monolingual(base: str | Path, dest: Path, name: str, monolingual: dict[str, list[str]]) -> Path:
+    """A corpus YAML in `dest`: every file group of the corpus `base`, plus one training group per
+    language of `monolingual` (lang -> lines, written gzipped beside the YAML). A one-language group
+    serves only the copy directions (A->A, `directions.monolingual: true`) and the vocabularies."""
+    corpus = load_corpus(base)
+    unknown = sorted(set(monolingual) - set(corpus.languages))
+    if unknown:
+        raise DataError(f"monolingual text for {', '.join(unknown)}: not a language of corpus {corpus.source} "
+                        f"({', '.join(corpus.languages)})")
+    dest.mkdir(parents=True, exist_ok=True)
+
+    def rel(path: Path) -> str:
+        return os.path.relpath(path.resolve(), dest.resolve())
+
+    splits: dict[str, dict[str, str]] = {}
+    pairs: dict[str, dict[str, dict[str, str]]] = {}
+    for split, groups in corpus.splits.items():
+        for g in groups:
+            files = {lang: rel(p) for lang, p in g.files.items()}
+            if g.name == "multiway":
+                splits[split] = files
+            else:
+                pairs.setdefault(split, {})[g.name] = files
+    for lang, lines in sorted(monolingual.items()):
+        clean = [" ".join(line.split()) for line in lines]
+        file = dest / f"{name}.{lang}.gz"
+        tmp = file.with_name(file.name + ".part")
+        tmp.write_bytes(gzip.compress(("\n".join(x for x in clean if x) + "\n").encode("utf-8"), mtime=0))
+        tmp.replace(file)
+        pairs.setdefault("train", {})[f"{name}.{lang}"] = {lang: file.name}
+    out = dest / "corpus.yaml"
+    spec = {"name": f"{corpus.name}+{name}", "languages": corpus.languages, "splits": splits, "pairs": pairs}
+    out.write_text(yaml.safe_dump({k: v for k, v in spec.items() if v}, sort_keys=False, allow_unicode=True),
+                   encoding="utf-8")
     return out

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from interlingua.data.documents import split_sentences
 from interlingua.data.download import install_files
 from interlingua.errors import DataError
 
@@ -147,6 +148,17 @@ def unlabeled_reviews(root: Path, lang: str, domain: str) -> list[str] | None:
     except ET.ParseError as err:
         raise DataError(f"{path} is not a Webis-CLS-10 review file (XML): {err}") from None
     return [f"{(i.findtext('summary') or '').strip()} {(i.findtext('text') or '').strip()}".strip() for i in items]
+
+
+def review_sentences(root: Path, lang: str, seed: int = 0) -> list[str]:
+    """Monolingual review text of one language, split into sentences: the documents of every domain's
+    training split (never its test part; with a held-out split, the same half `load_domain` keeps for
+    training with `seed`) and its unlabelled reviews where the folder has them. Labels are not used."""
+    docs: list[str] = []
+    for domain in DOMAINS:
+        docs.extend(load_domain(root, lang, domain, seed=seed).train.texts)
+        docs.extend(unlabeled_reviews(root, lang, domain) or [])
+    return [s for d in docs for s in split_sentences(d, lang)]
 
 
 def _content_sha256(path: Path) -> str:
