@@ -314,6 +314,22 @@ def cmd_experiment(args: argparse.Namespace) -> None:
     print(f"{len(runs)} run(s); table in {args.out}")
 
 
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0 (any free port) to 65535."""
+    port = _number(text, int, 0, strict=False)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"must be <= 65535, got {text}")
+    return port
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from interlingua.serving.limits import ServiceLimits
+    from interlingua.serving.server import serve
+    _use_threads(args.threads)
+    serve(args.model, host=args.host, port=args.port, device=args.device,
+          limits=ServiceLimits(max_texts=args.max_texts, max_chars=args.max_chars, max_wait_ms=args.max_wait_ms))
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from interlingua.demo import run_demo
     run_demo(Path(args.work), minutes=args.minutes, data_from=args.source)
@@ -490,6 +506,18 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--pivot", default=None, metavar="LANG",
                    help="also translate each run's zero-shot directions through LANG (zero-shot vs pivot)")
     x.set_defaults(func=cmd_experiment)
+
+    s = sub.add_parser("serve", help="HTTP service: translate, embed, OpenAI-style /v1/embeddings (docs at /docs)")
+    s.add_argument("--model", required=True, metavar="CKPT")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    s.add_argument("--port", type=port_number, default=8080, help="TCP port (default: 8080; 0: any free port)")
+    s.add_argument("--max-texts", type=positive_int, default=64, help="texts in one request (default: 64)")
+    s.add_argument("--max-chars", type=positive_int, default=2000, help="characters in one text (default: 2000)")
+    s.add_argument("--max-wait-ms", type=non_negative_float, default=5.0,
+                   help="how long a request waits for others to share its model call (default: 5)")
+    s.add_argument("--threads", type=positive_int, default=None, help="torch threads of the model (default: torch's)")
+    _add_device(s)
+    s.set_defaults(func=cmd_serve)
 
     m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")
     m.add_argument("--work", default="demo_run")

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from interlingua.cli import build_parser, main, non_negative_float, non_negative_int, positive_float, positive_int
+from interlingua.cli import (build_parser, main, non_negative_float, non_negative_int, port_number, positive_float,
+                             positive_int)
 
 from test_decoding import random_checkpoint
 
@@ -22,6 +23,7 @@ REQUIRED = {
     "experiment": ["r.yaml"],
     "demo": [],
     "extend": ["m.pt", "--lang", "cs", "--out", "x.pt"],
+    "serve": ["--model", "m.pt"],
 }
 # (command, option, range-checking type): every numeric option the parser has
 NUMERIC = [
@@ -38,10 +40,13 @@ NUMERIC = [
     ("demo", "--minutes", positive_float),
     ("extend", "--vocab-size", positive_int), ("extend", "--noise", non_negative_float),
     ("extend", "--seed", non_negative_int),
+    ("serve", "--port", port_number), ("serve", "--max-texts", positive_int), ("serve", "--max-chars", positive_int),
+    ("serve", "--max-wait-ms", non_negative_float), ("serve", "--threads", positive_int),
 ]
 BAD = {positive_int: ["0", "-3", "2.5", "two", ""], non_negative_int: ["-1", "2.5", "x"], non_negative_float: ["-0.5", "nan", "inf", "x"],
-       positive_float: ["0", "-1", "nan", "inf", "soon"]}
-GOOD = {positive_int: ("1", 1), non_negative_int: ("0", 0), non_negative_float: ("0", 0.0), positive_float: ("0.5", 0.5)}
+       positive_float: ["0", "-1", "nan", "inf", "soon"], port_number: ["-1", "65536", "80.5", "http"]}
+GOOD = {positive_int: ("1", 1), non_negative_int: ("0", 0), non_negative_float: ("0", 0.0), positive_float: ("0.5", 0.5),
+        port_number: ("0", 0)}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

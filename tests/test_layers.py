@@ -1,4 +1,4 @@
-"""Imports follow the data flow, one way: data -> modules -> training / inference -> evaluation -> cli.
+"""Imports follow the data flow, one way: data -> modules -> training / inference -> evaluation -> serving -> cli.
 
 Every module of `interlingua/` is parsed (nothing is imported) and each `interlingua.*` import,
 inside functions too, must go to its own layer or a lower one. training and inference stand side
@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "interlingua"
 BASE = {"interlingua.config", "interlingua.errors", "interlingua.workers", "interlingua.figures", "interlingua.textio",
         "interlingua.precision", "interlingua.runtime"}
 TOP = {"interlingua", "interlingua.cli", "interlingua.demo", "interlingua.experiment"}
-RANK = {"base": 0, "data": 1, "modules": 2, "training": 3, "inference": 3, "evaluation": 4, "top": 5}
+RANK = {"base": 0, "data": 1, "modules": 2, "training": 3, "inference": 3, "evaluation": 4, "serving": 5, "top": 6}
 SIDE_BY_SIDE = {("training", "inference"), ("inference", "training")}
 
 
@@ -90,5 +90,5 @@ def test_imports_go_one_way(module):
     src = layer(module)
     wrong = [f"{path.relative_to(PACKAGE.parent)}:{line}: {written}  ({src} -> {layer(target)})"
              for line, target, written in interlingua_imports(module, path) if not allowed(src, layer(target))]
-    assert not wrong, "imports against the layers (data -> modules -> training / inference -> evaluation -> cli):\n" + \
+    assert not wrong, "imports against the layers (data -> modules -> training / inference -> evaluation -> serving -> cli):\n" + \
         "\n".join(wrong)

@@ -1,0 +1,219 @@
+"""`build_app(model, limits)`: the FastAPI application over one loaded `Model`.
+
+The handlers only check the request (limits, languages: before anything is queued, so every
+bad request is a cheap 4xx naming its field), hand the texts to the dynamic batcher and shape
+the answer; translation and embedding are the library's (`Model.translate`, `Model.encode`), so
+the service answers exactly what the Python API and the CLI do.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import numpy as np
+from fastapi import Depends, FastAPI, Request
+
+from interlingua.evaluation.language_id import identify, supported
+from interlingua.inference.api import Model
+from interlingua.serving.batcher import BatcherClosed, DynamicBatcher
+from interlingua.serving.error_responses import RequestFieldError, install_error_handlers
+from interlingua.serving.limits import ServiceLimits, check_texts
+from interlingua.serving.model_calls import EncodeCall, EncodedText, ModelCall, TranslateCall, run_model_call
+from interlingua.serving.schemas import (
+    Direction,
+    EmbeddingObject,
+    EmbedRequest,
+    EmbedResponse,
+    ErrorResponse,
+    HealthResponse,
+    LanguagesResponse,
+    OpenAIEmbeddingRequest,
+    OpenAIEmbeddingResponse,
+    TranslateRequest,
+    TranslateResponse,
+    Usage,
+)
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "The body is not valid JSON."},
+    415: {"model": ErrorResponse, "description": "The body is not sent as application/json."},
+    422: {"model": ErrorResponse, "description": "A field is missing, of the wrong type, over a limit, or names a "
+                                                 "language the model does not have; `field` says which."},
+    503: {"model": ErrorResponse, "description": "The service is shutting down."},
+}
+
+
+def _package_version() -> str:
+    try:
+        return version("interlingua")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree that was never installed
+        return "unknown"
+
+
+async def require_json(request: Request) -> None:
+    """POST bodies must be JSON: anything else (a form post from a bare `curl -d`) is a 415 that says
+    which header to send, rather than a confusing complaint about the body's fields."""
+    value = request.headers.get("content-type", "")
+    media = value.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise RequestFieldError("header.content-type", "send the body as JSON with the header Content-Type: "
+                                f"application/json (got {value or 'no Content-Type'})", status=415)
+
+
+class _LanguageCheck:
+    """Which languages the model reads and writes, and the errors for the ones it does not."""
+
+    def __init__(self, model: Model):
+        self.languages = model.languages
+
+    def source(self, lang: str, field: str) -> None:
+        if lang not in self.languages.sources:
+            raise RequestFieldError(field, f"unknown source language '{lang}': this model reads "
+                                           f"{', '.join(self.languages.sources)}")
+
+    def target(self, lang: str, field: str) -> None:
+        if lang not in self.languages.targets:
+            raise RequestFieldError(field, f"unknown target language '{lang}': this model translates into "
+                                           f"{', '.join(self.languages.targets)}")
+
+    def direction(self, call: TranslateCall) -> Direction:
+        if call.pivot is not None:
+            return "pivot"
+        return "supervised" if (call.src, call.tgt) in self.languages.trained else "zero-shot"
+
+
+class _LanguageGuess:
+    """Each text's language for /v1/embeddings requests without `language`: langid.py restricted to
+    the model's source languages (a text is embedded by one of them or not at all)."""
+
+    def __init__(self, sources: Sequence[str]):
+        self.sources = tuple(sources)
+        self.available = len(self.sources) == 1 or supported(self.sources)  # builds (and caches) the identifier
+
+    async def __call__(self, texts: list[str]) -> list[str]:
+        if len(self.sources) == 1:
+            return [self.sources[0]] * len(texts)
+        if not self.available:
+            raise RequestFieldError("body.language", "this model has a language the identifier does not know "
+                                                     f"({', '.join(self.sources)}): give `language`")
+        found = await asyncio.to_thread(identify, texts, self.sources)  # off the event loop; not a model call
+        known = Counter(lang for lang in found if lang is not None)
+        # An empty text has no language; it becomes zeros whichever encoder reads it, so it joins the
+        # request's commonest language and costs no extra model call.
+        fallback = known.most_common(1)[0][0] if known else self.sources[0]
+        return [lang or fallback for lang in found]
+
+
+def _batcher(request: Request) -> DynamicBatcher[ModelCall, Any]:
+    batcher = getattr(request.app.state, "batcher", None)
+    if batcher is None:
+        raise RuntimeError("the app's lifespan has not run (use `with TestClient(app)`, or serve it with uvicorn)")
+    return batcher
+
+
+async def _submit(request: Request, call: ModelCall, texts: list[str]) -> list[Any]:
+    try:
+        return await _batcher(request).submit(call, texts)
+    except BatcherClosed as err:
+        raise RequestFieldError(None, str(err), status=503) from None
+
+
+def _base64_float32(vector: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str | None = None) -> FastAPI:
+    """The HTTP service over `model`: POST /translate, /embed, /v1/embeddings; GET /health, /languages,
+    /docs. `model_name` is what /health reports (default: the checkpoint's path)."""
+    limits = limits or ServiceLimits()
+    name = model_name or str(model.loaded.payload_path or "interlingua")
+    check = _LanguageCheck(model)
+    guess_languages = _LanguageGuess(check.languages.sources)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Draining on the way out: whatever is queued or in the model when the server stops is answered.
+        async with DynamicBatcher(partial(run_model_call, model), max_wait_ms=limits.max_wait_ms,
+                                  max_batch_texts=limits.max_batch_texts) as batcher:
+            app.state.batcher = batcher
+            yield
+
+    app = FastAPI(title="interlingua", version=_package_version(), lifespan=lifespan,
+                  description="Translation and language-agnostic sentence vectors from an interlingua checkpoint "
+                              f"({name}). Errors: `{{\"error\": {{\"message\", \"field\"}}}}`.")
+    install_error_handlers(app)
+    post: dict[str, Any] = {"dependencies": [Depends(require_json)], "responses": ERROR_RESPONSES}
+
+    @app.post("/translate", response_model=TranslateResponse, **post)
+    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
+        """Translate `texts` from `src` to `tgt`, greedy (beam 1) or with beam search, optionally through `pivot`."""
+        check_texts(body.texts, "body.texts", limits)
+        check.source(body.src, "body.src")
+        check.target(body.tgt, "body.tgt")
+        call = TranslateCall.normalised(body.src, body.tgt, body.beam, body.pivot)
+        if call.pivot is not None:
+            check.target(call.pivot, "body.pivot")
+            check.source(call.pivot, "body.pivot")
+        translations = await _submit(request, call, body.texts)
+        return TranslateResponse(translations=translations, src=body.src, tgt=body.tgt, pivot=call.pivot,
+                                 direction=check.direction(call))
+
+    @app.post("/embed", response_model=EmbedResponse, **post)
+    async def embed(body: EmbedRequest, request: Request) -> EmbedResponse:
+        """Sentence vectors of `texts` in `lang`: mean pooling (dim,) or one vector per bridge head (heads, dim)."""
+        check_texts(body.texts, "body.texts", limits)
+        check.source(body.lang, "body.lang")
+        if body.pooling == "heads" and model.heads is None:
+            raise RequestFieldError("body.pooling", "pooling 'heads' needs an attention-bridge model; this one has "
+                                                    "none (use 'mean')")
+        encoded: list[EncodedText] = await _submit(request, EncodeCall(body.lang, body.pooling), body.texts)
+        return EmbedResponse(vectors=np.stack([e.vector for e in encoded]).tolist(), dim=model.dim)
+
+    @app.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, **post)
+    async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> OpenAIEmbeddingResponse:
+        """OpenAI-compatible embeddings (mean pooling); without `language`, each text's language is identified."""
+        single = isinstance(body.input, str)
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        check_texts(texts, "body.input", limits, indexed=not single)
+        if body.language is not None:
+            check.source(body.language, "body.language")
+            langs = [body.language] * len(texts)
+        else:
+            langs = await guess_languages(texts)
+        groups: dict[str, list[int]] = {}
+        for index, lang in enumerate(langs):
+            groups.setdefault(lang, []).append(index)
+        answers = await asyncio.gather(*(_submit(request, EncodeCall(lang, "mean", count_tokens=True),
+                                                 [texts[i] for i in indices]) for lang, indices in groups.items()))
+        encoded: list[EncodedText | None] = [None] * len(texts)
+        for indices, answer in zip(groups.values(), answers):
+            for index, item in zip(indices, answer):
+                encoded[index] = item
+        data = [EmbeddingObject(index=i, language=langs[i],
+                                embedding=_base64_float32(e.vector) if body.encoding_format == "base64"
+                                else e.vector.tolist())
+                for i, e in enumerate(encoded) if e is not None]
+        tokens = sum(e.tokens for e in encoded if e is not None)
+        return OpenAIEmbeddingResponse(data=data, model=body.model,
+                                       usage=Usage(prompt_tokens=tokens, total_tokens=tokens))
+
+    @app.get("/health", response_model=HealthResponse)
+    async def health() -> HealthResponse:
+        """Liveness: the model is loaded and the service answers."""
+        return HealthResponse(model=name, languages=list(check.languages.sources))
+
+    @app.get("/languages", response_model=LanguagesResponse)
+    async def languages() -> LanguagesResponse:
+        """The languages the model reads and writes, its trained directions and its zero-shot ones."""
+        langs = check.languages
+        return LanguagesResponse(languages=list(langs.sources), targets=list(langs.targets),
+                                 trained=[tuple(d) for d in langs.trained],
+                                 zero_shot=[tuple(d) for d in langs.zero_shot])
+
+    return app

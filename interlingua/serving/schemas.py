@@ -1,0 +1,106 @@
+"""Request and response bodies of the HTTP service.
+
+They are the contract a client codes against, so they live apart from the handlers, and FastAPI
+turns them into the OpenAPI description at /docs. Requests are strict (no "5" for 5, no unknown
+fields) so that a typo is an error naming the field, not a silently ignored setting.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from interlingua.serving.model_calls import Pooling
+
+Direction = Literal["supervised", "zero-shot", "pivot"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TranslateRequest(_Request):
+    texts: list[str] = Field(description="Sentences to translate; an empty string gives an empty translation.",
+                             examples=[["A man is riding a bicycle."]])
+    src: str = Field(description="Source language code (GET /languages).", examples=["en"])
+    tgt: str = Field(description="Target language code.", examples=["de"])
+    beam: int = Field(1, ge=1, le=10, description="Beam size; 1 is greedy search.")
+    pivot: str | None = Field(None, description="Translate src -> pivot -> tgt (a pivot equal to src or tgt: "
+                                                "the direct translation).")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[str]
+    src: str
+    tgt: str
+    pivot: str | None = Field(description="The language translated through, or null for a direct translation.")
+    direction: Direction = Field(description="supervised: a trained direction; zero-shot: never trained "
+                                             "together; pivot: through `pivot`.")
+
+
+class EmbedRequest(_Request):
+    texts: list[str] = Field(description="Sentences to embed; an empty string gives a vector of zeros.",
+                             examples=[["A man is riding a bicycle."]])
+    lang: str = Field(description="Language of every text (GET /languages).", examples=["en"])
+    pooling: Pooling = Field("mean", description="mean: one (dim,) vector per text; heads: (heads, dim) per "
+                                                 "text, one vector per attention-bridge head.")
+
+
+class EmbedResponse(BaseModel):
+    vectors: list[list[float]] | list[list[list[float]]]
+    dim: int
+
+
+class OpenAIEmbeddingRequest(_Request):
+    """The OpenAI embeddings request, plus `language`."""
+
+    input: str | list[str] = Field(description="A text or a list of texts.", examples=["A man is riding a bicycle."])
+    model: str = Field(description="Echoed back; the service serves the one model it was started with.",
+                       examples=["interlingua"])
+    language: str | None = Field(None, description="Language of every text; when absent, each text's language "
+                                                   "is identified among the model's languages.")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="float: lists of numbers; base64: little-endian float32 bytes (the OpenAI clients' "
+                             "default).")
+    user: str | None = Field(None, description="Accepted for compatibility and ignored.")
+
+
+class EmbeddingObject(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+    language: str = Field(description="The language whose encoder embedded the text (given or identified).")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class OpenAIEmbeddingResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingObject]
+    model: str
+    usage: Usage
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"
+    model: str
+    languages: list[str]
+
+
+class LanguagesResponse(BaseModel):
+    languages: list[str] = Field(description="Languages the model reads (translate from, embed).")
+    targets: list[str] = Field(description="Languages the model writes (translate into).")
+    trained: list[tuple[str, str]]
+    zero_shot: list[tuple[str, str]]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    field: str | None = Field(description="The request part at fault, e.g. body.texts.3, or null.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail

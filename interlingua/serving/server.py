@@ -1,0 +1,92 @@
+"""`serve(...)`: load a checkpoint once and answer HTTP requests until SIGTERM or Ctrl-C.
+
+The model is loaded before the port is opened, so a bad checkpoint is the usual one-line error
+and nothing ever listens without a model behind it. Stopping is graceful: the listening socket
+closes at once, requests in flight get their answers (for up to `graceful_timeout_s`), the
+batcher finishes what is queued, and `serve` returns normally, so the command exits 0.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from interlingua.errors import InterlinguaError
+from interlingua.inference.api import load
+from interlingua.serving.app import build_app
+from interlingua.serving.limits import ServiceLimits
+
+# uvicorn's own server logger: its configuration (made by uvicorn.Config) prints these lines beside
+# uvicorn's, in its format, also when `serve` is called from Python with no logging set up.
+server_log = logging.getLogger("uvicorn.error")
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port); port 0 picks a free one (the log line says which)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise InterlinguaError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+@contextmanager
+def _stop_signals_noted(received: list[int], server: uvicorn.Server) -> Iterator[None]:
+    """While uvicorn serves it handles SIGINT / SIGTERM itself (graceful shutdown); afterwards it
+    restores the previous handlers and raises the signal again. Our handlers here note that signal
+    instead of letting it kill the process, so a graceful stop ends the command with exit code 0;
+    a signal that comes before uvicorn has taken over stops the server as soon as it has started."""
+    if threading.current_thread() is not threading.main_thread():  # signals are the main thread's business
+        yield
+        return
+
+    def note(signum: int, _: FrameType | None) -> None:
+        received.append(signum)
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def serve(model_path: str | Path, host: str = "127.0.0.1", port: int = 8080, device: str = "auto",
+          limits: ServiceLimits | None = None, graceful_timeout_s: float = 30.0, log_level: str = "info") -> None:
+    """Serve the checkpoint at `model_path` over HTTP on host:port until SIGTERM or Ctrl-C (a second
+    Ctrl-C stops at once). Raises `CheckpointError` for a missing or corrupt checkpoint and
+    `InterlinguaError` when the address cannot be bound."""
+    model = load(model_path, device)
+    app = build_app(model, limits, model_name=str(model_path))
+    sock = listening_socket(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
+    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=graceful_timeout_s, lifespan="on")
+    server = uvicorn.Server(config)
+    langs = model.languages
+    server_log.info("serving %s (%s; reads %s) on http://%s:%d (API docs: /docs); stop with Ctrl-C or SIGTERM",
+                    model_path, model.device, ", ".join(langs.sources), shown_host, bound_port)
+    received: list[int] = []
+    try:
+        with _stop_signals_noted(received, server):
+            server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if received:
+        server_log.info("stopped on %s, gracefully (requests in flight had up to %g s to finish)",
+                        signal.Signals(received[0]).name, graceful_timeout_s)
