@@ -145,3 +145,14 @@ def test_untrained_like_keeps_the_architecture(model):
     assert fresh.languages == model.languages and fresh.dim == model.dim
     assert not np.allclose(fresh.encode(SENTENCES[:1], "en"), model.encode(SENTENCES[:1], "en"))
     np.testing.assert_array_equal(fresh.encode(SENTENCES[:1], "en"), model.untrained_like(seed=1).encode(SENTENCES[:1], "en"))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_translation_does_not_depend_on_its_batch(model, beam):
+    """An untrained model runs away to the length limit; the limit is the sentence's own (twice its
+    source + 10 subwords), so a long batch-mate changes nothing."""
+    short, long = "a dog .", " ".join(["the woman eats a small red ball"] * 4)
+    alone = model.translate([short], "en", "de", beam=beam)
+    together = model.translate([short, long], "en", "de", beam=beam, batch_size=2)
+    assert together[0] == alone[0]
+    assert len(model.vocabs["de"].tokenize(alone[0])) <= 2 * len(model.token_ids([short], "en")[0]) + 10 + 2

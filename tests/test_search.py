@@ -152,3 +152,23 @@ def test_beam_size_must_be_positive():
     dec, state = model_and_state(0)
     with pytest.raises(ValueError, match="beam_size must be at least 1"):
         beam_search(dec, state, 5, beam_size=0)
+
+
+@torch.inference_mode()
+def test_a_sentence_translates_the_same_whatever_its_batch():
+    """Per-sentence output limits: a runaway output is cut at its own limit, not at the longest
+    limit of its batch, so greedy and beam outputs of a sentence alone equal those in a batch."""
+    dec, state = model_and_state(seed=3)
+    with torch.no_grad():
+        dec.generator.bias[EOS] -= 50.0  # never ends by itself: every output runs to its limit
+    limits = [3, 9, 5, 1]
+    greedy = greedy_search(dec, state, limits)
+    assert [len(h) for h in greedy] == limits
+    beams = beam_search(dec, state, limits, beam_size=3)
+    assert [len(h) for h in beams] == limits
+    for i in range(4):
+        one = dec.reorder_state(state, torch.tensor([i]))
+        assert greedy_search(dec, one, limits[i]) == [greedy[i]]
+        assert beam_search(dec, one, limits[i], beam_size=3) == [beams[i]]
+    with pytest.raises(ValueError, match="one per sentence"):
+        greedy_search(dec, state, [3, 4])

@@ -262,11 +262,12 @@ def test_concurrent_requests_share_model_calls_and_get_their_own_answers(trained
     model = load(trained_model, "cpu")
     reference = load(trained_model, "cpu")
     counting = CountingModel(model)
-    # Sentences the tiny model was trained on: it ends each translation itself, so an answer does not
-    # depend on its batch-mates (a runaway output is cut at its model call's length limit, which a
-    # longer batch-mate raises, exactly as in one Model.translate call over several lines).
+    # Sentences the tiny model was trained on, and invented ones on which it runs away to its length
+    # limit: each sentence has its own limit, so no answer depends on its batch-mates.
     with gzip.open(MULTI30K / "train.en.gz", "rt", encoding="utf-8") as lines:
-        sentences = [next(lines).strip() for _ in range(24)]
+        sentences = [next(lines).strip() for _ in range(20)]
+    sentences += ["zebra quantum violin", "purple seven umbrellas argue loudly about the moon tonight",
+                  "x", "snow snow snow snow snow snow snow snow snow snow snow snow"]
     requests = [sentences[i:i + 1 + i % 2] for i in range(16)]  # one or two different sentences each
     start = threading.Barrier(len(requests))
     answers: dict[int, dict] = {}

@@ -25,19 +25,33 @@ def _device(decoder: Decoder) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
-def greedy_search(decoder: Decoder, state: Any, max_len: int, start: int = BOS) -> list[list[int]]:
-    """Most probable token at every step (the first input is `start`); finished sentences leave the batch."""
+def _limits(max_len: int | Sequence[int] | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
+    """Each sentence's output limit (batch,): one for all, or one per sentence, so that a sentence's
+    output never depends on what it is batched with."""
+    limits = torch.as_tensor(max_len, dtype=torch.long, device=device)
+    if limits.dim() == 0:
+        limits = limits.expand(batch)
+    if limits.shape != (batch,):
+        raise ValueError(f"max_len needs one limit or one per sentence ({batch}), got shape {tuple(limits.shape)}")
+    return limits
+
+
+def greedy_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor,
+                  start: int = BOS) -> list[list[int]]:
+    """Most probable token at every step (the first input is `start`); finished sentences leave the
+    batch. `max_len`: the most output tokens, for all sentences or per sentence."""
     batch, device = decoder.batch_size(state), _device(decoder)
+    limits = _limits(max_len, batch, device)
     prev = torch.full((batch,), start, dtype=torch.long, device=device)
     active = torch.arange(batch, device=device)
     outputs: list[list[int]] = [[] for _ in range(batch)]
-    for _ in range(max_len):
+    for step in range(int(limits.max()) if batch else 0):
         logp, state = decoder.step(prev, state)
         tok = logp.argmax(-1)
-        done = tok == EOS
-        for row, t in zip(active.tolist(), tok.tolist()):
-            if t != EOS:
-                outputs[row].append(t)
+        done = (tok == EOS) | (limits[active] <= step + 1)
+        for row, token in zip(active.tolist(), tok.tolist()):
+            if token != EOS:
+                outputs[row].append(token)
         if done.all():
             break
         if done.any():
@@ -47,14 +61,14 @@ def greedy_search(decoder: Decoder, state: Any, max_len: int, start: int = BOS) 
     return outputs
 
 
-def beam_search(decoder: Decoder, state: Any, max_len: int, beam_size: int,
+def beam_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor, beam_size: int,
                 length_penalty: float = 1.0, start: int = BOS) -> list[list[int]]:
     """Beam search: the best-scoring hypothesis of each sentence (see `beam_search_nbest`)."""
     return [nbest[0][1] if nbest else []
             for nbest in beam_search_nbest(decoder, state, max_len, beam_size, length_penalty, start)]
 
 
-def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int,
+def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor, beam_size: int,
                       length_penalty: float = 1.0, start: int = BOS) -> list[list[tuple[float, list[int]]]]:
     """Beam search; every finished hypothesis of each sentence as (score, token ids), best first.
 
@@ -62,6 +76,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int
     log-probability divided by its length counted with the end-of-sentence token
     (0 ranks by log-probability alone; larger values favour longer output). A hypothesis
     still unfinished after `max_len` steps scores log p(y_1 .. y_max_len) / max_len**length_penalty.
+    `max_len` is one limit for all sentences or one per sentence.
 
     Each step keeps the best `beam_size` unfinished continuations among the top 2*beam
     candidates; an end-of-sentence candidate ranked above them is stored as finished.
@@ -73,6 +88,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     k = beam_size
     batch, device = decoder.batch_size(state), _device(decoder)
+    limits = _limits(max_len, batch, device)
     state = decoder.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k))
     scores = torch.full((batch, k), float("-inf"), device=device)
     scores[:, 0] = 0.0
@@ -80,7 +96,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int
     prev = torch.full((batch * k,), start, dtype=torch.long, device=device)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     active = torch.arange(batch, device=device)
-    for t in range(max_len):
+    for t in range(int(limits.max()) if batch else 0):
         logp, state = decoder.step(prev, state)
         vocab = logp.size(-1)
         n = active.numel()
@@ -101,14 +117,15 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int, beam_size: int
         seqs = torch.cat([seqs[origin], prev.unsqueeze(1)], dim=1)
         state = decoder.reorder_state(state, origin)
         done = torch.tensor([len(finished[int(a)]) >= k for a in active.tolist()], device=device)
-        if t == max_len - 1:
-            done[:] = True
-            for r in range(n):
+        at_limit = limits[active] <= t + 1
+        if at_limit.any():
+            for r in at_limit.nonzero().squeeze(1).tolist():
                 if len(finished[int(active[r])]) < k:
                     for j in range(k):
                         if torch.isfinite(scores[r, j]):
                             finished[int(active[r])].append((float(scores[r, j]) / float(t + 1) ** length_penalty,
                                                              seqs[r * k + j].tolist()))
+            done |= at_limit
         if done.all():
             break
         if done.any():
@@ -126,8 +143,9 @@ def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Seq
     """Translations of the tokenised sources `seqs` (from `data.inputs.tokenize_inputs`), in their
     order; an empty source gives "". Sources get the model's prefix (`source_prefix`), go through
     in length-sorted batches on the model's device, and are searched greedily (`beam` 1) or with
-    beam search. A batch's output limit is `max_len`, or by default twice its longest source + 10,
-    at most `max_len_cap` subwords, and never past a decoder's learned position table."""
+    beam search. Each sentence's output limit is `max_len`, or by default twice its own source
+    length + 10, at most `max_len_cap` subwords, and never past a decoder's learned position table:
+    a translation does not depend on the batch it is in."""
     model.eval()
     device = model.device
     prefix = source_prefix(vocabs[src_lang], tgt_lang, model.cfg.shared, model.cfg.tag_position)
@@ -137,9 +155,9 @@ def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Seq
     n_batches = (sum(1 for s in seqs if len(s)) + batch_size - 1) // batch_size
     for idx, ids, lengths in tqdm(length_sorted_batches(list(seqs), batch_size, prefix), total=n_batches,
                                   desc=f"{src_lang}->{tgt_lang}", unit="batch", disable=not progress, leave=False):
-        limit = max_len or min(int(lengths.max()) * 2 + 10, max_len_cap)
+        limit = torch.full_like(lengths, max_len) if max_len else (lengths * 2 + 10).clamp(max=max_len_cap)
         if readable is not None:  # a learned position table ends: the start token and `limit` steps fit in it
-            limit = min(limit, readable)
+            limit = limit.clamp(max=readable)
         bridged = model.run_encoder(ids.to(device), lengths.to(device), src_lang)
         decoder, state = model.start_decoding(bridged, tgt_lang)
         if beam == 1:

@@ -22,9 +22,8 @@ class TranslateCall:
     """`Model.translate(texts, src, tgt, beam, pivot)`; `pivot` is None unless it is a third language
     (a pivot equal to src or tgt is the direct translation, so such requests share a batch with it).
 
-    Batching leaves a translation as it is alone, except one whose search is still going at the length
-    limit, which the library sets per call from the longest source (twice it + 10 subwords): a longer
-    batch-mate raises the limit, so such a runaway output can come back longer."""
+    Batching leaves every translation as it is alone: the search gives each sentence its own length
+    limit (twice its source + 10 subwords), whatever it is batched with."""
 
     src: str
     tgt: str
