@@ -35,7 +35,8 @@ def summary(results: dict[str, dict]) -> str:
         rows: dict[str, list[float | None]] = {}
         for k, (src, tgt) in enumerate(directions):
             mapping = {**side_rows(r["scores"], "DV", src, tgt), **side_rows(r["scores"], "SV", src, tgt),
-                       "translate-test (TF-IDF)": "translate-test (TF-IDF)", "in-language (TF-IDF)": "in-language (TF-IDF)"}
+                       **{row: row for row in ("translate-test (TF-IDF)", "in-language (DV, own side)",
+                                               "in-language (SV, own side)", "in-language (TF-IDF)")}}
             for generic, row in mapping.items():
                 vals = [s["accuracy"] for c, s in r["scores"].get(row, {}).items() if c.endswith(f" {src}->{tgt}")]
                 rows.setdefault(generic, [None] * len(directions))[k] = float(np.mean(vals)) if vals else None

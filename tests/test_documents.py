@@ -145,7 +145,8 @@ def test_evaluate_cldc_cli(trained_model, webis, tmp_path, capsys):
             "--domains", "music", "--max-documents", "12", "--out", str(out), "--threads", "1", "--device", "cpu"]
     assert main(args) == 0
     report = capsys.readouterr().out
-    for row in ("DV_de:en", "SV_en", "translate-test (TF-IDF)", "in-language (TF-IDF)", "music en->de", "music de->en"):
+    for row in ("DV_de:en", "SV_en", "translate-test (TF-IDF)", "in-language (TF-IDF)", "in-language (DV, own side)",
+                "in-language (SV, own side)", "music en->de", "music de->en"):
         assert row in report
     result = json.loads((out / "cldc.json").read_text())
     assert result["held_out"] and (out / "cldc.png").is_file()

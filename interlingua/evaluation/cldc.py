@@ -133,14 +133,20 @@ class _Scorer:
 
     def score(self, column: str, src: str, tgt: str, train: LabelledDocuments, test: LabelledDocuments,
               train_vectors: dict[str, dict[str, np.ndarray]], test_vectors: dict[str, dict[str, np.ndarray]],
-              test_name: str, in_language: LabelledDocuments | None) -> None:
+              test_name: str, in_language: LabelledDocuments | None,
+              in_language_vectors: dict[str, dict[str, np.ndarray]] | None = None) -> None:
         """Every vector variant trained on `train` (in `src`), tested on `test` (in `tgt`); translate-test;
-        the in-language bound where the test language has training documents."""
+        the in-language bound where the test language has training documents, with TF-IDF and, given
+        `in_language_vectors` (the test language's training documents), with the model's own vectors of
+        the test language: what the vectors know of the classes before any language is crossed."""
         scores = self.result.scores
         for unit_name in UNITS:
             for variant in variant_names(src, tgt):
                 scores.setdefault(f"{unit_name}_{variant}", {})[column] = svm_score(
                     train_vectors[unit_name][variant], train.labels, test_vectors[unit_name][variant], test.labels)
+            if in_language is not None and in_language_vectors is not None:
+                scores.setdefault(f"in-language ({unit_name}, own side)", {})[column] = svm_score(
+                    in_language_vectors[unit_name][tgt], in_language.labels, test_vectors[unit_name][tgt], test.labels)
         test_in_src = [" ".join(s) for s in self.translations.get(test.texts, tgt, src, test_name)]
         scores.setdefault("translate-test (TF-IDF)", {})[column] = tfidf_score(train.texts, train.labels,
                                                                                test_in_src, test.labels)
@@ -201,7 +207,7 @@ def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | 
                    for lang, other in ((a, b), (b, a)) for split in ("train", "test")}
         for src, tgt in ((a, b), (b, a)):
             scorer.score(f"{domain} {src}->{tgt}", src, tgt, data[src].train, data[tgt].test, vectors[(src, "train")],
-                         vectors[(tgt, "test")], f"{domain}.test", data[tgt].train)
+                         vectors[(tgt, "test")], f"{domain}.test", data[tgt].train, vectors[(tgt, "train")])
     return scorer.finish(Path(out_dir))
 
 
