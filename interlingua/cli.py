@@ -327,7 +327,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from interlingua.serving.server import serve
     _use_threads(args.threads)
     serve(args.model, host=args.host, port=args.port, device=args.device,
-          limits=ServiceLimits(max_texts=args.max_texts, max_chars=args.max_chars, max_wait_ms=args.max_wait_ms))
+          limits=ServiceLimits(max_texts=args.max_texts, max_chars=args.max_chars, max_wait_ms=args.max_wait_ms,
+                               max_batch_texts=args.max_batch_texts))
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -515,6 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-chars", type=positive_int, default=2000, help="characters in one text (default: 2000)")
     s.add_argument("--max-wait-ms", type=non_negative_float, default=5.0,
                    help="how long a request waits for others to share its model call (default: 5)")
+    s.add_argument("--max-batch-texts", type=positive_int, default=64,
+                   help="texts in one model call (default: 64; 1: no batching, each request is its own call)")
     s.add_argument("--threads", type=positive_int, default=None, help="torch threads of the model (default: torch's)")
     _add_device(s)
     s.set_defaults(func=cmd_serve)

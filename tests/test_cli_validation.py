@@ -41,7 +41,8 @@ NUMERIC = [
     ("extend", "--vocab-size", positive_int), ("extend", "--noise", non_negative_float),
     ("extend", "--seed", non_negative_int),
     ("serve", "--port", port_number), ("serve", "--max-texts", positive_int), ("serve", "--max-chars", positive_int),
-    ("serve", "--max-wait-ms", non_negative_float), ("serve", "--threads", positive_int),
+    ("serve", "--max-wait-ms", non_negative_float), ("serve", "--max-batch-texts", positive_int),
+    ("serve", "--threads", positive_int),
 ]
 BAD = {positive_int: ["0", "-3", "2.5", "two", ""], non_negative_int: ["-1", "2.5", "x"], non_negative_float: ["-0.5", "nan", "inf", "x"],
        positive_float: ["0", "-1", "nan", "inf", "soon"], port_number: ["-1", "65536", "80.5", "http"]}

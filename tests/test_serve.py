@@ -493,3 +493,14 @@ def test_real_server_answers_and_finishes_the_request_in_flight_on_sigterm(train
     assert "stopped on SIGTERM" in text and "Traceback" not in text
     with pytest.raises(OSError):  # nothing listens any more
         http_json(f"{base}/health", timeout=2)
+
+
+def test_listening_socket_says_it_is_tcp():
+    """asyncio sets TCP_NODELAY on accepted connections only when the socket's protocol is TCP;
+    without it a keep-alive response after the first waits ~40 ms for a delayed ACK."""
+    from interlingua.serving.server import listening_socket
+    sock = listening_socket("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()

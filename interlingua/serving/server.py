@@ -33,7 +33,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def listening_socket(host: str, port: int) -> socket.socket:
     """A socket bound to (host, port); port 0 picks a free one (the log line says which)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without
+    # it every keep-alive response after the first waits ~40 ms for the client's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
