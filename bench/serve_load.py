@@ -8,7 +8,7 @@ Run: python bench/serve_load.py --model runs/multi30k/cpu/ntdv/lstm_bridge_en_de
 
 The real server (`python -m interlingua.cli serve --port 0`, a child process in its own session) is
 started once per batching mode and stopped with SIGTERM at the end, on errors and on Ctrl-C alike:
-- batching "on":  the service's defaults, `--max-wait-ms 5 --max-batch-texts 64`;
+- batching "on":  `--max-wait-ms` (default 0, the service's default) and `--max-batch-texts 64`;
 - batching "off": `--max-batch-texts 1`, every request is its own model call (one at a time, since
   the model runs in one worker thread); nothing else differs.
 For POST /translate (greedy) and POST /embed (mean pooling), at each level of `--clients`, that many
@@ -437,7 +437,7 @@ def main() -> None:
     ap.add_argument("--requests", type=positive_int, default=None, help="at most this many requests per level")
     ap.add_argument("--batching", nargs="+", choices=["on", "off"], default=["off", "on"],
                     help="server modes, in this order (the soak runs on the last)")
-    ap.add_argument("--max-wait-ms", type=non_negative_float, default=5.0, help="the server's --max-wait-ms")
+    ap.add_argument("--max-wait-ms", type=non_negative_float, default=0.0, help="the server's --max-wait-ms")
     ap.add_argument("--threads", type=positive_int, default=1,
                     help="the server's torch threads (default 1: on 2 cores the other is the client's)")
     ap.add_argument("--soak", type=non_negative_float, default=0.0, metavar="MINUTES",

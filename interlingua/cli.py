@@ -514,8 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=port_number, default=8080, help="TCP port (default: 8080; 0: any free port)")
     s.add_argument("--max-texts", type=positive_int, default=64, help="texts in one request (default: 64)")
     s.add_argument("--max-chars", type=positive_int, default=2000, help="characters in one text (default: 2000)")
-    s.add_argument("--max-wait-ms", type=non_negative_float, default=5.0,
-                   help="how long a request waits for others to share its model call (default: 5)")
+    s.add_argument("--max-wait-ms", type=non_negative_float, default=0.0,
+                   help="how long a request waits for others to share its model call when the model is idle "
+                        "(default: 0; while the model is busy, requests gather anyway)")
     s.add_argument("--max-batch-texts", type=positive_int, default=64,
                    help="texts in one model call (default: 64; 1: no batching, each request is its own call)")
     s.add_argument("--threads", type=positive_int, default=None, help="torch threads of the model (default: torch's)")

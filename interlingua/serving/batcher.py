@@ -2,10 +2,11 @@
 
 Why: on a CPU a model call over 30 short sentences costs far less than 30 calls over one (the
 per-call overhead and the small matrix products dominate), so under load the service answers
-more requests per second when it gathers them. A request waits at most `max_wait_ms` for
-companions with the same batch key (same operation and settings); while the model is busy,
-requests keep gathering, so batches grow with the load and no request waits for companions
-longer than the model makes it wait anyway.
+more requests per second when it gathers them. While the model is busy, requests with the same
+batch key (same operation and settings) gather, so batches grow with the load and no request
+waits for companions longer than the model makes it wait anyway. `max_wait_ms` adds a wait for
+companions when the model is idle; the service's default is 0, which measured best at 1, 8 and
+32 clients alike (bench/results/2026-11-24.md).
 
 The model runs in ONE worker thread: torch work never blocks the asyncio event loop (health
 checks and new requests are still answered during a long translation) and there is one model

@@ -20,8 +20,9 @@ class ServiceLimits:
     """Texts in one request (`texts` / `input`)."""
     max_chars: int = 2000
     """Characters in one text (longer inputs would be truncated to the model's max_len subwords anyway)."""
-    max_wait_ms: float = 5.0
-    """How long a request waits for companions that can share its model call."""
+    max_wait_ms: float = 0.0
+    """How long a request waits for companions when the model is idle (while it is busy, requests
+    gather anyway); 0 measured best (bench/results/2026-11-24.md)."""
     max_batch_texts: int = 64
     """Texts in one model call (a single request with more runs alone)."""
 
