@@ -397,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--length-penalty", type=non_negative_float, default=1.0,
                    help="beam search ranks log p(y) / length**X (0: by log-probability alone)")
     t.add_argument("--max-len", type=positive_int, default=None,
-                   help="at most this many output subwords (default: twice the batch's longest source + 10)")
+                   help="at most this many output subwords (default: twice each sentence's own source length + 10)")
     t.add_argument("--batch-size", type=positive_int, default=64)
     t.add_argument("--threads", type=positive_int, default=None)
     t.add_argument("-i", "--input", default=None)

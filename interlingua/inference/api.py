@@ -130,7 +130,7 @@ class Model:
         direct src -> tgt one, and a note says so in the log.
         `beam` 1 is greedy search; `length_penalty` (beam search only) divides each hypothesis'
         log-probability by its length**length_penalty (see `modules.search.beam_search_nbest`).
-        `max_len` caps the output subwords (default: twice the batch's longest source + 10).
+        `max_len` caps the output subwords (default: twice each sentence's own source length + 10).
         """
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
