@@ -269,10 +269,14 @@ def test_webis_monolingual_takes_the_training_split_only(webis, tmp_path, capsys
     for lang in ("en", "de"):
         for domain in ("books", "dvd"):
             write_reviews(webis / lang / domain / "train.review", lang, 10, 3)
+    write_reviews(webis / "en" / "dvd" / "unlabeled.review", "en", 4, 5)
+    unlabeled = read_reviews(webis / "en" / "dvd" / "unlabeled.review").texts
     sentences = review_sentences(webis, "en")
     train_docs = [t for d in ("books", "dvd", "music") for t in load_domain(webis, "en", d).train.texts]
     test_docs = [t for d in ("books", "dvd", "music") for t in load_domain(webis, "en", d).test.texts]
-    assert sentences == [s for t in train_docs for s in split_sentences(t, "en")]
+    in_order = [t for d in ("books", "dvd", "music") for t in
+                load_domain(webis, "en", d).train.texts + (unlabeled if d == "dvd" else [])]
+    assert sentences == [s for t in in_order for s in split_sentences(t, "en")]
     assert len(train_docs) + len(test_docs) == 60 and len(test_docs) >= 25
     base = write_multiway_corpus(tmp_path, "toy", {"train": {"en": ["a dog ."], "de": ["ein hund ."]}})
     dest = tmp_path / "with_reviews"

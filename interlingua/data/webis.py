@@ -85,17 +85,27 @@ def _review_file(folder: Path, part: str) -> Path | None:
     return None
 
 
-def read_reviews(path: Path) -> LabelledDocuments:
-    """The labelled reviews of one .review(.gz) file, in file order."""
+def _review_items(path: Path) -> list[ET.Element]:
+    """The <item> elements of one .review(.gz) file; unreadable or non-XML files are a DataError."""
     try:
         raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
-        root = ET.fromstring(raw)
+        return list(ET.fromstring(raw).iter("item"))
     except (OSError, EOFError) as err:
         raise DataError(f"cannot read {path}: {err}") from None
     except ET.ParseError as err:
         raise DataError(f"{path} is not a Webis-CLS-10 review file (XML): {err}") from None
+
+
+def _review_text(item: ET.Element) -> str:
+    """A review as one document: its summary and text joined by a space."""
+    summary, text = (item.findtext("summary") or "").strip(), (item.findtext("text") or "").strip()
+    return f"{summary} {text}".strip()
+
+
+def read_reviews(path: Path) -> LabelledDocuments:
+    """The labelled reviews of one .review(.gz) file, in file order."""
     texts, labels = [], []
-    for n, item in enumerate(root.iter("item"), start=1):
+    for n, item in enumerate(_review_items(path), start=1):
         rating_text = (item.findtext("rating") or "").strip()
         try:
             rating = float(rating_text)
@@ -103,8 +113,7 @@ def read_reviews(path: Path) -> LabelledDocuments:
             raise DataError(f"{path}: review {n} has no numeric <rating> ({rating_text!r})") from None
         if rating == 3:
             raise DataError(f"{path}: review {n} is rated 3, neither positive nor negative")
-        summary, text = (item.findtext("summary") or "").strip(), (item.findtext("text") or "").strip()
-        texts.append(f"{summary} {text}".strip())
+        texts.append(_review_text(item))
         labels.append(int(rating > 3))
     if not texts:
         raise DataError(f"{path} holds no <item> reviews")
@@ -142,12 +151,7 @@ def unlabeled_reviews(root: Path, lang: str, domain: str) -> list[str] | None:
     path = _review_file(Path(root) / lang / domain, "unlabeled")
     if path is None:
         return None
-    raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
-    try:
-        items = ET.fromstring(raw).iter("item")
-    except ET.ParseError as err:
-        raise DataError(f"{path} is not a Webis-CLS-10 review file (XML): {err}") from None
-    return [f"{(i.findtext('summary') or '').strip()} {(i.findtext('text') or '').strip()}".strip() for i in items]
+    return [_review_text(item) for item in _review_items(path)]
 
 
 def review_sentences(root: Path, lang: str, seed: int = 0) -> list[str]:

@@ -179,7 +179,7 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
     async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> OpenAIEmbeddingResponse:
         """OpenAI-compatible embeddings (mean pooling); without `language`, each text's language is identified."""
         single = isinstance(body.input, str)
-        texts = [body.input] if isinstance(body.input, str) else body.input
+        texts = [body.input] if single else body.input
         check_texts(texts, "body.input", limits, indexed=not single)
         if body.language is not None:
             check.source(body.language, "body.language")

@@ -51,7 +51,7 @@ class DynamicBatcher(Generic[Key, Result]):
     (or `start()` / `drain()`) inside the event loop that submits.
     """
 
-    def __init__(self, run_batch: Callable[[Key, list[str]], Sequence[Result]], max_wait_ms: float = 5.0,
+    def __init__(self, run_batch: Callable[[Key, list[str]], Sequence[Result]], max_wait_ms: float = 0.0,
                  max_batch_texts: int = 64, thread_name: str = "interlingua-model"):
         if max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms}")
