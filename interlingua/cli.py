@@ -136,6 +136,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     from interlingua.training.trainer import train
     cfg = load_config(args.config, _device_override(args))
     result = train(cfg, resume=args.resume, init=args.init)
+    if not result.main_process:  # under torchrun: rank 0 reports
+        return
     best = "n/a" if result.best_bleu is None else f"{result.best_bleu:.2f}"
     print(f"trained {result.steps} steps; best dev mean BLEU {best}; "
           f"checkpoints: {result.best_checkpoint}, {result.last_checkpoint}")
@@ -359,7 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_data)
 
     for name, func, helptext in (("prepare", cmd_prepare, "train sentencepiece and cache the encoded corpus"),
-                                 ("train", cmd_train, "train a model from a YAML config")):
+                                 ("train", cmd_train, "train a model from a YAML config (under torchrun: on several "
+                                                           "processes, CPUs or GPUs, on one node or several)")):
         c = sub.add_parser(name, help=helptext)
         c.add_argument("config", help="experiment YAML")
         c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -236,6 +236,11 @@ class TrainConfig(_Strict):
     warmup_steps: int = Field(4000, ge=1)
     """Warm-up of `lr_schedule: inverse_sqrt` (unused by `constant`)."""
     batch_size: int = Field(64, ge=1)
+    """Sentence pairs per optimizer step, all processes and micro-batches together: under torchrun
+    each process takes its share, so a run's steps are the same whatever the number of processes."""
+    accumulate: int = Field(1, ge=1)
+    """Micro-batches per process and step (gradient accumulation): a step's batch is split into
+    processes x accumulate parts whose gradients add up to the whole batch's."""
     max_steps: int = Field(10_000, ge=1)
     max_minutes: float | None = Field(None, gt=0)
     """Wall-clock budget; training stops (and saves) when it is spent."""

@@ -152,10 +152,20 @@ def test_both_directions_sum_the_two_costs_of_the_same_pairs(trained_model, mult
         back_tgt = backward.tgt_out[row][backward.tgt_out[row] > 3]  # the ids past the specials
         assert torch.equal(forward.src[row, :n][forward.src[row, :n] > 3], back_tgt)
     trainer.batches[("de", "en")].load_state_dict({"epoch": 0, "position": 0})
-    out, ntok = trainer._step_loss(("de", "en"))
-    one, two = trainer.model(forward), trainer.model(backward)
-    assert torch.allclose(out.loss, one.loss + two.loss) and out.n_tokens == one.n_tokens + two.n_tokens
+    micro, ntok = trainer._micro_batches(("de", "en"))
+    assert [(m.batch.src_lang, m.batch.tgt_lang, m.scale) for m in micro] == [("de", "en", 1.0), ("en", "de", 1.0)]
+    assert all(torch.equal(m.batch.src, b.src) and torch.equal(m.batch.tgt_out, b.tgt_out)
+               for m, b in zip(micro, (forward, backward)))
     assert ntok == 2 * (forward.n_src_tokens + forward.n_tgt_tokens)
+    trainer.optimizer.zero_grad(set_to_none=True)
+    nll, n_tgt, _, _ = trainer._forward_backward(micro)
+    one, two = trainer.model(forward), trainer.model(backward)
+    assert nll == pytest.approx(one.nll_sum + two.nll_sum, rel=1e-5) and n_tgt == one.n_tokens + two.n_tokens
+    got = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    trainer.optimizer.zero_grad(set_to_none=True)
+    (one.loss + two.loss).backward()
+    assert got and all(torch.allclose(got[n], p.grad, atol=1e-6) for n, p in trainer.model.named_parameters()
+                       if p.grad is not None)
     assert trainer.train().steps == trainer.max_steps
     cfg["directions"] = {"mode": "explicit", "pairs": [["en", "de"]]}
     with pytest.raises(Exception, match="de->en"):

@@ -70,6 +70,12 @@ def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_
     return Batch(s, lengths, tin, tout, src_lang, tgt_lang)
 
 
+def shard(idx: np.ndarray, parts: int, k: int) -> np.ndarray:
+    """Part `k` of `parts` of a batch: every `parts`-th pair from the k-th on. The batch is length-
+    sorted, so the parts are alike in length (the processes of a step wait little for each other)."""
+    return idx[k::parts]
+
+
 class DirectionBatches:
     """Endless, seeded, resumable length-bucketed batches for one direction."""
 
@@ -100,7 +106,8 @@ class DirectionBatches:
     def __len__(self) -> int:
         return len(self._plan)
 
-    def _next_indices(self) -> np.ndarray:
+    def next_indices(self) -> np.ndarray:
+        """The sentence-pair indices of the next batch (the whole step's, before any split)."""
         if self.position >= len(self._plan):
             self.epoch, self.position = self.epoch + 1, 0
             self._plan = self._epoch_plan(self.epoch)
@@ -109,17 +116,32 @@ class DirectionBatches:
         return idx
 
     def next(self) -> Batch:
-        idx = self._next_indices()
-        return make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.src_lang, self.tgt_lang, self.src_prefix,
-                          self.tgt_start)
+        return self.batch(self.next_indices())
 
-    def next_both_ways(self, reverse_prefix: int | None, reverse_start: int) -> tuple[Batch, Batch]:
-        """The next batch, and the same sentence pairs the other way round (target -> source, with
+    def batch(self, idx: np.ndarray) -> Batch:
+        """The padded batch of these sentence pairs."""
+        return make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.src_lang, self.tgt_lang,
+                          self.src_prefix, self.tgt_start)
+
+    def batch_both_ways(self, idx: np.ndarray, reverse_prefix: int | None, reverse_start: int) -> tuple[Batch, Batch]:
+        """These pairs as a batch, and the same pairs the other way round (target -> source, with
         that direction's source prefix and decoder start): paper 003's cost(a->b) + cost(b->a)."""
-        idx = self._next_indices()
         src, tgt = [self.src[i] for i in idx], [self.tgt[i] for i in idx]
         return (make_batch(src, tgt, self.src_lang, self.tgt_lang, self.src_prefix, self.tgt_start),
                 make_batch(tgt, src, self.tgt_lang, self.src_lang, reverse_prefix, reverse_start))
+
+    def next_both_ways(self, reverse_prefix: int | None, reverse_start: int) -> tuple[Batch, Batch]:
+        return self.batch_both_ways(self.next_indices(), reverse_prefix, reverse_start)
+
+    def target_tokens(self, idx: np.ndarray, reverse: bool = False) -> int:
+        """The loss's token count of these pairs (each target + EOS; `reverse`: of the sources as targets)."""
+        side = self.src if reverse else self.tgt
+        return int(sum(len(side[i]) + 1 for i in idx))
+
+    def tokens(self, idx: np.ndarray) -> int:
+        """Source (with its prefix) + target (with EOS) tokens of these pairs: what tokens/s counts."""
+        extra = (self.src_prefix is not None) + 1
+        return int(sum(len(self.src[i]) + len(self.tgt[i]) + extra for i in idx))
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

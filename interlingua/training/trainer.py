@@ -10,6 +10,13 @@ the state of that step boundary, and no extra validation or `best.pt` is made. T
 and validations a step owes (every `log_every` / `valid_every` steps) are worked out from
 that state, so after `--resume` whatever the stop cut short is redone exactly once, and the
 final weights, `best.pt`, history and metrics.jsonl equal those of an uninterrupted run.
+
+Under torchrun every process runs this loop (`interlingua.distributed`): the direction
+scheduler and the batch plans are seeded alike, so all processes draw the same step batch and
+each trains on its own part of it (`shard`); DDP adds the parts' gradients, which are scaled so
+that they equal the whole batch's. The training state is therefore the same for any number of
+processes: a run resumes with more or fewer of them. Rank 0 alone prepares the corpus first,
+validates, writes checkpoints, metrics and the progress bar.
 """
 from __future__ import annotations
 
@@ -29,11 +36,12 @@ import torch
 from tqdm import tqdm
 
 from interlingua.config import ExperimentConfig
-from interlingua.data.batching import DirectionBatches
+from interlingua.data.batching import Batch, DirectionBatches, shard
 from interlingua.data.directions import (Direction, DirectionScheduler, build_directions, pair_shares,
                                          zero_shot_directions)
 from interlingua.data.prepare import PreparedData, direction_pairs, prepare
 from interlingua.data.vocab import decoder_start, source_prefix
+from interlingua.distributed import Distributed, no_sync, process_group
 from interlingua.errors import CheckpointError, ConfigError, DataError
 from interlingua.modules.checkpoint import (average_checkpoints, build_payload, checkpoint_vocabs, read_checkpoint,
                                             restrict_to_vocabs, save_atomic, stored_config)
@@ -59,6 +67,20 @@ class TrainResult:
     last_checkpoint: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     tokens_per_second: float = 0.0
+    main_process: bool = True
+    """False on the processes other than rank 0 of a torchrun launch (which reports the run)."""
+
+
+@dataclass
+class MicroBatch:
+    """One forward + backward pass of a step: a part of the step's batch on this process."""
+
+    batch: Batch
+    scale: float
+    """What the batch's loss (a mean over its target tokens) is multiplied by, so that the parts'
+    gradients add up to those of the whole batch's mean loss: the part's share of the batch's
+    target tokens, times the number of processes (DDP averages over them); 1 for a whole batch,
+    0 for a filler (a process whose part came out empty still joins the gradient exchange)."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -71,16 +93,22 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 class Trainer:
     def __init__(self, cfg: ExperimentConfig, resume: bool = False, data: PreparedData | None = None,
-                 init: str | Path | None = None):
+                 init: str | Path | None = None, dist: Distributed | None = None, device: str | None = None):
         """`init`: start from that checkpoint's weights and vocabularies (fine-tuning, e.g. after
-        `interlingua extend`), with a fresh optimizer and step count."""
+        `interlingua extend`), with a fresh optimizer and step count. `dist`: this process's place
+        among several (see `train`); `device`: the process's device in place of `train.device`."""
         self.cfg = cfg
+        self.dist = dist or Distributed()
         self.init = str(init) if init is not None else None
         self.work_dir = Path(cfg.work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         tc = cfg.train
+        parts = self.dist.world_size * tc.accumulate
+        if tc.batch_size < parts:
+            raise ConfigError(f"train.batch_size {tc.batch_size} is split into {self.dist.world_size} process(es) x "
+                              f"train.accumulate {tc.accumulate} = {parts} parts: it must be at least {parts}")
         # precision `auto` is settled below by timing this model (a placeholder until then)
-        self.runtime = Runtime.create(tc.device, "fp32" if tc.precision == "auto" else tc.precision,
+        self.runtime = Runtime.create(device or tc.device, "fp32" if tc.precision == "auto" else tc.precision,
                                       tc.threads, tc.seed).apply()
         if tc.trainable == "bridge" and init is None and not resume:
             raise ConfigError("train.trainable: bridge trains new shared layers on top of a trained translation "
@@ -91,7 +119,9 @@ class Trainer:
         if resume_from is not None and resume_from["training"].get("init"):  # a fine-tuning run: its vocabularies
             self.init = resume_from["training"]["init"]
             init_from = resume_from
-        self.data = data or prepare(cfg, vocabs=checkpoint_vocabs(init_from) if init_from is not None else None)
+        given_vocabs = checkpoint_vocabs(init_from) if init_from is not None else None
+        self.data = data or self.dist.in_turn(lambda: prepare(cfg, vocabs=given_vocabs))
+        self._check_same_data()
         self.directions = build_directions(cfg.directions, self.data.languages)
         self.encoder_langs = sorted({s for s, _ in self.directions})
         self.decoder_langs = sorted({t for _, t in self.directions})
@@ -117,13 +147,16 @@ class Trainer:
         """The step to stop at: `train.max_steps`, or `train.epochs` passes over every direction (the
         rotation gives each direction one batch per cycle, so directions of equal size end together)."""
         if tc.precision == "auto":
-            self.runtime = self.runtime.with_precision(self._auto_precision())
+            self.runtime = self.runtime.with_precision(self.dist.broadcast(self._auto_precision() if self.dist.is_main
+                                                                           else None))
         self.precision = self.runtime.precision
         self.scaler = self.runtime.grad_scaler()  # after `auto` is settled: fp16 (older GPUs) needs one
-        log.info("training on %s", self.runtime.describe())
+        log.info("training on %s%s", self.runtime.describe(),
+                 f"; process {self.dist.rank} of {self.dist.world_size} ({self.dist.backend})" if self.dist.active else "")
         self.devsets = build_devsets(self.data, self.directions, self.zero_shot,
                                      self.cfg.preprocess.max_valid_sentences, self.cfg.preprocess.max_len)
         self.metrics = MetricsLog(self.work_dir)
+        """Written by rank 0 only (as are checkpoints and config.json)."""
         self.step = 0
         self.elapsed = 0.0
         self.best_bleu: float | None = None
@@ -136,6 +169,18 @@ class Trainer:
             self._resume(resume_from)
         elif (self.work_dir / "last.pt").exists():
             raise ConfigError(f"{self.work_dir} already holds a run (last.pt); use --resume to continue it or choose another work_dir")
+        if self.dist.rank > 0:  # dropout masks differ between processes (rank 0 keeps the run's own stream)
+            torch.manual_seed(tc.seed * 1_000_003 + self.dist.rank * 7919 + self.step)
+        self.trained = self.dist.wrap(self.model, some_unused=len(self.step_directions) > 1)
+        """The module the steps run through: the model, or DDP around it (which shares its weights)."""
+
+    def _check_same_data(self) -> None:
+        """Every process must have prepared the same vocabularies: a node that cannot see rank 0's
+        prepared corpus trains its own sentencepiece models, which may differ."""
+        digest = zlib.crc32(b"".join(v.proto for _, v in sorted(self.data.vocabs.items())))
+        if len(set(self.dist.gather(digest))) > 1:
+            raise DataError(f"the training processes prepared different vocabularies: put work_dir "
+                            f"({self.work_dir}) on a filesystem every node shares")
 
     # -- setup ---------------------------------------------------------------------------
     def _step_directions(self) -> list[Direction]:
@@ -198,6 +243,8 @@ class Trainer:
         """Write a checkpoint; `weights_only` leaves out the training state (optimizer moments and
         all), for checkpoints that are only ever translated with or averaged."""
         path = self.work_dir / name
+        if not self.dist.is_main:
+            return path
         state = None if weights_only else self._training_state(history, best_bleu)
         save_atomic(build_payload(self.cfg, self.model, self.data.vocabs, self.directions, state), path)
         return path
@@ -270,12 +317,14 @@ class Trainer:
                                   f"(corrupt checkpoint?): {_one_line(err)}") from None
         self._window = {**empty_window(), **st.get("log_window", {})}
         validated = bool(self.history) and self.history[-1]["step"] == self.step
-        self.metrics.reconcile(self.step, validated, window_open=self._window["n"] > 0)
+        if self.dist.is_main:
+            self.metrics.reconcile(self.step, validated, window_open=self._window["n"] > 0)
         log.info("resumed from %s at step %d", path, self.step)
 
     # -- loop ----------------------------------------------------------------------------
     def _log(self, record: dict[str, Any]) -> None:
-        self.metrics.append(record)
+        if self.dist.is_main:
+            self.metrics.append(record)
 
     def _budget_spent(self) -> bool:
         mm = self.cfg.train.max_minutes
@@ -319,13 +368,17 @@ class Trainer:
             self._rewind(self._step_start)
             self._step_start = None
         path = self._save("last.pt")
+        if not self.dist.is_main:
+            return TrainingInterrupted(f"{how} at step {self.step} (process {self.dist.rank}; process 0 saves last.pt)",
+                                       signum)
         return TrainingInterrupted(f"{how} at step {self.step}: saved {path}; continue with --resume", signum)
 
     def train(self) -> TrainResult:
         tc = self.cfg.train
-        (self.work_dir / "config.json").write_text(json.dumps(self.cfg.model_dump(mode="json"), indent=1))
-        if self.step == 0:
-            self.metrics.start_fresh()
+        if self.dist.is_main:
+            (self.work_dir / "config.json").write_text(json.dumps(self.cfg.model_dump(mode="json"), indent=1))
+            if self.step == 0:
+                self.metrics.start_fresh()
         self.model.train()
         trained_params = [p for p in self.model.parameters() if p.requires_grad]
         total_tokens, total_time = 0, 0.0
@@ -333,7 +386,8 @@ class Trainer:
         by_time = tc.max_minutes is not None
         bar = tqdm(total=round(tc.max_minutes * 60) if by_time else self.max_steps,
                    initial=round(self.elapsed) if by_time else self.step,
-                   desc="train", unit="s" if by_time else "step", dynamic_ncols=True, mininterval=2)
+                   desc="train", unit="s" if by_time else "step", dynamic_ncols=True, mininterval=2,
+                   disable=not self.dist.is_main)
         old_handlers: dict[int, Any] = {}
         try:
             if _in_main_thread():
@@ -346,14 +400,11 @@ class Trainer:
                 t0 = time.perf_counter()
                 self._step_start = self._step_boundary()
                 direction = self.scheduler.next()
-                with self.runtime.autocast():
-                    out, ntok = self._step_loss(direction)
                 self.optimizer.zero_grad(set_to_none=True)
-                if self.scaler:  # fp16: scaled loss, gradients unscaled before clipping
-                    self.scaler.scale(out.loss).backward()
+                micro, ntok = self._micro_batches(direction)
+                sums = self._forward_backward(micro)
+                if self.scaler:  # fp16: gradients unscaled before clipping
                     self.scaler.unscale_(self.optimizer)
-                else:
-                    out.loss.backward()
                 torch.nn.utils.clip_grad_norm_(trained_params, tc.clip_norm)
                 w = self._window
                 self._updating = True  # signals wait until the step is committed
@@ -364,7 +415,11 @@ class Trainer:
                     self.optimizer.step()
                 self.lr_scheduler.step()
                 dt = time.perf_counter() - t0
-                window = add_step(w, out.nll_sum, out.n_tokens, out.penalty, ntok, dt)
+                # the whole step's loss terms, and the mean time of the processes (the same on each:
+                # a time budget then ends every process at the same step)
+                nll, n_tgt, penalty_sum, sentences, dt = self.dist.sum([*sums, dt])
+                dt /= self.dist.world_size
+                window = add_step(w, nll, int(n_tgt), penalty_sum / max(sentences, 1), ntok, dt)
                 self.step, self.elapsed, self._window, self._step_start = self.step + 1, self.elapsed + dt, window, None
                 self._updating = False
                 if self._deferred_signal is not None:
@@ -378,6 +433,8 @@ class Trainer:
             if not self.history or self.history[-1]["step"] != self.step:
                 self._validate_and_save()
             self._average_lowest_loss()
+            if not self.dist.same_weights(self.model):
+                raise RuntimeError("the training processes ended with different weights")
         except KeyboardInterrupt as err:
             raise self._save_on_interrupt(err) from None
         finally:
@@ -386,24 +443,52 @@ class Trainer:
                 signal.signal(sig, handler)
         best = self.work_dir / "best.pt"
         return TrainResult(self.work_dir, self.step, self.best_bleu, best if best.exists() else None,
-                           self.work_dir / "last.pt", self.history, total_tokens / max(total_time, 1e-9))
+                           self.work_dir / "last.pt", self.history, total_tokens / max(total_time, 1e-9),
+                           self.dist.is_main)
 
-    def _step_loss(self, direction: Direction) -> tuple[LossOutput, int]:
-        """The loss of one step and its source + target tokens: one batch of `direction`, or with
-        `both_directions` that batch and its pairs the other way round, losses summed."""
+    def _micro_batches(self, direction: Direction) -> tuple[list[MicroBatch], int]:
+        """This process's passes of one step, and the whole step's source + target tokens.
+
+        The step's batch (the same on every process) is cut into processes x `train.accumulate`
+        parts; this process takes parts rank, rank + processes, ... With `both_directions` each
+        part is also trained the other way round (paper 003's cost(a->b) + cost(b->a))."""
+        tc = self.cfg.train
+        batches = self.batches[direction]
+        idx = batches.next_indices()
+        world, parts = self.dist.world_size, self.dist.world_size * tc.accumulate
+        s, t = direction
+        sides = (False, True) if tc.both_directions else (False,)
+        whole = {rev: batches.target_tokens(idx, reverse=rev) for rev in sides}
+        micro = []
+        for m in range(tc.accumulate):
+            part = shard(idx, parts, m * world + self.dist.rank)
+            filler = len(part) == 0
+            part = idx[:1] if filler else part
+            made = (batches.batch_both_ways(part, self._prefix(t, s), self._start(s)) if tc.both_directions
+                    else (batches.batch(part),))
+            for rev, batch in zip(sides, made):
+                scale = (0.0 if filler else 1.0 if parts == 1
+                         else world * batches.target_tokens(part, reverse=rev) / whole[rev])
+                micro.append(MicroBatch(batch, scale))
+        return micro, batches.tokens(idx) * len(sides)
+
+    def _forward_backward(self, micro: list[MicroBatch]) -> list[float]:
+        """Gradients of the step's loss from this process's passes (DDP exchanges them after the
+        last one only); returns this process's NLL sum, target tokens, penalty sum and sentences."""
         tc = self.cfg.train
         terms = {"penalty_weight": tc.penalty_weight, "label_smoothing": tc.label_smoothing,
                  "softmax_sample": tc.softmax_sample}
-        device = self.runtime.device
-        if not tc.both_directions:
-            batch = self.batches[direction].next().to(device)
-            return self.model(batch, **terms), batch.n_src_tokens + batch.n_tgt_tokens
-        s, t = direction
-        forward, backward = self.batches[direction].next_both_ways(self._prefix(t, s), self._start(s))
-        one, two = self.model(forward.to(device), **terms), self.model(backward.to(device), **terms)
-        summed = LossOutput(one.loss + two.loss, one.nll_sum + two.nll_sum, one.n_tokens + two.n_tokens,
-                            (one.penalty + two.penalty) / 2)
-        return summed, 2 * (forward.n_src_tokens + forward.n_tgt_tokens)
+        nll = n_tgt = penalty = sentences = 0.0
+        for i, mb in enumerate(micro):
+            with no_sync(self.trained, skip=i < len(micro) - 1):
+                with self.runtime.autocast():
+                    out = self.trained(mb.batch.to(self.runtime.device), **terms)
+                loss = out.loss if mb.scale == 1.0 else out.loss * mb.scale
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            if mb.scale:
+                n = mb.batch.src.size(0)
+                nll, n_tgt, penalty, sentences = nll + out.nll_sum, n_tgt + out.n_tokens, penalty + out.penalty * n, sentences + n
+        return [nll, n_tgt, penalty, sentences]
 
     def _after_step(self, bar: tqdm) -> None:
         """The log line and validation owed at the current step, unless already done (state-driven,
@@ -421,8 +506,13 @@ class Trainer:
             self._validate_and_save()
 
     def _validate_and_save(self) -> None:
-        rec = self.validate() if self.devsets else {"type": "valid", "step": self.step, "mean_bleu": float("nan"), "directions": {}}
-        rec["elapsed_s"] = round(self.elapsed, 2)
+        """Rank 0 validates (once, however many processes) and hands its record to the others."""
+        rec = None
+        if self.dist.is_main:
+            rec = (self.validate() if self.devsets
+                   else {"type": "valid", "step": self.step, "mean_bleu": float("nan"), "directions": {}})
+            rec["elapsed_s"] = round(self.elapsed, 2)
+        rec = self.dist.broadcast(rec)
         score = rec["mean_bleu"]
         improved = not np.isnan(score) and (self.best_bleu is None or score > self.best_bleu)
         history, best_bleu = self.history + [rec], (score if improved else self.best_bleu)
@@ -434,6 +524,8 @@ class Trainer:
         self._keep_lowest_loss(history, best_bleu)
         self._save("last.pt", history, best_bleu)
         self.history, self.best_bleu = history, best_bleu
+        if not self.dist.is_main:
+            return
         summary = " ".join(f"{n}={r['bleu']:.1f}{'*' if r['zero_shot'] else ''}" for n, r in rec["directions"].items())
         tqdm.write(f"step {self.step}: dev mean BLEU {score:.2f} {'(best)' if improved else ''} | {summary}")
         self.metrics.plot()
@@ -444,7 +536,7 @@ class Trainer:
         among the n lowest so far; files that fell out are removed. Decided from the history alone,
         so a resumed run keeps exactly the files an uninterrupted one would."""
         n = self.cfg.train.average_best
-        if not n:
+        if not n or not self.dist.is_main:
             return
         kept = lowest_loss_steps(history, n)
         folder = self.work_dir / "best_loss"
@@ -457,7 +549,7 @@ class Trainer:
 
     def _average_lowest_loss(self) -> Path | None:
         """`averaged.pt`: the mean of the kept lowest-dev-loss checkpoints (`train.average_best`)."""
-        if not self.cfg.train.average_best:
+        if not self.cfg.train.average_best or not self.dist.is_main:
             return None
         paths = [self.work_dir / "best_loss" / f"step{s}.pt" for s in lowest_loss_steps(self.history, self.cfg.train.average_best)]
         paths = [p for p in paths if p.exists()]
@@ -504,5 +596,11 @@ def _in_main_thread() -> bool:
 
 
 def train(cfg: ExperimentConfig, resume: bool = False, init: str | Path | None = None) -> TrainResult:
-    """Train from scratch, continue a run (`resume`), or fine-tune from a checkpoint's weights (`init`)."""
-    return Trainer(cfg, resume=resume, init=init).train()
+    """Train from scratch, continue a run (`resume`), or fine-tune from a checkpoint's weights (`init`).
+
+    Started by torchrun, this process joins the others (its device: the local rank's GPU, or the
+    CPU) and the processes train as one; the process group is left when training ends."""
+    with process_group(cfg.train.device) as (dist, device):
+        if not dist.is_main:  # one log: rank 0's
+            logging.getLogger("interlingua").setLevel(logging.WARNING)
+        return Trainer(cfg, resume=resume, init=init, dist=dist, device=device).train()

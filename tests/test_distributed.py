@@ -1,0 +1,135 @@
+"""Distributed training: torchrun processes on gloo train as one process with their combined batch.
+
+Each torchrun launch starts real processes (two CPU ranks, gloo, one thread each); the models are
+tiny and train a few steps without dropout, so that one process with the whole batch is the
+reference the ranks must match (up to float summation order).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from interlingua.config import parse_config
+from interlingua.data.batching import shard
+from interlingua.errors import ConfigError
+from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.training.trainer import Trainer
+
+from conftest import tiny_config
+
+# The model, seeds and batch of every run here; only the number of processes and micro-batches vary.
+# Plain SGD, whose update is linear in the gradient: Adam's first steps divide the gradient by its
+# own size, which turns float noise in a (nearly) zero gradient into a whole step of lr.
+SECTIONS = {"directions": {"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]]},
+            "train": {"max_steps": 6, "valid_every": 3, "log_every": 3, "batch_size": 20, "lr": 0.05, "optimizer": "sgd",
+                      "precision": "fp32", "threads": 1}}
+
+# Run under torchrun: train with the library API, then save this rank's weights for the test to compare.
+RANK_SCRIPT = """
+import sys, torch
+from interlingua.config import load_config
+from interlingua.distributed import process_group
+from interlingua.training.trainer import Trainer
+cfg = load_config(sys.argv[1])
+with process_group(cfg.train.device) as (dist, device):
+    trainer = Trainer(cfg, dist=dist, device=device)
+    trainer.train()
+    torch.save(trainer.model.state_dict(), f"{sys.argv[2]}/rank{dist.rank}.pt")
+"""
+
+
+def _write_config(corpus: Path, work: Path, path: Path, **train) -> Path:
+    cfg = tiny_config(corpus, work, **{**SECTIONS, "train": {**SECTIONS["train"], **train}})
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
+    """torchrun with the rendezvous flags a multi-node launch uses (one node here), on loopback."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "test", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.allclose(a[name], b[name], rtol=1e-5, atol=1e-6), (name, (a[name] - b[name]).abs().max())
+
+
+@pytest.fixture(scope="module")
+def one_process(multi30k_corpus, tmp_path_factory) -> Path:
+    """The reference: one process, the whole batch of 20 pairs per step, 6 steps."""
+    work = tmp_path_factory.mktemp("one")
+    cfg = yaml.safe_load(_write_config(multi30k_corpus, work / "run", work / "cfg.yaml").read_text())
+    Trainer(parse_config(cfg)).train()
+    return work / "run"
+
+
+def test_shards_cover_the_batch_once():
+    idx = np.arange(11)
+    parts = [shard(idx, 4, k) for k in range(4)]
+    assert sorted(np.concatenate(parts).tolist()) == idx.tolist()
+    assert [len(p) for p in parts] == [3, 3, 3, 2]
+
+
+def test_a_batch_smaller_than_its_parts_is_refused(multi30k_corpus, tmp_path):
+    cfg = parse_config(tiny_config(multi30k_corpus, tmp_path, train={"batch_size": 3, "accumulate": 4}))
+    with pytest.raises(ConfigError, match="train.batch_size 3 .* 4 parts"):
+        Trainer(cfg)
+
+
+def test_accumulated_micro_batches_equal_the_whole_batch(multi30k_corpus, one_process, tmp_path):
+    """Three micro-batches (7 + 7 + 6 pairs, one backward each) give the update of one batch of 20."""
+    cfg = yaml.safe_load(_write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", accumulate=3).read_text())
+    Trainer(parse_config(cfg)).train()
+    _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"], read_checkpoint(one_process / "last.pt")["model"])
+
+
+def test_two_gloo_processes_equal_one_process_with_the_combined_batch(multi30k_corpus, one_process, tmp_path):
+    """Two ranks of 10 pairs each (5 + 5 with accumulate 2): identical weights on both ranks,
+    equal to one process's with the 20 pairs; rank 0 alone wrote the files."""
+    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", accumulate=2)
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT, encoding="utf-8")
+    _torchrun([str(script), str(config), str(tmp_path)])
+    rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    _assert_close(rank0, read_checkpoint(one_process / "last.pt")["model"])
+    _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"], rank0)
+
+
+def test_torchrun_cli_validates_once_and_resumes_with_another_process_count(multi30k_corpus, one_process, tmp_path):
+    """`interlingua train` under torchrun: one validation per validation step (not one per rank),
+    one metrics log; the run stops at step 3, and goes on to step 6 with ONE process, ending where
+    the one-process run ends."""
+    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml")
+    done = _torchrun(["-m", "interlingua.cli", "train", str(config), "--set", "train.max_steps=3"])
+    assert done.stdout.count("trained 3 steps") == 1  # rank 0 reports
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["type"], r["step"]) for r in records] == [("train", 3), ("valid", 3)]
+    assert read_checkpoint(tmp_path / "run" / "last.pt")["training"]["step"] == 3
+
+    from interlingua.cli import main
+    assert main(["train", str(config), "--resume"]) == 0
+    _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"], read_checkpoint(one_process / "last.pt")["model"])
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["type"], r["step"]) for r in records] == [("train", 3), ("valid", 3), ("train", 6), ("valid", 6)]
