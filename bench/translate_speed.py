@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=None,
                     help="output length cap in subwords (default: the model's, 2 x longest source in the batch + 10)")
+    ap.add_argument("--beam-stop", choices=("all", "top"), default="all", help="Model.translate's beam_stop")
     ap.add_argument("--hyps-dir", default=None, help="write each beam's output here (<name>.beam<N>.<tgt>)")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=None)
@@ -58,7 +59,7 @@ def main() -> None:
         for _ in range(args.reps):
             t0 = time.perf_counter()
             hyps = tr.translate(src, args.src, args.tgt, beam=beam, batch_size=args.batch_size,
-                                max_len=args.max_len)
+                                max_len=args.max_len, beam_stop=args.beam_stop)
             times.append(time.perf_counter() - t0)
         if args.hyps_dir:
             folder = Path(args.hyps_dir)
@@ -67,7 +68,7 @@ def main() -> None:
                 "".join(h + "\n" for h in hyps), encoding="utf-8")
         bleu, chrf = corpus_scores(hyps, ref)
         res = {"system": "interlingua", "model": args.model, "step": step, "direction": f"{args.src}-{args.tgt}",
-               "beam": beam, "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len,
+               "beam": beam, "beam_stop": args.beam_stop, "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len,
                "sentences": len(src), "sent_per_s_best": round(len(src) / min(times), 1),
                "seconds": [round(t, 3) for t in times], "bleu_lc": round(bleu, 2), "chrf_lc": round(chrf, 2),
                **output_stats(hyps)}

@@ -42,8 +42,8 @@ from translate_speed import output_stats  # noqa: E402
 PEER = "opennmt-py"
 
 
-def ours_pass(ckpt: str, args: argparse.Namespace, beam: int, hyps_dir: Path) -> dict:
-    cmd = [sys.executable, str(ROOT / "bench" / "translate_speed.py"), "--model", ckpt, "--src", args.src,
+def ours_pass(ckpt: str, args: argparse.Namespace, beam: int, hyps_dir: Path, stop: str = "all") -> dict:
+    cmd = [sys.executable, str(ROOT / "bench" / "translate_speed.py"), "--model", ckpt, "--beam-stop", stop, "--src", args.src,
            "--tgt", args.tgt, "--beams", str(beam), "--reps", "1", "--threads", str(args.threads),
            "--batch-size", str(args.batch_size), "--max-len", str(args.max_len), "--data", args.data,
            "--hyps-dir", str(hyps_dir)]
@@ -67,6 +67,9 @@ def main() -> None:
     ap.add_argument("--tgt", default="de")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--beams", default="1,5")
+    ap.add_argument("--beam-stops", default="all",
+                    help="our beam search's stop rules to time (comma-separated: all, top); each of our systems "
+                         "with rule `top` is named NAME/top (OpenNMT-py always stops a sentence at its top beam)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=100)
@@ -83,13 +86,17 @@ def main() -> None:
         if not f.is_file():
             raise SystemExit(f"{f} is missing: run `PEER_DIR={peer_dir} bash {_peer.PEER_SCRIPT} setup prep` first")
     ours = dict(x.split("=", 1) for x in args.ours)
-    systems = [PEER, *ours]
+    stops = args.beam_stops.split(",")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     ref = read_lines(Path(args.data) / f"test_2016_flickr.{args.tgt}.gz")
     n = len(ref)
 
     for beam in [int(b) for b in args.beams.split(",")]:
+        # (system name, checkpoint, stop rule): greedy search has no stop rule to vary
+        runs = {name if stop == "all" else f"{name}/{stop}": (ckpt, stop)
+                for stop in (stops if beam > 1 else ["all"]) for name, ckpt in ours.items()}
+        systems = [PEER, *runs]
         passes: dict[str, list[dict]] = {s: [] for s in systems}
         for r in range(args.rounds):
             order = systems[r % len(systems):] + systems[:r % len(systems)]
@@ -100,7 +107,8 @@ def main() -> None:
                                           batch_size=args.batch_size, max_length=args.max_len)
                     res.update(step=_peer.checkpoint_step(peer_ckpt), hyps=hyps)
                 else:
-                    res = ours_pass(ours[system], args, beam, work / system)
+                    ckpt, stop = runs[system]
+                    res = ours_pass(ckpt, args, beam, work / system.replace("/", "_"), stop)
                 passes[system].append(res)
                 append_result(args.out, {"kind": "pass", "system": system, "beam": beam, "round": r + 1,
                                          "position": order.index(system) + 1, "seconds": res["seconds"],
@@ -115,7 +123,8 @@ def main() -> None:
             best, median = min(p["seconds"] for p in ps), statistics.median(p["seconds"] for p in ps)
             append_result(args.out, {
                 "kind": "summary", "system": system, "beam": beam, "direction": f"{args.src}-{args.tgt}",
-                "checkpoint": str(peer_ckpt if system == PEER else ours[system]), "step": ps[-1]["step"],
+                "checkpoint": str(peer_ckpt if system == PEER else runs[system][0]),
+                "beam_stop": "top" if system == PEER else runs[system][1], "step": ps[-1]["step"],
                 "sentences": n, "rounds": args.rounds, "seconds": [p["seconds"] for p in ps],
                 "wall_incl_load_s": [p["wall_incl_load_s"] for p in ps],
                 "sent_per_s_best": round(n / best, 1), "sent_per_s_median": round(n / median, 1),

@@ -157,7 +157,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     model = load(args.model, args.device)
     out = model.translate(_read_lines(args.input), args.src, args.tgt, beam=args.beam, pivot=args.pivot,
                           length_penalty=args.length_penalty, max_len=args.max_len, batch_size=args.batch_size,
-                          progress=True)
+                          progress=True, beam_stop=args.beam_stop)
     text = "".join(s + "\n" for s in out)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -399,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--beam", type=positive_int, default=5, help="beam size (1: greedy search)")
     t.add_argument("--length-penalty", type=non_negative_float, default=1.0,
                    help="beam search ranks log p(y) / length**X (0: by log-probability alone)")
+    t.add_argument("--beam-stop", choices=("all", "top"), default="all",
+                   help="when beam search is done with a sentence: all (default: once it has --beam finished "
+                        "hypotheses) or top (also once a step's best candidate is finished; faster, OpenNMT-py's rule)")
     t.add_argument("--max-len", type=positive_int, default=None,
                    help="at most this many output subwords (default: twice each sentence's own source length + 10)")
     t.add_argument("--batch-size", type=positive_int, default=64)

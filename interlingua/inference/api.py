@@ -29,7 +29,7 @@ from interlingua.errors import InterlinguaError
 from interlingua.modules.base import BridgeOutput, Encoder
 from interlingua.modules.checkpoint import LoadedModel, load_model
 from interlingua.modules.model import TranslationModel
-from interlingua.modules.search import translate_ids
+from interlingua.modules.search import BEAM_STOPS, translate_ids
 from interlingua.runtime import resolve_device
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class Model:
     @torch.inference_mode()
     def translate(self, texts: Sequence[str], src: str, tgt: str, beam: int = 1, pivot: str | None = None,
                   length_penalty: float = 1.0, max_len: int | None = None, batch_size: int = 64,
-                  progress: bool = False) -> list[str]:
+                  progress: bool = False, beam_stop: str = "all") -> list[str]:
         """Translate `texts` from `src` to `tgt`; one output line per input line, in order (an
         empty input line gives an empty output line).
 
@@ -131,6 +131,9 @@ class Model:
         `beam` 1 is greedy search; `length_penalty` (beam search only) divides each hypothesis'
         log-probability by its length**length_penalty (see `modules.search.beam_search_nbest`).
         `max_len` caps the output subwords (default: twice each sentence's own source length + 10).
+        `beam_stop`: when beam search is done with a sentence: `all` (default), once it has `beam`
+        finished hypotheses; `top`, also once the best candidate of a step is finished (OpenNMT-py's
+        rule: faster, and on Multi30k dev 0.2-0.4 BLEU lower with length_penalty 1).
         """
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
@@ -140,8 +143,10 @@ class Model:
             raise ValueError(f"max_len must be at least 1 (or None for the default), got {max_len}")
         if length_penalty < 0 or not math.isfinite(length_penalty):
             raise ValueError(f"length_penalty must be a finite number >= 0, got {length_penalty}")
+        if beam_stop not in BEAM_STOPS:
+            raise ValueError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
         settings = dict(beam=beam, length_penalty=length_penalty, max_len=max_len, batch_size=batch_size,
-                        progress=progress)
+                        progress=progress, beam_stop=beam_stop)
         if pivot is not None:
             if pivot not in (src, tgt):
                 self._check(src, pivot)
@@ -153,7 +158,7 @@ class Model:
         seqs = tokenize_inputs(texts, self.vocabs[src], self.pre)
         return translate_ids(self.model, self.vocabs, seqs, src, tgt, batch_size=batch_size, beam=beam,
                              length_penalty=length_penalty, max_len=max_len, max_len_cap=4 * self.pre.max_len,
-                             progress=progress)
+                             progress=progress, beam_stop=beam_stop)
 
     def _check(self, src: str, tgt: str) -> None:
         self.model.encoder_for(src)

@@ -62,14 +62,18 @@ def greedy_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | t
 
 
 def beam_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor, beam_size: int,
-                length_penalty: float = 1.0, start: int = BOS) -> list[list[int]]:
+                length_penalty: float = 1.0, start: int = BOS, stop: str = "all") -> list[list[int]]:
     """Beam search: the best-scoring hypothesis of each sentence (see `beam_search_nbest`)."""
     return [nbest[0][1] if nbest else []
-            for nbest in beam_search_nbest(decoder, state, max_len, beam_size, length_penalty, start)]
+            for nbest in beam_search_nbest(decoder, state, max_len, beam_size, length_penalty, start, stop)]
+
+
+BEAM_STOPS = ("all", "top")
 
 
 def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor, beam_size: int,
-                      length_penalty: float = 1.0, start: int = BOS) -> list[list[tuple[float, list[int]]]]:
+                      length_penalty: float = 1.0, start: int = BOS,
+                      stop: str = "all") -> list[list[tuple[float, list[int]]]]:
     """Beam search; every finished hypothesis of each sentence as (score, token ids), best first.
 
     A hypothesis' score is log p(y_1 .. y_n, </s>) / (n + 1)**length_penalty: its
@@ -80,43 +84,51 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
 
     Each step keeps the best `beam_size` unfinished continuations among the top 2*beam
     candidates; an end-of-sentence candidate ranked above them is stored as finished.
-    A sentence is done once it has `beam_size` finished hypotheses; done sentences leave
-    the batch, so long sentences do not keep short ones computing. The decoder's first input is
+    `stop` says when a sentence is done: `all`, once it has `beam_size` finished hypotheses;
+    `top`, also as soon as the best candidate of a step ends the sentence (OpenNMT-py's and
+    CTranslate2's rule: no live hypothesis can then beat it on log-probability, though a longer
+    one may still on the length-normalised score). Done sentences leave the batch, so long
+    sentences do not keep short ones computing. The first step runs once per sentence (every
+    beam starts the same), then the state is copied to the beams. The decoder's first input is
     `start` (BOS, or the target-language tag of a model that signals it there).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if stop not in BEAM_STOPS:
+        raise ValueError(f"stop must be one of {BEAM_STOPS}, got {stop!r}")
     k = beam_size
     batch, device = decoder.batch_size(state), _device(decoder)
     limits = _limits(max_len, batch, device)
-    state = decoder.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k))
-    scores = torch.full((batch, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0
-    seqs = torch.full((batch * k, 0), start, dtype=torch.long, device=device)
-    prev = torch.full((batch * k,), start, dtype=torch.long, device=device)
+    width = 1  # hypotheses per sentence in the state: 1 before the first step, k after it
+    scores = torch.zeros((batch, 1), device=device)
+    seqs = torch.full((batch, 0), start, dtype=torch.long, device=device)
+    prev = torch.full((batch,), start, dtype=torch.long, device=device)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     active = torch.arange(batch, device=device)
     for t in range(int(limits.max()) if batch else 0):
         logp, state = decoder.step(prev, state)
         vocab = logp.size(-1)
         n = active.numel()
-        cand = (scores.unsqueeze(-1) + logp.view(n, k, vocab)).view(n, k * vocab)
-        top_s, top_i = cand.topk(2 * k, dim=1)
+        cand = (scores.unsqueeze(-1) + logp.view(n, width, vocab)).view(n, width * vocab)
+        top_s, top_i = cand.topk(min(2 * k, width * vocab), dim=1)
         beam_i, tok = top_i // vocab, top_i % vocab
         is_eos = tok == EOS
         live_rank = torch.cumsum(~is_eos, dim=1)
         norm = float(t + 1) ** length_penalty
         for r, j in ((is_eos & (live_rank < k) & torch.isfinite(top_s)).nonzero().tolist()):
-            hyp = seqs[r * k + beam_i[r, j]].tolist()
+            hyp = seqs[r * width + beam_i[r, j]].tolist()
             finished[int(active[r])].append((float(top_s[r, j]) / norm, hyp))
         keep = (~is_eos) & (live_rank <= k)
         order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :k]
         scores = top_s.gather(1, order)
-        origin = (beam_i.gather(1, order) + torch.arange(n, device=device).unsqueeze(1) * k).view(-1)
+        origin = (beam_i.gather(1, order) + torch.arange(n, device=device).unsqueeze(1) * width).view(-1)
         prev = tok.gather(1, order).view(-1)
         seqs = torch.cat([seqs[origin], prev.unsqueeze(1)], dim=1)
         state = decoder.reorder_state(state, origin)
+        width = k
         done = torch.tensor([len(finished[int(a)]) >= k for a in active.tolist()], device=device)
+        if stop == "top":
+            done |= is_eos[:, 0] & torch.isfinite(top_s[:, 0])
         at_limit = limits[active] <= t + 1
         if at_limit.any():
             for r in at_limit.nonzero().squeeze(1).tolist():
@@ -139,7 +151,8 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
 @torch.inference_mode()
 def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
                   tgt_lang: str, *, batch_size: int, beam: int = 1, length_penalty: float = 1.0,
-                  max_len: int | None = None, max_len_cap: int = 100, progress: bool = False) -> list[str]:
+                  max_len: int | None = None, max_len_cap: int = 100, progress: bool = False,
+                  beam_stop: str = "all") -> list[str]:
     """Translations of the tokenised sources `seqs` (from `data.inputs.tokenize_inputs`), in their
     order; an empty source gives "". Sources get the model's prefix (`source_prefix`), go through
     in length-sorted batches on the model's device, and are searched greedily (`beam` 1) or with
@@ -163,7 +176,7 @@ def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Seq
         if beam == 1:
             hyps = greedy_search(decoder, state, limit, start)
         else:
-            hyps = beam_search(decoder, state, limit, beam, length_penalty, start)
+            hyps = beam_search(decoder, state, limit, beam, length_penalty, start, beam_stop)
         for i, h in zip(idx, hyps):
             out[i] = vocabs[tgt_lang].decode(h)
     return out
