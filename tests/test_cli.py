@@ -45,6 +45,10 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
     assert code == 0 and len(out.out.splitlines()) == 3 and out.out.splitlines()[1] == ""
     # the same translations as the library gives for these lines and settings
     assert out.out.splitlines() == load(ckpt).translate(["a dog runs .", "", "two men ."], "en", "de", beam=2)
+    code, out = run(["translate", "--model", str(ckpt), "--src", "en", "--tgt", "de", "--beam", "3", "--beam-stop", "top"],
+                    stdin="a dog runs .\ntwo men .\n", capsys=capsys, monkeypatch=monkeypatch)
+    assert code == 0
+    assert out.out.splitlines() == load(ckpt).translate(["a dog runs .", "two men ."], "en", "de", beam=3, beam_stop="top")
 
     (tmp_path / "in.txt").write_text("a dog .\na cat .\n")
     code, _ = run(["embed", "--model", str(ckpt), "--lang", "en", "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "v.npy")], capsys=capsys)

@@ -172,3 +172,31 @@ def test_a_sentence_translates_the_same_whatever_its_batch():
         assert beam_search(dec, one, limits[i], beam_size=3) == [beams[i]]
     with pytest.raises(ValueError, match="one per sentence"):
         greedy_search(dec, state, [3, 4])
+
+
+def test_beam_stop_top_ends_a_sentence_when_its_best_candidate_ends():
+    """`stop="top"`: at step 2 the best candidate is [C] + </s>, so the sentence is done with that one
+    hypothesis (OpenNMT-py's rule); `all` goes on to its second finished one, [A, B], which wins
+    with length penalty 1."""
+    dec = BigramDecoder(TABLE)
+    top = beam_search_nbest(dec, bigram_state(), 10, beam_size=2, length_penalty=1.0, stop="top")[0]
+    assert [h for _, h in top] == [[C]]
+    assert beam_search(dec, bigram_state(), 10, beam_size=2, length_penalty=1.0, stop="all") == [[A, B]]
+    with pytest.raises(ValueError, match="stop"):
+        beam_search(dec, bigram_state(), 10, beam_size=2, stop="first")
+
+
+@torch.inference_mode()
+def test_the_first_beam_step_runs_once_per_sentence():
+    """Every beam of a sentence starts from the same state: step 1 sees one row per sentence, later
+    steps beam_size rows per live sentence."""
+    dec, state = model_and_state(2)
+    rows = []
+    step = dec.step
+
+    def counting(prev, st):
+        rows.append(prev.size(0))
+        return step(prev, st)
+    dec.step = counting
+    beam_search(dec, state, 6, beam_size=3)
+    assert rows[0] == 4 and rows[1] == 12 and all(r % 3 == 0 for r in rows[1:])

@@ -104,6 +104,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
     seqs = torch.full((batch, 0), start, dtype=torch.long, device=device)
     prev = torch.full((batch,), start, dtype=torch.long, device=device)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
+    n_finished = torch.zeros(batch, dtype=torch.long, device=device)
     active = torch.arange(batch, device=device)
     for t in range(int(limits.max()) if batch else 0):
         logp, state = decoder.step(prev, state)
@@ -115,9 +116,12 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
         is_eos = tok == EOS
         live_rank = torch.cumsum(~is_eos, dim=1)
         norm = float(t + 1) ** length_penalty
-        for r, j in ((is_eos & (live_rank < k) & torch.isfinite(top_s)).nonzero().tolist()):
-            hyp = seqs[r * width + beam_i[r, j]].tolist()
-            finished[int(active[r])].append((float(top_s[r, j]) / norm, hyp))
+        ends = is_eos & (live_rank < k) & torch.isfinite(top_s)
+        if ends.any():  # the (few) hypotheses that end here are stored; no loop over all sentences
+            for r, j in ends.nonzero().tolist():
+                hyp = seqs[r * width + beam_i[r, j]].tolist()
+                finished[int(active[r])].append((float(top_s[r, j]) / norm, hyp))
+            n_finished[active] += ends.sum(1)
         keep = (~is_eos) & (live_rank <= k)
         order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :k]
         scores = top_s.gather(1, order)
@@ -126,7 +130,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
         seqs = torch.cat([seqs[origin], prev.unsqueeze(1)], dim=1)
         state = decoder.reorder_state(state, origin)
         width = k
-        done = torch.tensor([len(finished[int(a)]) >= k for a in active.tolist()], device=device)
+        done = n_finished[active] >= k
         if stop == "top":
             done |= is_eos[:, 0] & torch.isfinite(top_s[:, 0])
         at_limit = limits[active] <= t + 1
