@@ -10,7 +10,8 @@ quantisation) in the peer's virtualenv. Three systems translate test_2016_flickr
 sentences: CTranslate2 (`Translator.translate_batch`, 1 translator x `--threads` intra-op
 threads, batches of 64, max_decoding_length 100, its default beam rule: a sentence stops when
 its best beam finishes), OpenNMT-py (`onmt_translate`), and ours (`bench/translate_speed.py`,
-raw text in, `--max-len 100`, each `--beam-stops` rule). The peer's input is our test sentences
+raw text in, `--max-len 100`, each `--beam-stops` rule; with `--own-limit` also with the
+library's default per-sentence limit, twice the source length + 10, which the peers lack). The peer's input is our test sentences
 cut into our joint vocabulary's pieces, exactly what it was trained on. Every timed pass is a
 fresh process, each timed by its own in-process clock from first sentence in to last out
 (model loading excluded); the system order rotates from round to round. All outputs are scored
@@ -65,8 +66,24 @@ def write_peer_input(ours_ckpt: str, src_lines: list[str], dest: Path) -> Path:
     return dest
 
 
+# OpenNMT-py 3.5.1 records its default self_attn_type "scaled-dot-flash", which CTranslate2's converter
+# refuses; on the CPU it is the same scaled dot-product attention with the same weights (3.5.1 uses
+# torch's fused kernel only off the CPU), so a copy of the checkpoint says "scaled-dot".
+RELABEL = """
+import sys, torch
+ck = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
+ck["opt"].self_attn_type = "scaled-dot"
+torch.save(ck, sys.argv[2])
+"""
+
+
 def convert(peer_dir: Path, ckpt: Path, out: Path) -> Path:
-    cmd = [str(peer_dir / "venv" / "bin" / "ct2-opennmt-py-converter"), "--model_path", str(ckpt),
+    relabelled = out.parent / "peer_for_ct2.pt"
+    done = subprocess.run([str(peer_dir / "venv" / "bin" / "python"), "-c", RELABEL, str(ckpt), str(relabelled)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"could not relabel the checkpoint's attention type:\n{done.stderr[-2000:]}")
+    cmd = [str(peer_dir / "venv" / "bin" / "ct2-opennmt-py-converter"), "--model_path", str(relabelled),
            "--output_dir", str(out), "--force", "--unsafe_deserialization"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -86,11 +103,13 @@ def ct2_pass(peer_dir: Path, model: Path, src: Path, out: Path, beam: int, args:
     return {"seconds": round(float(found[-1].split()[1]), 3), "wall_incl_load_s": round(wall, 2), "hyps": out}
 
 
-def ours_pass(ckpt: str, beam: int, stop: str, hyps_dir: Path, args: argparse.Namespace) -> dict:
+def ours_pass(ckpt: str, beam: int, stop: str, hyps_dir: Path, args: argparse.Namespace, own_limit: bool) -> dict:
+    """`own_limit`: each sentence's output limit is the library's default (twice its source length
+    + 10) instead of the peers' cap of `--max-len` for all."""
     cmd = [sys.executable, str(ROOT / "bench" / "translate_speed.py"), "--model", ckpt, "--src", "en", "--tgt", "de",
            "--beams", str(beam), "--beam-stop", stop, "--reps", "1", "--threads", str(args.threads),
-           "--batch-size", str(args.batch_size), "--max-len", str(args.max_len), "--data", args.data,
-           "--hyps-dir", str(hyps_dir)]
+           "--batch-size", str(args.batch_size), *([] if own_limit else ["--max-len", str(args.max_len)]),
+           "--data", args.data, "--hyps-dir", str(hyps_dir)]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -112,6 +131,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=100)
+    ap.add_argument("--own-limit", action="store_true",
+                    help="also time ours with its default per-sentence output limit (NAME/own-limit)")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench_translate_vs_ct2"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "translate_vs_ct2.jsonl"))
@@ -127,8 +148,8 @@ def main() -> None:
     spm_model = Path(args.ours).parent / "data" / "joint.model"
 
     for beam in [int(b) for b in args.beams.split(",")]:
-        systems = ["ctranslate2", "opennmt-py",
-                   *[f"interlingua/{stop}" for stop in (args.beam_stops.split(",") if beam > 1 else ["all"])]]
+        ours = [f"interlingua/{stop}" for stop in (args.beam_stops.split(",") if beam > 1 else ["all"])]
+        systems = ["ctranslate2", "opennmt-py", *ours, *[f"{o}/own-limit" for o in ours if args.own_limit]]
         passes: dict[str, list[dict]] = {s: [] for s in systems}
         for r in range(args.rounds):
             order = systems[r % len(systems):] + systems[:r % len(systems)]
@@ -141,7 +162,8 @@ def main() -> None:
                                           batch_size=args.batch_size, max_length=args.max_len)
                     res["hyps"] = hyps
                 else:
-                    res = ours_pass(args.ours, beam, system.split("/")[1], work / system.replace("/", "_"), args)
+                    res = ours_pass(args.ours, beam, system.split("/")[1], work / system.replace("/", "_"), args,
+                                    own_limit=system.endswith("/own-limit"))
                 passes[system].append(res)
                 append_result(args.out, {"kind": "pass", "system": system, "beam": beam, "round": r + 1,
                                          "seconds": res["seconds"], "wall_incl_load_s": res["wall_incl_load_s"],

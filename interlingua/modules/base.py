@@ -139,6 +139,12 @@ class Decoder(Kind):
     def reorder_state(self, state: Any, indices: torch.Tensor) -> Any:
         """Select / repeat / reorder the state's batch rows (beam search, finished sentences)."""
 
+    def reorder_beams(self, state: Any, indices: torch.Tensor) -> Any:
+        """`reorder_state` for a reordering that stays inside each sentence's beams (a beam-search
+        step): what is computed once per source sentence is the same in all of its rows and may be
+        left in place. By default the whole state is reordered."""
+        return self.reorder_state(state, indices)
+
     @abstractmethod
     def batch_size(self, state: Any) -> int:
         """Number of sentences (batch rows) a state holds."""

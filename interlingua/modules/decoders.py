@@ -106,5 +106,11 @@ class LSTMDecoder(Decoder):
     def reorder_state(self, state: DecoderState, indices: torch.Tensor) -> DecoderState:
         return state.select(indices)
 
+    def reorder_beams(self, state: DecoderState, indices: torch.Tensor) -> DecoderState:
+        """Hidden, cell and input feed follow the beams; keys, memory and mask are per sentence."""
+        return DecoderState(state.hidden.index_select(1, indices), state.cell.index_select(1, indices),
+                            None if state.feed is None else state.feed.index_select(0, indices),
+                            state.keys, state.memory, state.memory_mask)
+
     def batch_size(self, state: DecoderState) -> int:
         return state.hidden.size(1)

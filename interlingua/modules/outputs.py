@@ -112,5 +112,8 @@ class RestrictedDecoder(Decoder):
     def reorder_state(self, state: Any, indices: torch.Tensor) -> Any:
         return self.inner.reorder_state(state, indices)
 
+    def reorder_beams(self, state: Any, indices: torch.Tensor) -> Any:
+        return self.inner.reorder_beams(state, indices)
+
     def batch_size(self, state: Any) -> int:
         return self.inner.batch_size(state)

@@ -166,6 +166,11 @@ class LayerCache:
         return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
                           self.memory_keys.index_select(0, index), self.memory_values.index_select(0, index))
 
+    def select_decoded(self, index: torch.Tensor) -> "LayerCache":
+        """Reorder the self-attention cache only (rows of one sentence share the memory's)."""
+        return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
+                          self.memory_keys, self.memory_values)
+
 
 class DecoderLayer(_Layer):
     """Causal self-attention, cross-attention over the memory, feed-forward."""
@@ -357,6 +362,10 @@ class TransformerDecoder(Decoder):
 
     def reorder_state(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
         return state.select(indices)
+
+    def reorder_beams(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
+        return TransformerDecoderState([c.select_decoded(indices) for c in state.caches], state.memory_mask,
+                                       state.position)
 
     def batch_size(self, state: TransformerDecoderState) -> int:
         return state.memory_mask.size(0)
