@@ -44,21 +44,20 @@ def greedy_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | t
     limits = _limits(max_len, batch, device)
     prev = torch.full((batch,), start, dtype=torch.long, device=device)
     active = torch.arange(batch, device=device)
-    outputs: list[list[int]] = [[] for _ in range(batch)]
-    for step in range(int(limits.max()) if batch else 0):
+    steps = int(limits.max()) if batch else 0
+    tokens = torch.full((batch, steps), EOS, dtype=torch.long, device=device)  # one column per step
+    for step in range(steps):
         logp, state = decoder.step(prev, state)
         tok = logp.argmax(-1)
+        tokens[active, step] = tok
         done = (tok == EOS) | (limits[active] <= step + 1)
-        for row, token in zip(active.tolist(), tok.tolist()):
-            if token != EOS:
-                outputs[row].append(token)
         if done.all():
             break
         if done.any():
             keep = (~done).nonzero().squeeze(1)
             state, tok, active = decoder.reorder_state(state, keep), tok[keep], active[keep]
         prev = tok
-    return outputs
+    return [row[:row.index(EOS)] if EOS in row else row for row in tokens.tolist()]
 
 
 def _reorder_beams(decoder: Decoder, state: Any, indices: torch.Tensor) -> Any:
