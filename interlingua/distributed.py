@@ -79,9 +79,12 @@ class Distributed:
             dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
         return cls(rank, world, local, backend), device
 
-    def close(self) -> None:
-        """Leave the process group (after the last collective)."""
+    def close(self, finished: bool = True) -> None:
+        """Leave the process group. `finished` (every process got here normally): first wait for the
+        others, so that none tears its connections down while another still uses them."""
         if self.active and dist.is_initialized():
+            if finished:
+                dist.barrier()
             dist.destroy_process_group()
 
     def _device(self) -> torch.device:
@@ -159,5 +162,7 @@ def process_group(device: str) -> Iterator[tuple[Distributed, str]]:
     ctx, device = Distributed.from_environment(device)
     try:
         yield ctx, device
-    finally:
-        ctx.close()
+    except BaseException:
+        ctx.close(finished=False)  # the others may never arrive: no barrier
+        raise
+    ctx.close()
