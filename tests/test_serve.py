@@ -70,6 +70,12 @@ def test_translate_answers_what_the_library_does(client, model, beam):
     assert body["translations"][-1] == ""  # an empty line stays empty, as in the library
 
 
+def test_translate_with_the_top_beam_stop_rule(client, model):
+    texts = ["A dog runs on the grass .", "Two men are talking ."]
+    status, body = post(client, "/translate", {"texts": texts, "src": "en", "tgt": "de", "beam": 3, "beam_stop": "top"})
+    assert status == 200 and body["translations"] == model.translate(texts, "en", "de", beam=3, beam_stop="top")
+
+
 def test_translate_through_a_pivot(client, model):
     status, body = post(client, "/translate", {"texts": EN, "src": "en", "tgt": "en", "pivot": "de"})
     assert status == 200, body
@@ -170,6 +176,7 @@ BAD_BODIES = [
     ("/translate", {**TRANSLATE, "beam": 0}, 422, "body.beam", ["greater than or equal to 1"]),
     ("/translate", {**TRANSLATE, "beam": 11}, 422, "body.beam", ["less than or equal to 10"]),
     ("/translate", {**TRANSLATE, "beam": True}, 422, "body.beam", ["integer"]),
+    ("/translate", {**TRANSLATE, "beam": 2, "beam_stop": "first"}, 422, "body.beam_stop", ["'all' or 'top'"]),
     ("/translate", {"texts": ["a"], "tgt": "de"}, 422, "body.src", ["required"]),
     ("/translate", {**TRANSLATE, "bam": 3}, 422, "body.bam", ["unknown field"]),
     ("/translate", ["A dog runs."], 422, "body", ["dictionary"]),

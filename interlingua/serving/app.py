@@ -156,7 +156,7 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
         check_texts(body.texts, "body.texts", limits)
         check.source(body.src, "body.src")
         check.target(body.tgt, "body.tgt")
-        call = TranslateCall.normalised(body.src, body.tgt, body.beam, body.pivot)
+        call = TranslateCall.normalised(body.src, body.tgt, body.beam, body.pivot, body.beam_stop)
         if call.pivot is not None:
             check.target(call.pivot, "body.pivot")
             check.source(call.pivot, "body.pivot")

@@ -19,7 +19,7 @@ Pooling = Literal["mean", "heads"]
 
 @dataclass(frozen=True)
 class TranslateCall:
-    """`Model.translate(texts, src, tgt, beam, pivot)`; `pivot` is None unless it is a third language
+    """`Model.translate(texts, src, tgt, beam, pivot, beam_stop)`; `pivot` is None unless it is a third language
     (a pivot equal to src or tgt is the direct translation, so such requests share a batch with it).
 
     Batching leaves every translation as it is alone: the search gives each sentence its own length
@@ -29,13 +29,15 @@ class TranslateCall:
     tgt: str
     beam: int
     pivot: str | None
+    beam_stop: str = "all"
 
     @classmethod
-    def normalised(cls, src: str, tgt: str, beam: int, pivot: str | None) -> "TranslateCall":
-        return cls(src, tgt, beam, None if pivot in (src, tgt) else pivot)
+    def normalised(cls, src: str, tgt: str, beam: int, pivot: str | None, beam_stop: str = "all") -> "TranslateCall":
+        """Greedy search has no stop rule: greedy requests share batches whatever they asked."""
+        return cls(src, tgt, beam, None if pivot in (src, tgt) else pivot, beam_stop if beam > 1 else "all")
 
     def run(self, model: Model, texts: list[str]) -> list[str]:
-        return model.translate(texts, self.src, self.tgt, beam=self.beam, pivot=self.pivot)
+        return model.translate(texts, self.src, self.tgt, beam=self.beam, pivot=self.pivot, beam_stop=self.beam_stop)
 
 
 @dataclass(frozen=True)
