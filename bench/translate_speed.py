@@ -11,6 +11,8 @@ per timed pass, in a fresh process, beside the peer's own translation program.
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +26,26 @@ from _results import append_result  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.inference.api import load  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
+
+
+def timed_pass(ckpt: str, *, src: str, tgt: str, beam: int, stop: str, threads: int, batch_size: int,
+               max_len: int | None, data: str, hyps_dir: Path) -> dict:
+    """One timed pass of this script in a fresh process (what the peer comparisons time on our side):
+    its in-process seconds for one rep, its wall clock with model loading, the checkpoint's step and
+    the file its output went to. `max_len` None: the library's per-sentence output limit."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--model", ckpt, "--src", src, "--tgt", tgt,
+           "--beams", str(beam), "--beam-stop", stop, "--reps", "1", "--threads", str(threads),
+           "--batch-size", str(batch_size), *([] if max_len is None else ["--max-len", str(max_len)]),
+           "--data", data, "--hyps-dir", str(hyps_dir)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"translate_speed.py failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    rec = json.loads(lines[-1])
+    return {"seconds": rec["seconds"][0], "wall_incl_load_s": round(wall, 2), "step": rec["step"],
+            "hyps": Path(hyps_dir) / f"{Path(ckpt).parent.name}.beam{beam}.{tgt}"}
 
 
 def output_stats(hyps: list[str], long_words: int = 40) -> dict:

@@ -25,7 +25,6 @@ The two models are trained separately (same sizes, data and steps), so their out
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ import _peer  # noqa: E402
 from _results import append_result  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
-from translate_speed import output_stats  # noqa: E402
+from translate_speed import output_stats, timed_pass  # noqa: E402
 
 CT2_PASS = """
 import sys, time, ctranslate2
@@ -103,23 +102,6 @@ def ct2_pass(peer_dir: Path, model: Path, src: Path, out: Path, beam: int, args:
     return {"seconds": round(float(found[-1].split()[1]), 3), "wall_incl_load_s": round(wall, 2), "hyps": out}
 
 
-def ours_pass(ckpt: str, beam: int, stop: str, hyps_dir: Path, args: argparse.Namespace, own_limit: bool) -> dict:
-    """`own_limit`: each sentence's output limit is the library's default (twice its source length
-    + 10) instead of the peers' cap of `--max-len` for all."""
-    cmd = [sys.executable, str(ROOT / "bench" / "translate_speed.py"), "--model", ckpt, "--src", "en", "--tgt", "de",
-           "--beams", str(beam), "--beam-stop", stop, "--reps", "1", "--threads", str(args.threads),
-           "--batch-size", str(args.batch_size), *([] if own_limit else ["--max-len", str(args.max_len)]),
-           "--data", args.data, "--hyps-dir", str(hyps_dir)]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise SystemExit(f"translate_speed.py failed:\n{done.stderr[-2000:]}")
-    return {"seconds": json.loads(lines[-1])["seconds"][0], "wall_incl_load_s": round(wall, 2),
-            "hyps": hyps_dir / f"{Path(ckpt).parent.name}.beam{beam}.de"}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ours", default=str(ROOT / "runs" / "bench_transformer" / "ours" / "last.pt"))
@@ -162,8 +144,11 @@ def main() -> None:
                                           batch_size=args.batch_size, max_length=args.max_len)
                     res["hyps"] = hyps
                 else:
-                    res = ours_pass(args.ours, beam, system.split("/")[1], work / system.replace("/", "_"), args,
-                                    own_limit=system.endswith("/own-limit"))
+                    # NAME/own-limit: the library's own per-sentence output limit in place of --max-len
+                    res = timed_pass(args.ours, src="en", tgt="de", beam=beam, stop=system.split("/")[1],
+                                     threads=args.threads, batch_size=args.batch_size,
+                                     max_len=None if system.endswith("/own-limit") else args.max_len, data=args.data,
+                                     hyps_dir=work / system.replace("/", "_"))
                 passes[system].append(res)
                 append_result(args.out, {"kind": "pass", "system": system, "beam": beam, "round": r + 1,
                                          "seconds": res["seconds"], "wall_incl_load_s": res["wall_incl_load_s"],

@@ -23,11 +23,8 @@ output lengths, the checkpoint and its step).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,25 +34,9 @@ import _peer  # noqa: E402
 from _results import append_result  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
-from translate_speed import output_stats  # noqa: E402
+from translate_speed import output_stats, timed_pass  # noqa: E402
 
 PEER = "opennmt-py"
-
-
-def ours_pass(ckpt: str, args: argparse.Namespace, beam: int, hyps_dir: Path, stop: str = "all") -> dict:
-    cmd = [sys.executable, str(ROOT / "bench" / "translate_speed.py"), "--model", ckpt, "--beam-stop", stop, "--src", args.src,
-           "--tgt", args.tgt, "--beams", str(beam), "--reps", "1", "--threads", str(args.threads),
-           "--batch-size", str(args.batch_size), "--max-len", str(args.max_len), "--data", args.data,
-           "--hyps-dir", str(hyps_dir)]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"translate_speed.py failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-    rec = json.loads(lines[-1])
-    return {"seconds": rec["seconds"][0], "wall_incl_load_s": round(wall, 2), "step": rec["step"],
-            "hyps": hyps_dir / f"{Path(ckpt).parent.name}.beam{beam}.{args.tgt}"}
 
 
 def main() -> None:
@@ -108,7 +89,9 @@ def main() -> None:
                     res.update(step=_peer.checkpoint_step(peer_ckpt), hyps=hyps)
                 else:
                     ckpt, stop = runs[system]
-                    res = ours_pass(ckpt, args, beam, work / system.replace("/", "_"), stop)
+                    res = timed_pass(ckpt, src=args.src, tgt=args.tgt, beam=beam, stop=stop, threads=args.threads,
+                                     batch_size=args.batch_size, max_len=args.max_len, data=args.data,
+                                     hyps_dir=work / system.replace("/", "_"))
                 passes[system].append(res)
                 append_result(args.out, {"kind": "pass", "system": system, "beam": beam, "round": r + 1,
                                          "position": order.index(system) + 1, "seconds": res["seconds"],

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
-import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
@@ -25,8 +24,6 @@ import torch
 import torch.distributed as dist
 
 from interlingua.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -99,7 +96,7 @@ class Distributed:
         if not self.active:
             return value
         box = [value if self.is_main else None]
-        dist.broadcast_object_list(box, src=0, device=self._device() if self.backend == "nccl" else None)
+        dist.broadcast_object_list(box, src=0, device=self._device())
         return box[0]
 
     def gather(self, value: T) -> list[T]:

@@ -77,6 +77,9 @@ class BigramDecoder:
     def reorder_state(self, state, indices):
         return state.select(indices)
 
+    def reorder_beams(self, state, indices):
+        return self.reorder_state(state, indices)
+
     def batch_size(self, state):
         return state.hidden.size(1)
 

@@ -60,12 +60,6 @@ def greedy_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | t
     return [row[:row.index(EOS)] if EOS in row else row for row in tokens.tolist()]
 
 
-def _reorder_beams(decoder: Decoder, state: Any, indices: torch.Tensor) -> Any:
-    """The decoder's `reorder_beams` where it has one (a decoder not derived from `Decoder` may not)."""
-    method = getattr(decoder, "reorder_beams", None)
-    return method(state, indices) if method is not None else decoder.reorder_state(state, indices)
-
-
 def beam_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor, beam_size: int,
                 length_penalty: float = 1.0, start: int = BOS, stop: str = "all") -> list[list[int]]:
     """Beam search: the best-scoring hypothesis of each sentence (see `beam_search_nbest`)."""
@@ -134,7 +128,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
         prev = tok.gather(1, order).view(-1)
         seqs = torch.cat([seqs[origin], prev.unsqueeze(1)], dim=1)
         # after the first step rows move only inside their sentence's beams
-        state = decoder.reorder_state(state, origin) if width == 1 else _reorder_beams(decoder, state, origin)
+        state = decoder.reorder_state(state, origin) if width == 1 else decoder.reorder_beams(state, origin)
         width = k
         done = n_finished[active] >= k
         if stop == "top":
