@@ -83,6 +83,12 @@ def cmd_data(args: argparse.Namespace) -> None:
                   "test.review parts, so `evaluate cldc` holds out half of each train.review as the test split")
     elif args.dataset == "webis-monolingual":
         _webis_monolingual(args)
+    elif args.dataset == "europarl":
+        from interlingua.data.europarl import get_europarl
+        print(f"Europarl v7 ready: {get_europarl(args.dest, args.langs, args.source)}")
+    elif args.dataset == "iwslt17":
+        from interlingua.data.iwslt import get_iwslt17
+        print(f"IWSLT 2017 multilingual ready: {get_iwslt17(args.dest, args.langs, args.source)}")
     else:
         if args.source is not None:
             raise InterlinguaError("senteval-probing downloads only; copy local probing files into the folder "
@@ -344,9 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="download (or copy) a public data set")
-    d.add_argument("dataset", choices=["multi30k", "senteval", "xnli", "senteval-probing", "webis-cls10",
-                                       "webis-monolingual"],
-                   help="multi30k: translation corpus; senteval: SentEval downstream tasks (put them in "
+    d.add_argument("dataset", choices=["multi30k", "europarl", "iwslt17", "senteval", "xnli", "senteval-probing",
+                                       "webis-cls10", "webis-monolingual"],
+                   help="multi30k: translation corpus; europarl: Europarl v7 {de,es,fr}<->en with the WMT07 "
+                        "dev2006/devtest2006/test2006 sets (paper 000); iwslt17: IWSLT 2017 multilingual TED "
+                        "(de en it nl ro) with dev2010/tst2010 and a multi-way tst2010 (paper 004); senteval: SentEval downstream tasks (put them in "
                         "<data-root>/senteval_downstream); xnli: XNLI dev (<data-root>/xnli); senteval-probing: "
                         "the ten official probing sets; webis-cls10: cross-lingual sentiment reviews for "
                         "`evaluate cldc` (<data-root>/webis_cls10); webis-monolingual: the review text of "
@@ -354,10 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "training text for copy directions")
     d.add_argument("--dest", required=True, help="folder to put the files in")
     d.add_argument("--from", dest="source", default=None, help="copy from this local folder instead of downloading "
-                   "(webis-monolingual: the Webis-CLS-10 folder to read)")
+                   "(europarl: a folder holding the archives; iwslt17: the release archive or its files unpacked; "
+                   "webis-monolingual: the Webis-CLS-10 folder to read)")
     d.add_argument("--corpus", default=None, help="webis-monolingual: the corpus YAML to extend")
     d.add_argument("--langs", nargs="+", default=None, metavar="LANG",
-                   help="webis-monolingual: languages to take (default: those of --corpus among en de fr)")
+                   help="europarl: languages paired with English (default de es fr); iwslt17: languages to keep "
+                        "(default all five); webis-monolingual: languages to take (default: those of --corpus "
+                        "among en de fr)")
     d.set_defaults(func=cmd_data)
 
     for name, func, helptext in (("prepare", cmd_prepare, "train sentencepiece and cache the encoded corpus"),

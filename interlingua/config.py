@@ -22,6 +22,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class CleanConfig(_Strict):
+    """Filters on the training split, as the papers' pipelines clean their corpora (Moses's
+    clean-corpus-n and friends). Training lines with an empty side are always dropped; what each
+    filter drops is counted and written to `<work_dir>/data/cleaning.json`."""
+
+    drop_long: bool = False
+    """Drop training lines longer than `max_len` subwords instead of truncating them."""
+    max_ratio: float | None = Field(None, gt=1.0)
+    """Drop lines whose longest side has more than this many times the subwords of the shortest."""
+    dedup: bool = False
+    """Keep only the first of identical lines (every language of the line the same)."""
+    language_id: bool = False
+    """Drop lines that the language identifier assigns to another of the corpus's languages."""
+
+
 class PreprocessConfig(_Strict):
     lowercase: bool = True
     normalize: bool = True
@@ -36,6 +51,12 @@ class PreprocessConfig(_Strict):
     """Use only the first N training lines (tiny tests and quick demos)."""
     max_valid_sentences: int | None = Field(None, ge=1)
     """Use only the first N validation lines for dev BLEU during training."""
+    vocab_sample: int = Field(2_000_000, ge=1000)
+    """Sentencepiece learns each vocabulary from at most this many training lines, drawn at
+    random (its `input_sentence_size` with shuffling): memory stays flat in corpus size."""
+    workers: int | None = Field(None, ge=1)
+    """Threads that encode each chunk of lines; default: every core of the machine."""
+    clean: CleanConfig = Field(default_factory=CleanConfig)
 
 
 class DirectionsConfig(_Strict):

@@ -8,6 +8,7 @@ form feed) stay inside their line.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from interlingua.errors import InterlinguaError
@@ -50,3 +51,23 @@ def decode_text(raw: bytes, source: str) -> str:
 def read_text(path: Path, source: str | None = None) -> str:
     """The UTF-8 text of a file; undecodable bytes raise `TextDecodeError` naming the line."""
     return decode_text(Path(path).read_bytes(), source or str(path))
+
+
+def iter_decoded_lines(raw_lines: Iterable[bytes], source: str) -> Iterator[str]:
+    """Lines of a binary stream (a file read line by line), split and decoded exactly as
+    `decode_lines` splits and decodes the whole: so a corpus streamed in gives the same lines."""
+    number = 0
+    for raw in raw_lines:
+        if raw.endswith(b"\n"):
+            raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+        elif raw.endswith(b"\r"):  # a last line ended by a lone CR
+            raw = raw[:-1]
+        for piece in raw.split(b"\r") if b"\r" in raw else (raw,):
+            number += 1
+            if b"\0" in piece:
+                raise TextDecodeError(f"{source}: line {number} holds NUL bytes: binary data, not text")
+            try:
+                yield piece.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise TextDecodeError(f"{source}: line {number} is not UTF-8 text "
+                                      f"(byte 0x{piece[err.start]:02x} at column {err.start + 1})") from None

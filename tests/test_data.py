@@ -1,4 +1,5 @@
 import gzip
+import json
 import logging
 
 import pytest
@@ -48,9 +49,10 @@ def test_empty_lines_skipped_and_long_lines_truncated_with_warnings(tmp_path, ca
     cfg = parse_config(tiny_config(path, tmp_path / "w", preprocess={"max_len": 30, "vocab_size": 60, "max_train_sentences": None}))
     with caplog.at_level(logging.WARNING):
         data = prepare(cfg)
-    text = caplog.text
-    assert "20 empty line(s) will be skipped" in text
-    assert "1 line(s) longer than max_len=30 subwords were truncated" in text
+    assert "train/multiway: lines longer than max_len=30 subwords were truncated: de 1, en 1" in caplog.text
+    assert data.cleaning["train"]["multiway"] == {"lines": 61, "kept": 21, "dropped": {"empty": 40},
+                                                  "truncated": {"de": 1, "en": 1}}
+    assert json.loads((tmp_path / "w" / "data" / "cleaning.json").read_text()) == data.cleaning
     src, tgt = direction_pairs(data, "train", "en", "de")
     assert len(src) == 21  # 20 complete pairs + the long one; pairs with an empty side are gone
     assert max(len(s) for s in src) == 30
@@ -127,7 +129,7 @@ def test_per_pair_corpus_trains_both_pairs(tmp_path):
     data = prepare(cfg)
     assert len(direction_pairs(data, "train", "de", "en")[0]) == 20
     assert len(direction_pairs(data, "train", "en", "fr")[0]) == 30
-    assert direction_pairs(data, "train", "de", "fr")[0] == []  # no de-fr bitext: zero-shot only
+    assert len(direction_pairs(data, "train", "de", "fr")[0]) == 0  # no de-fr bitext: zero-shot only
 
 
 def test_monolingual_text_beside_a_corpus_feeds_only_the_copy_directions(tmp_path):

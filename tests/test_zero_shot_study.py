@@ -10,7 +10,7 @@ from conftest import tiny_config
 from interlingua.config import load_config, parse_config
 from interlingua.data.directions import build_directions, pair_shares
 from interlingua.data.vocab import BOS, language_tag
-from interlingua.evaluation.language_id import identify, off_target_rate
+from interlingua.data.language_id import identify, off_target_rate
 from interlingua.experiment import run_experiments
 from interlingua.modules.checkpoint import read_checkpoint
 from interlingua.training.trainer import Trainer, lowest_loss_steps

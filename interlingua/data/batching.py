@@ -6,11 +6,13 @@ split into batches (little padding, still shuffled). The state is (epoch, positi
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
+from interlingua.data.token_store import TokenSequences
 from interlingua.data.vocab import BOS, EOS, PAD
 
 
@@ -79,15 +81,16 @@ def shard(idx: np.ndarray, parts: int, k: int) -> np.ndarray:
 class DirectionBatches:
     """Endless, seeded, resumable length-bucketed batches for one direction."""
 
-    def __init__(self, src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str,
-                 batch_size: int, seed: int, pool: int = 50, src_prefix: int | None = None, tgt_start: int = BOS):
-        if not src:
+    def __init__(self, src: Sequence[np.ndarray] | TokenSequences, tgt: Sequence[np.ndarray] | TokenSequences,
+                 src_lang: str, tgt_lang: str, batch_size: int, seed: int, pool: int = 50,
+                 src_prefix: int | None = None, tgt_start: int = BOS):
+        if not len(src):
             raise ValueError(f"no training pairs for {src_lang}->{tgt_lang}")
-        self.src, self.tgt = src, tgt
+        self.src, self.tgt = TokenSequences.of(src), TokenSequences.of(tgt)
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.batch_size, self.seed, self.pool = batch_size, seed, pool
         self.src_prefix, self.tgt_start = src_prefix, tgt_start
-        self.lengths = np.asarray([len(a) + len(b) for a, b in zip(src, tgt)])
+        self.lengths = self.src.lengths.astype(np.int64) + self.tgt.lengths
         self.epoch, self.position = 0, 0
         self._plan = self._epoch_plan(0)
 
@@ -136,12 +139,12 @@ class DirectionBatches:
     def target_tokens(self, idx: np.ndarray, reverse: bool = False) -> int:
         """The loss's token count of these pairs (each target + EOS; `reverse`: of the sources as targets)."""
         side = self.src if reverse else self.tgt
-        return int(sum(len(side[i]) + 1 for i in idx))
+        return int(side.lengths[idx].sum(dtype=np.int64)) + len(idx)
 
     def tokens(self, idx: np.ndarray) -> int:
         """Source (with its prefix) + target (with EOS) tokens of these pairs: what tokens/s counts."""
         extra = (self.src_prefix is not None) + 1
-        return int(sum(len(self.src[i]) + len(self.tgt[i]) + extra for i in idx))
+        return int(self.lengths[idx].sum()) + extra * len(idx)
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

@@ -21,12 +21,14 @@ import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 import yaml
 
 from interlingua.errors import DataError
-from interlingua.textio import decode_lines, read_text
+from interlingua.textio import decode_lines, iter_decoded_lines, read_text
 
 _WS = re.compile(r"\s+")
 _LANG = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")
@@ -136,6 +138,57 @@ def read_group(group: ParallelGroup, limit: int | None = None) -> dict[str, list
     return texts
 
 
+def stream_group(group: ParallelGroup, langs: list[str], chunk_rows: int, limit: int | None = None,
+                 transform: Callable[[str], str] | None = None) -> Iterator[dict[str, list[str]]]:
+    """The aligned lines of `langs` of a file group, `chunk_rows` at a time, never the whole files
+    in memory; files that end at different lines raise `DataError` naming each count."""
+    files = {lang: group.files[lang] for lang in langs}
+    handles = {}
+    try:
+        for lang, path in files.items():
+            try:
+                handles[lang] = (gzip.open if path.suffix == ".gz" else open)(path, "rb")
+            except OSError as err:
+                raise DataError(f"cannot read {path}: {err}") from None
+        lines = {lang: iter_decoded_lines(h, str(files[lang])) for lang, h in handles.items()}
+        counts = dict.fromkeys(langs, 0)
+        rows = 0
+        while limit is None or rows < limit:
+            want = chunk_rows if limit is None else min(chunk_rows, limit - rows)
+            chunk = {}
+            try:
+                for lang in langs:
+                    chunk[lang] = list(islice(lines[lang], want))
+                    counts[lang] += len(chunk[lang])
+            except (OSError, EOFError) as err:
+                raise DataError(f"cannot read {files[lang]}: {err}") from None
+            sizes = {len(v) for v in chunk.values()}
+            if len(sizes) > 1 or (sizes and max(sizes) < want and limit is None):
+                for lang in langs:  # count the rest, to name both lengths
+                    counts[lang] += sum(1 for _ in lines[lang])
+                if len(set(counts.values())) > 1:
+                    detail = ", ".join(f"{files[lang]} has {n}" for lang, n in counts.items())
+                    raise DataError(f"parallel files of '{group.name}' have different line counts: {detail}")
+            n = min(sizes) if sizes else 0
+            if n:
+                yield {lang: [transform(x) for x in v] if transform else v for lang, v in chunk.items()}
+                rows += n
+            if n < want:
+                return
+    finally:
+        for h in handles.values():
+            h.close()
+
+
+def write_lines_gz(path: Path, lines: Iterable[str]) -> None:
+    """Write lines gzipped through a temporary name: a file under the final name is always whole."""
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        for line in lines:
+            f.write((line + "\n").encode("utf-8"))
+    tmp.replace(path)
+
+
 def write_multiway_corpus_yaml(dest: Path, name: str, languages: list[str], splits: dict[str, dict[str, str]]) -> Path:
     """Write the corpus YAML for a folder of multi-way parallel files."""
     out = dest / "corpus.yaml"
@@ -167,11 +220,8 @@ def write_corpus_with_monolingual(base: str | Path, dest: Path, name: str, monol
             else:
                 pairs.setdefault(split, {})[g.name] = files
     for lang, lines in sorted(monolingual.items()):
-        clean = [" ".join(line.split()) for line in lines]
         file = dest / f"{name}.{lang}.gz"
-        tmp = file.with_name(file.name + ".part")
-        tmp.write_bytes(gzip.compress(("\n".join(x for x in clean if x) + "\n").encode("utf-8"), mtime=0))
-        tmp.replace(file)
+        write_lines_gz(file, (x for x in (" ".join(line.split()) for line in lines) if x))
         pairs.setdefault("train", {})[f"{name}.{lang}"] = {lang: file.name}
     out = dest / "corpus.yaml"
     spec = {"name": f"{corpus.name}+{name}", "languages": corpus.languages, "splits": splits, "pairs": pairs}

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -13,6 +13,8 @@ from tqdm import tqdm
 
 from interlingua.data.corpus import write_multiway_corpus_yaml
 from interlingua.errors import DataError
+
+log = logging.getLogger(__name__)
 
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{name}"
 MULTI30K_LANGS = ["en", "de", "fr", "cs"]
@@ -33,30 +35,83 @@ MULTI30K_SHA256 = {
 }
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
+def fetch(url: str, dest: Path, *, timeout: float = 60.0,
+          hint: str = "offline? use --from DIR with a local copy") -> None:
+    """Download `url` to `dest` through `dest.part`: the final name appears only once the whole file
+    is there. An interrupted download leaves the `.part`, and the next call resumes it (an HTTP range
+    request; a server that ignores ranges sends it whole again). A failure raises `DataError`
+    naming the URL, the reason and `hint`."""
+    part = dest.with_name(dest.name + ".part")
+    have = part.stat().st_size if part.is_file() else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            resumed = have > 0 and resp.status == 206
+            size = int(resp.headers.get("Content-Length") or 0)
+            total = (have if resumed else 0) + size or None
+            with open(part, "ab" if resumed else "wb") as out, \
+                    tqdm(total=total, initial=have if resumed else 0, unit="B", unit_scale=True, desc=dest.name,
+                         leave=False) as bar:
+                for chunk in iter(lambda: resp.read(1 << 16), b""):
+                    out.write(chunk)
+                    bar.update(len(chunk))
+            if size and part.stat().st_size != total:
+                raise OSError(f"the connection closed after {part.stat().st_size} of {total} bytes")
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and have:  # nothing left to send: the part was already whole
+            part.replace(dest)
+            return
+        raise DataError(f"cannot download {url}: {err} ({hint})") from None
+    except (urllib.error.URLError, OSError) as err:
+        kept = f"; {part.name} is kept and the next run resumes it" if part.is_file() and part.stat().st_size else ""
+        raise DataError(f"cannot download {url}: {err}{kept} ({hint})") from None
+    part.replace(dest)
+
+
+def file_digest(path: Path, algorithm: str) -> str:
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
 
 
-def fetch(url: str, dest: Path, *, timeout: float = 60.0,
-          hint: str = "offline? use --from DIR with a local copy") -> None:
-    """Download to a temporary file, then move into place: no half-written files.
-    A failure raises `DataError` naming the URL, the reason and `hint`."""
-    tmp = Path(tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".part")[1])
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as out:
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
-                for chunk in iter(lambda: resp.read(1 << 16), b""):
-                    out.write(chunk)
-                    bar.update(len(chunk))
-        tmp.replace(dest)
-    except (urllib.error.URLError, OSError) as err:
-        tmp.unlink(missing_ok=True)
-        raise DataError(f"cannot download {url}: {err} ({hint})") from None
+def sha256_of(path: Path) -> str:
+    return file_digest(path, "sha256")
+
+
+def install_archive(dest: Path, name: str, url: str, expected: str | None, *, source_dir: str | Path | None,
+                    desc: str) -> Path:
+    """`dest/name`: an archive downloaded from `url` (or copied from `source_dir/name`), checked
+    against its published digest (SHA-256, or MD5 where only that is published: told apart by
+    length). A file already in place with the right digest is kept; a mismatch removes the file and
+    raises `DataError`. With no published digest (`expected` None) the file's SHA-256 is logged and
+    written to `dest/name.sha256`, so later copies can be compared with the first one."""
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / name
+    algorithm = "md5" if expected is not None and len(expected) == 32 else "sha256"
+    if not (target.is_file() and expected is not None and file_digest(target, algorithm) == expected):
+        if source_dir is not None:
+            src = Path(source_dir) / name
+            if not src.is_file():
+                raise DataError(f"{src} not found: --from must be a folder holding the {desc} files ({name}, ...)")
+            tmp = target.with_name(target.name + ".part")
+            shutil.copyfile(src, tmp)
+            tmp.replace(target)
+        elif not target.is_file() or expected is not None:
+            fetch(url, target)
+    actual = file_digest(target, algorithm)
+    if expected is not None and actual != expected:
+        target.unlink()
+        raise DataError(f"checksum mismatch for {name} (in {dest}): expected {algorithm} {expected}, got {actual}")
+    if expected is None:
+        record = dest / f"{name}.sha256"
+        if record.is_file() and record.read_text().split()[0] != actual:
+            raise DataError(f"{name} (in {dest}) differs from the copy first installed there (SHA-256 "
+                            f"{record.read_text().split()[0]}, now {actual}); remove {record} to accept it")
+        record.write_text(f"{actual}  {name}\n")
+        log.info("%s has no published checksum; its SHA-256 is %s (kept in %s)", name, actual, record)
+    return target
 
 
 def install_files(dest: Path, checksums: Mapping[str, str], *, url_for: Callable[[str], str],

@@ -1,5 +1,9 @@
 """`interlingua prepare`: normalise text, train sentencepiece, cache the encoded corpus.
 
+The corpus streams through in chunks, so millions of lines never sit in memory: sentencepiece
+learns from a random sample of the training lines, each chunk is encoded on all cores and
+appended to one flat id file per language and file group (read back memory-mapped), and the
+training lines are cleaned (`preprocess.clean`) with what was dropped counted per reason.
 The cache lives in `<work_dir>/data/` and is keyed by a hash of the corpus files and the
 preprocessing settings, so changing either re-prepares instead of reusing stale ids.
 """
@@ -8,29 +12,37 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from tqdm import tqdm
 
 from interlingua.config import ExperimentConfig, PreprocessConfig
-from interlingua.data.corpus import Corpus, load_corpus, normalize_line, read_group
+from interlingua.data.cleaning import LineFilter
+from interlingua.data.corpus import Corpus, ParallelGroup, load_corpus, normalize_line, read_group, stream_group
+from interlingua.data.token_store import TokenFileWriter, TokenSequences, id_dtype
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import DataError, LanguageError
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+CHUNK_ROWS = 20_000
+"""Lines read, normalised and encoded at a time: large enough for sentencepiece's threads."""
 REFERENCE_SPLITS = ("val",)
 """Splits whose raw text is kept next to the ids: dev BLEU scores against the corpus's own lines."""
+CLEANED_SPLITS = ("train",)
+"""Splits that `preprocess.clean` filters; evaluation sets are kept whole."""
 
 
 @dataclass
 class EncodedGroup:
-    """Aligned id sequences of one file group: lang -> list of int32 arrays (may be empty)."""
+    """Aligned id sequences of one file group: lang -> sequences (a line may be empty)."""
 
     name: str
-    ids: dict[str, list[np.ndarray]]
+    ids: dict[str, TokenSequences]
     texts: dict[str, list[str]] | None = None
     """The lines as the corpus files hold them, aligned with `ids` (only for REFERENCE_SPLITS)."""
 
@@ -45,6 +57,8 @@ class PreparedData:
     splits: dict[str, list[EncodedGroup]]
     languages: list[str]
     joint_vocab: bool
+    cleaning: dict[str, dict[str, dict]] = field(default_factory=dict)
+    """split -> group -> {lines, kept, dropped: {reason: count}, truncated: {lang: count}}."""
 
     def groups(self, split: str) -> list[EncodedGroup]:
         if split not in self.splits:
@@ -54,7 +68,7 @@ class PreparedData:
 
 def _fingerprint(corpus: Corpus, pre: PreprocessConfig, langs: list[str], given: dict[str, Vocab] | None = None) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps(pre.model_dump(mode="json"), sort_keys=True).encode())
+    h.update(json.dumps(pre.model_dump(mode="json", exclude={"workers"}), sort_keys=True).encode())
     h.update(json.dumps(langs).encode())
     if given is not None:  # encoded with a checkpoint's vocabularies: they are part of the key
         for lang in langs:
@@ -68,24 +82,86 @@ def _fingerprint(corpus: Corpus, pre: PreprocessConfig, langs: list[str], given:
     return h.hexdigest()[:16]
 
 
-def tokenize_texts(vocab: Vocab, texts: list[str], max_len: int, what: str) -> list[np.ndarray]:
-    """Tokenise, truncating to `max_len` subwords (with a warning) and counting empty lines."""
-    ids = vocab.tokenize_batch(texts)
-    too_long = sum(len(x) > max_len for x in ids)
-    empty = sum(len(x) == 0 for x in ids)
-    if too_long:
-        log.warning("%s: %d line(s) longer than max_len=%d subwords were truncated", what, too_long, max_len)
-    if empty:
-        log.warning("%s: %d empty line(s) will be skipped", what, empty)
-    return [np.asarray(x[:max_len], dtype=np.int32) for x in ids]
+def _normalizer(pre: PreprocessConfig):
+    return lambda line: normalize_line(line, pre.lowercase, pre.normalize)
 
 
-def train_vocabs(corpus: Corpus, texts: dict[str, list[str]], pre: PreprocessConfig, langs: list[str]) -> dict[str, Vocab]:
+def _used_groups(corpus: Corpus, split: str, langs: list[str]) -> list[tuple[int, ParallelGroup, list[str]]]:
+    """(index, group, its languages among `langs`) of the groups of a split that hold any of them."""
+    out = []
+    for gi, g in enumerate(corpus.splits.get(split, [])):
+        mine = [lang for lang in g.files if lang in langs]
+        if mine:
+            out.append((gi, g, mine))
+    return out
+
+
+def _training_lines(corpus: Corpus, pre: PreprocessConfig, langs: list[str], wanted: set[str]) -> Iterator[str]:
+    """The normalised, non-empty training lines of the `wanted` languages, streamed."""
+    for _, g, mine in _used_groups(corpus, "train", langs):
+        mine = [lang for lang in mine if lang in wanted]
+        if not mine:
+            continue
+        for chunk in stream_group(g, mine, CHUNK_ROWS, pre.max_train_sentences, _normalizer(pre)):
+            for lang in mine:
+                yield from (s for s in chunk[lang] if s)
+
+
+def train_vocabs(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> dict[str, Vocab]:
+    """Sentencepiece per language (or one joint), each from a random sample of `pre.vocab_sample` lines."""
     if pre.joint_vocab:
-        joint = Vocab.train((s for lang in langs for s in texts[lang]), pre.vocab_size,
-                            user_symbols=[language_tag(lang) for lang in langs])
+        joint = Vocab.train(_training_lines(corpus, pre, langs, set(langs)), pre.vocab_size,
+                            user_symbols=[language_tag(lang) for lang in langs], sample=pre.vocab_sample)
         return {lang: joint for lang in langs}
-    return {lang: Vocab.train(texts[lang], pre.vocab_size) for lang in tqdm(langs, desc="sentencepiece", unit="lang")}
+    return {lang: Vocab.train(_training_lines(corpus, pre, langs, {lang}), pre.vocab_size, sample=pre.vocab_sample)
+            for lang in tqdm(langs, desc="sentencepiece", unit="lang")}
+
+
+def _check_training_text(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> None:
+    if not _used_groups(corpus, "train", langs) and "train" not in corpus.splits:
+        raise DataError(f"corpus {corpus.source} has no 'train' split to learn vocabularies from")
+    have = set()
+    for _, g, mine in _used_groups(corpus, "train", langs):
+        for chunk in stream_group(g, mine, CHUNK_ROWS, pre.max_train_sentences, _normalizer(pre)):
+            have.update(lang for lang in mine if any(chunk[lang]))
+            if have.issuperset(mine):
+                break
+    missing = [lang for lang in langs if lang not in have]
+    if missing:
+        raise DataError(f"corpus {corpus.source}: no training text for language(s) {', '.join(missing)}")
+
+
+def _encode_group(split: str, gi: int, group: ParallelGroup, mine: list[str], vocabs: dict[str, Vocab],
+                  pre: PreprocessConfig, langs: list[str], out_dir: Path, bar: tqdm) -> dict:
+    """Stream one file group into flat id files; the group's cleaning report (keep index saved)."""
+    writers = {lang: TokenFileWriter(out_dir / f"{split}.{gi}.{lang}.ids", id_dtype(len(vocabs[lang])))
+               for lang in mine}
+    cleaner = LineFilter(pre.clean, pre.max_len, langs) if split in CLEANED_SPLITS else None
+    truncated = dict.fromkeys(mine, 0)
+    limit = pre.max_train_sentences if split == "train" else None
+    for chunk in stream_group(group, mine, CHUNK_ROWS, limit, _normalizer(pre)):
+        full = {}
+        for lang in mine:
+            ids = vocabs[lang].tokenize_batch(chunk[lang], pre.workers)
+            full[lang] = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
+            truncated[lang] += int((full[lang] > pre.max_len).sum())
+            writers[lang].add([x[:pre.max_len] for x in ids])
+        if cleaner is not None:
+            cleaner.add(chunk, full)
+        bar.update(len(chunk[mine[0]]))
+    lengths = {lang: w.close() for lang, w in writers.items()}
+    for lang, n in lengths.items():
+        np.save(out_dir / f"{split}.{gi}.{lang}.len.npy", n)
+    report: dict = {"lines": len(next(iter(lengths.values())))}
+    if cleaner is not None:
+        np.save(out_dir / f"{split}.{gi}.keep.npy", cleaner.kept())
+        report = cleaner.report()
+    if any(truncated.values()):
+        report["truncated"] = {lang: n for lang, n in truncated.items() if n}
+        if not pre.clean.drop_long or split not in CLEANED_SPLITS:
+            log.warning("%s/%s: lines longer than max_len=%d subwords were truncated: %s", split, group.name,
+                        pre.max_len, ", ".join(f"{lang} {n}" for lang, n in report["truncated"].items()))
+    return report
 
 
 def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab] | None = None) -> PreparedData:
@@ -108,46 +184,38 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     meta_path = cache_dir / "meta.json"
     if not force and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
-        if meta.get("fingerprint") == fp:
+        if meta.get("fingerprint") == fp and (cache_dir / "encoded").is_dir():
             return _attach_texts(_load_cache(cache_dir, meta, vocabs), corpus)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    meta_path.unlink(missing_ok=True)  # from here on the cache is incomplete until meta.json is rewritten
 
-    raw: dict[str, list[tuple[str, dict[str, list[str]]]]] = {}
-    for split, groups in corpus.splits.items():
-        limit = pre.max_train_sentences if split == "train" else None
-        raw[split] = []
-        for g in groups:
-            if not set(g.files) & set(langs):
-                continue
-            texts = read_group(g, limit=limit)
-            texts = {lang: [normalize_line(s, pre.lowercase, pre.normalize) for s in t]
-                     for lang, t in texts.items() if lang in langs}
-            raw[split].append((g.name, texts))
-    if "train" not in raw:
+    if "train" not in corpus.splits:
         raise DataError(f"corpus {corpus.source} has no 'train' split to learn vocabularies from")
-    train_text: dict[str, list[str]] = {lang: [] for lang in langs}
-    for _, texts in raw["train"]:
-        for lang, t in texts.items():
-            train_text[lang].extend(t)
-    missing = [lang for lang in langs if not any(train_text[lang])]
-    if missing:
-        raise DataError(f"corpus {corpus.source}: no training text for language(s) {', '.join(missing)}")
+    _check_training_text(corpus, pre, langs)
     given = vocabs is not None  # a checkpoint's vocabularies: it holds them, nothing to cache
     if vocabs is None:
-        vocabs = train_vocabs(corpus, train_text, pre, langs)
+        vocabs = train_vocabs(corpus, pre, langs)
 
-    splits: dict[str, list[EncodedGroup]] = {}
-    arrays: dict[str, np.ndarray] = {}
-    for split, groups in raw.items():
-        splits[split] = []
-        for gi, (name, texts) in enumerate(groups):
-            enc = {lang: tokenize_texts(vocabs[lang], t, pre.max_len, f"{split}/{name}/{lang}") for lang, t in texts.items()}
-            splits[split].append(EncodedGroup(name, enc))
-            for lang, seqs in enc.items():
-                key = f"{split}|{gi}|{lang}"
-                arrays[key + "|ids"] = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
-                arrays[key + "|len"] = np.asarray([len(s) for s in seqs], dtype=np.int32)
-    np.savez(cache_dir / "encoded.npz", **arrays)
+    work = cache_dir / "encoded.part"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    groups_meta: dict[str, list[str]] = {}
+    group_langs: dict[str, list[list[str]]] = {}
+    cleaning: dict[str, dict[str, dict]] = {}
+    with tqdm(desc="encode", unit=" lines", unit_scale=True) as bar:
+        for split in corpus.splits:
+            used = _used_groups(corpus, split, langs)
+            groups_meta[split] = [g.name for _, g, _ in used]
+            group_langs[split] = [sorted(mine) for _, _, mine in used]
+            for i, (_, g, mine) in enumerate(used):
+                report = _encode_group(split, i, g, sorted(mine), vocabs, pre, langs, work, bar)
+                cleaning.setdefault(split, {})[g.name] = report
+    final = cache_dir / "encoded"
+    shutil.rmtree(final, ignore_errors=True)
+    work.rename(final)
+    (cache_dir / "encoded.npz").unlink(missing_ok=True)  # a cache of an older layout
+    (cache_dir / "cleaning.json").write_text(json.dumps(cleaning, indent=1))
+    _log_cleaning(cleaning)
     distinct = {id(v): v for v in vocabs.values()}
     if not given and pre.joint_vocab:
         (cache_dir / "joint.model").write_bytes(next(iter(vocabs.values())).proto)
@@ -156,13 +224,21 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
             (cache_dir / f"{lang}.model").write_bytes(v.proto)
     meta = {
         "fingerprint": fp, "languages": langs, "joint_vocab": pre.joint_vocab,
-        "groups": {s: [g.name for g in gs] for s, gs in splits.items()},
-        "group_langs": {s: [sorted(g.ids) for g in gs] for s, gs in splits.items()},
+        "groups": groups_meta, "group_langs": group_langs,
+        "dtypes": {lang: id_dtype(len(v)).name for lang, v in vocabs.items()},
         "vocab_sizes": {lang: len(v) for lang, v in vocabs.items()},
         "n_vocabs": len(distinct),
     }
     meta_path.write_text(json.dumps(meta, indent=1))
-    return _attach_texts(PreparedData(vocabs=vocabs, splits=splits, languages=langs, joint_vocab=pre.joint_vocab), corpus)
+    return _attach_texts(_load_cache(cache_dir, meta, vocabs), corpus)
+
+
+def _log_cleaning(cleaning: dict[str, dict[str, dict]]) -> None:
+    for split, groups in cleaning.items():
+        for name, r in groups.items():
+            if r.get("dropped"):
+                detail = ", ".join(f"{reason} {n}" for reason, n in r["dropped"].items())
+                log.info("%s/%s: kept %d of %d lines (dropped: %s)", split, name, r["kept"], r["lines"], detail)
 
 
 def _attach_texts(data: PreparedData, corpus: Corpus) -> PreparedData:
@@ -186,18 +262,23 @@ def _load_cache(cache_dir: Path, meta: dict, given: dict[str, Vocab] | None = No
         vocabs = {lang: joint for lang in langs}
     else:
         vocabs = {lang: Vocab((cache_dir / f"{lang}.model").read_bytes()) for lang in langs}
-    npz = np.load(cache_dir / "encoded.npz")
+    enc = cache_dir / "encoded"
     splits: dict[str, list[EncodedGroup]] = {}
     for split, names in meta["groups"].items():
         splits[split] = []
         for gi, name in enumerate(names):
+            keep_path = enc / f"{split}.{gi}.keep.npy"
+            keep = np.load(keep_path) if keep_path.is_file() else None
             ids = {}
             for lang in meta["group_langs"][split][gi]:
-                key = f"{split}|{gi}|{lang}"
-                flat, lens = npz[key + "|ids"], npz[key + "|len"]
-                ids[lang] = np.split(flat, np.cumsum(lens)[:-1]) if len(lens) else []
+                seqs = TokenSequences.load(enc / f"{split}.{gi}.{lang}.ids", enc / f"{split}.{gi}.{lang}.len.npy",
+                                           meta["dtypes"][lang])
+                ids[lang] = seqs if keep is None else seqs.select(keep)
             splits[split].append(EncodedGroup(name, ids))
-    return PreparedData(vocabs=vocabs, splits=splits, languages=langs, joint_vocab=meta["joint_vocab"])
+    cleaning_path = cache_dir / "cleaning.json"
+    cleaning = json.loads(cleaning_path.read_text()) if cleaning_path.is_file() else {}
+    return PreparedData(vocabs=vocabs, splits=splits, languages=langs, joint_vocab=meta["joint_vocab"],
+                        cleaning=cleaning)
 
 
 def language_training_text(corpus_path: str | Path, lang: str, pre: PreprocessConfig) -> list[str]:
@@ -216,22 +297,28 @@ def language_training_text(corpus_path: str | Path, lang: str, pre: PreprocessCo
     return lines
 
 
+def _direction_rows(group: EncodedGroup, src: str, tgt: str, share: tuple[int, int] | None) -> np.ndarray:
+    """Positions of the group's lines that give a (src, tgt) pair: both sides non-empty, in the share."""
+    ok = (group.ids[src].lengths > 0) & (group.ids[tgt].lengths > 0)
+    if share is not None:
+        ok &= np.arange(len(ok)) % share[1] == share[0]
+    return np.flatnonzero(ok)
+
+
 def direction_pairs(data: PreparedData, split: str, src: str, tgt: str, limit: int | None = None,
-                    share: tuple[int, int] | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                    share: tuple[int, int] | None = None) -> tuple[TokenSequences, TokenSequences]:
     """All aligned (src, tgt) id sequences of a direction in a split; empty sides skipped. With
     `share` (index, count), only line j of each group where j % count == index."""
     srcs, tgts = [], []
     for g in data.groups(split):
         if src in g.ids and tgt in g.ids:
-            for j, (a, b) in enumerate(zip(g.ids[src], g.ids[tgt])):
-                if share is not None and j % share[1] != share[0]:
-                    continue
-                if len(a) and len(b):
-                    srcs.append(a)
-                    tgts.append(b)
+            rows = _direction_rows(g, src, tgt, share)
+            srcs.append(g.ids[src].select(rows))
+            tgts.append(g.ids[tgt].select(rows))
+    src_seqs, tgt_seqs = TokenSequences.concat(srcs), TokenSequences.concat(tgts)
     if limit is not None:
-        srcs, tgts = srcs[:limit], tgts[:limit]
-    return srcs, tgts
+        src_seqs, tgt_seqs = src_seqs.select(slice(0, limit)), tgt_seqs.select(slice(0, limit))
+    return src_seqs, tgt_seqs
 
 
 def direction_references(data: PreparedData, split: str, src: str, tgt: str, limit: int | None = None) -> list[str] | None:
@@ -242,7 +329,5 @@ def direction_references(data: PreparedData, split: str, src: str, tgt: str, lim
         if src in g.ids and tgt in g.ids:
             if g.texts is None:
                 return None
-            for a, b, text in zip(g.ids[src], g.ids[tgt], g.texts[tgt]):
-                if len(a) and len(b):
-                    refs.append(text)
+            refs.extend(g.texts[tgt][i] for i in _direction_rows(g, src, tgt, None))
     return refs[:limit] if limit is not None else refs

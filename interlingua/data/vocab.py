@@ -49,8 +49,11 @@ class Vocab:
         """Pieces of other vocabularies in the same id space (language tags) -> their ids."""
 
     @classmethod
-    def train(cls, sentences: Iterable[str], vocab_size: int, user_symbols: Sequence[str] = (), threads: int = 2) -> "Vocab":
-        """BPE on the given (already normalised) sentences; the size is a soft limit on tiny data."""
+    def train(cls, sentences: Iterable[str], vocab_size: int, user_symbols: Sequence[str] = (), threads: int = 2,
+              sample: int | None = None) -> "Vocab":
+        """BPE on the given (already normalised) sentences; the size is a soft limit on tiny data.
+        With `sample`, sentencepiece keeps only that many sentences, drawn at random as they stream
+        by, so a corpus of any size trains in bounded memory."""
         buf = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(s for s in sentences if s),
@@ -65,6 +68,7 @@ class Vocab:
             num_threads=threads,
             minloglevel=2,
             max_sentence_length=1 << 16,
+            **({"input_sentence_size": sample, "shuffle_input_sentence": True} if sample else {}),
         )
         return cls(buf.getvalue())
 
@@ -79,9 +83,10 @@ class Vocab:
         """Subword ids of one (normalised) line."""
         return self._shift(self.sp.encode(text))
 
-    def tokenize_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Subword ids of each line."""
-        return [self._shift(x) for x in self.sp.encode(list(texts))]
+    def tokenize_batch(self, texts: Sequence[str], threads: int | None = None) -> list[list[int]]:
+        """Subword ids of each line (on `threads` threads of sentencepiece's own, or its default)."""
+        ids = self.sp.encode(list(texts), **({"num_threads": threads} if threads else {}))
+        return [self._shift(x) for x in ids] if self.offset else ids
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of the ids; specials and ids of other vocabularies are dropped."""

@@ -19,7 +19,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.errors import DataError
-from interlingua.evaluation import language_id
+from interlingua.data import language_id
 from interlingua.evaluation.plots import plot_score_matrix
 from interlingua.inference.api import Model, load
 

@@ -1,7 +1,7 @@
 """`interlingua serve`: the library API (`interlingua.load` -> `Model`) over HTTP.
 
 Layer: above inference and evaluation (it reuses the restricted language identifier of
-`evaluation.language_id`), below the CLI. One module a job:
+`data.language_id`), below the CLI. One module a job:
 
 - `limits.py`       what one request may ask for (texts per request, characters per text) and the
                     batcher's settings; the checks that name the offending field

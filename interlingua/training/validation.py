@@ -84,7 +84,7 @@ def build_devsets(data: PreparedData, directions: list[Direction], zero_shot: li
         if refs is None:
             refs = [data.vocabs[d[1]].decode(t.tolist()) for t in tgt]
             rebuilt.append(f"{d[0]}-{d[1]}")
-        dev[d] = DevSet(d[0], d[1], src, tgt, refs)
+        dev[d] = DevSet(d[0], d[1], list(src), list(tgt), refs)
     if rebuilt:
         log.warning("the prepared data keeps no raw validation text: dev BLEU of %s is computed on references "
                     "rebuilt from subword ids cut to max_len=%d", ", ".join(rebuilt), max_len)
