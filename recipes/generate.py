@@ -1,6 +1,7 @@
-"""Write the Multi30k recipes of the papers, at CPU scale and at paper scale.
+"""Write the recipes of the papers: Multi30k at CPU scale and at paper scale, and the paper-size
+set-ups on the large corpora (Europarl v7 for paper 000, IWSLT 2017 for paper 004).
 
-    python recipes/generate.py        # (re)writes recipes/multi30k/{cpu,paper}/*.yaml
+    python recipes/generate.py        # (re)writes recipes/multi30k/{cpu,paper}/, recipes/europarl/, recipes/iwslt17/
 
 One function per setting keeps every recipe consistent with the others; the YAML files are
 what users run (`interlingua train recipes/multi30k/cpu/m2m_mono.yaml`).
@@ -114,7 +115,136 @@ def all_recipes(scale: str) -> dict[str, dict]:
     return out
 
 
+# Paper 000 Sec. 3.2: the architecture of Sec. 3.1, Adam lr 0.0004, batch 256, at most 100,000
+# steps per language pair, BPE 32k per language, dev2006 for model selection; every model with
+# monolingual copies (footnote 5). Cleaning as a Moses pipeline does it (clean-corpus-n: length
+# and ratio), plus exact duplicates.
+EUROPARL = {
+    "preprocess": {"lowercase": True, "vocab_size": 32000, "max_len": 100, "max_valid_sentences": 2000,
+                   "clean": {"drop_long": True, "max_ratio": 9.0, "dedup": True}},
+    "model": {"embed_dim": 512, "encoder": {"type": "bilstm", "layers": 2, "hidden": 512},
+              "bridge": {"type": "attention", "heads": 10, "hidden": 1024},
+              "decoder": {"layers": 2, "hidden": 512}, "dropout": 0.3},
+    "train": {"optimizer": "adam", "lr": 0.0004, "batch_size": 256, "valid_every": 10000, "penalty_weight": 1.0,
+              "clip_norm": 5.0},
+}
+EUROPARL_LANGS = ["de", "en", "es", "fr"]
+EUROPARL_STEPS_PER_PAIR = 100_000
+# Measured on this project's machine (bench/results/prepare_scale.jsonl, 2 cores, bf16 where it is
+# faster): seconds per step of batch 256 with the architecture above.
+EUROPARL_CPU_SECONDS_PER_STEP = None
+
+
+def europarl_recipe(name: str, directions: dict, comment: str, heads: int = 10, shared: bool = False) -> dict:
+    model = {**EUROPARL["model"], "bridge": {**EUROPARL["model"]["bridge"], "heads": heads}}
+    pre = {**EUROPARL["preprocess"]}
+    if shared:  # the language-label baseline: one encoder/decoder, joint vocabulary, target tag
+        model.update(shared=True, bridge={"type": "none"})
+        pre.update(joint_vocab=True, vocab_size=64000)
+    pairs = {tuple(sorted(p)) for p in _europarl_directions(directions)}
+    steps = EUROPARL_STEPS_PER_PAIR * len(pairs)
+    return {"_comment": comment, "_steps": steps, "name": f"europarl_{name}", "corpus": "../../data/europarl/corpus.yaml",
+            "work_dir": f"runs/europarl/{name}", "preprocess": pre, "directions": directions, "model": model,
+            "train": {**EUROPARL["train"], "max_steps": steps}}
+
+
+def _europarl_directions(directions: dict) -> list[tuple[str, str]]:
+    from interlingua.config import DirectionsConfig
+    from interlingua.data.directions import build_directions
+    return [d for d in build_directions(DirectionsConfig(**directions), EUROPARL_LANGS) if d[0] != d[1]]
+
+
+def europarl_recipes() -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for x in ("de", "es", "fr"):
+        for s, t in ((x, "en"), ("en", x)):
+            for k in (1, 10, 25, 50):
+                out[f"bilingual_{s}_{t}_k{k}"] = europarl_recipe(
+                    f"bilingual_{s}_{t}_k{k}", {"mode": "bilingual", "pairs": [[s, t]], "monolingual": True},
+                    f"Bilingual {s}->{t}, k = {k} (paper 000, Table 2).", heads=k)
+    english = {"mode": "pivot", "pivot": "en", "languages": EUROPARL_LANGS, "monolingual": True}
+    for k in (1, 10, 25, 50):
+        out[f"en_centred_k{k}"] = europarl_recipe(f"en_centred_k{k}", english,
+                                                  f"{{de,es,fr}}<->en with monolingual copies, k = {k} (Table 3, M<->EN).",
+                                                  heads=k)
+    out["en_centred_ll"] = europarl_recipe("en_centred_ll", {**english, "monolingual": False},
+                                           "{de,es,fr}<->en, language-label baseline (Table 3, LL).", shared=True)
+    m2m = {"mode": "many2many", "languages": EUROPARL_LANGS, "monolingual": True}
+    for k in (1, 50):
+        out[f"m2m_k{k}"] = europarl_recipe(f"m2m_k{k}", m2m, f"Many-to-many with monolingual copies, k = {k} "
+                                           "(Table 3, M<->M; `data europarl` builds the de-es, de-fr and es-fr "
+                                           "training pairs by joining the x-en files on identical English lines).",
+                                           heads=k)
+    out["m2m_ll"] = europarl_recipe("m2m_ll", {**m2m, "monolingual": False}, "Many-to-many, language-label "
+                                    "baseline (Table 3, M<->M LL).", shared=True)
+    return out
+
+
+# Paper 004 Sec. 3: IWSLT 2017 multilingual, English-centred ({de,it,nl,ro}<->en; de-it, de-nl,
+# ..., zero-shot), one shared Transformer of 5 encoder and 5 decoder layers (d_model 512, ff 2048,
+# 8 heads), dropout 0.2, label smoothing 0.1, warm-up 8000 steps, average of the 5 best checkpoints
+# by dev loss, 64 epochs, a joint BPE vocabulary of 40k. Their test set (tst2017) is not public
+# with references; tst2010 and its multi-way intersection are the test sets here.
+IWSLT_LANGS = ["de", "en", "it", "nl", "ro"]
+IWSLT_TRAIN_PAIRS = 8 * 200_000  # about 200k sentence pairs per English-centred direction
+IWSLT_BATCH = 128
+IWSLT_EPOCHS = 64
+
+
+def iwslt17_recipe(name: str, comment: str, encoder: dict, decoder: dict | None = None) -> dict:
+    steps = IWSLT_EPOCHS * IWSLT_TRAIN_PAIRS // IWSLT_BATCH
+    return {"_comment": comment, "_steps": steps, "name": f"iwslt17_{name}", "corpus": "../../data/iwslt17/corpus.yaml",
+            "work_dir": f"runs/iwslt17/{name}",
+            "preprocess": {"lowercase": False, "joint_vocab": True, "vocab_size": 40000, "max_len": 100,
+                           "max_valid_sentences": 1000, "clean": {"drop_long": True, "max_ratio": 9.0}},
+            "directions": {"mode": "pivot", "pivot": "en", "languages": IWSLT_LANGS},
+            "model": {"embed_dim": 512, "shared": True, "tag_position": "decoder_start", "bridge": {"type": "none"},
+                      "encoder": {"type": "transformer", "layers": 5, "heads": 8, "ff_dim": 2048, **encoder},
+                      "decoder": {"type": "transformer", "layers": 5, "heads": 8, "ff_dim": 2048,
+                                  "tie_embeddings": True, **(decoder or {})},
+                      "dropout": 0.2},
+            "train": {"optimizer": "adam", "lr": 0.0007, "lr_schedule": "inverse_sqrt", "warmup_steps": 8000,
+                      "label_smoothing": 0.1, "batch_size": IWSLT_BATCH, "max_steps": steps, "valid_every": 5000,
+                      "average_best": 5, "penalty_weight": 0.0}}
+
+
+def iwslt17_recipes() -> dict[str, dict]:
+    vd = {"variational_dropout": True}
+    return {
+        "baseline": iwslt17_recipe("baseline", "Baseline Transformer (paper 004, Table 3 row 1 / Table 5).", {}),
+        "residual": iwslt17_recipe("residual", "Residual connection removed around the self-attention of encoder "
+                                   "layer 3 of 5 (Table 3, 'Residual').", {"residual_drop_layer": 3}),
+        "residual_query": iwslt17_recipe("residual_query", "Residual removal + position-based query "
+                                         "(wavelength 100) in that layer (Table 3, 'Residual+Query').",
+                                         {"residual_drop_layer": 3, "position_query": True}),
+        "baseline_vd": iwslt17_recipe("baseline_vd", "Baseline + variational dropout (Table 5).", vd, vd),
+        "residual_vd": iwslt17_recipe("residual_vd", "Residual removal + variational dropout (Table 5).",
+                                      {"residual_drop_layer": 3, **vd}, vd),
+    }
+
+
+def write_large_corpus_recipes() -> None:
+    for folder, recipes, per_step in (("europarl", europarl_recipes(), EUROPARL_CPU_SECONDS_PER_STEP),
+                                      ("iwslt17", iwslt17_recipes(), None)):
+        out = HERE / folder
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob("*.yaml"):
+            old.unlink()
+        for name, r in recipes.items():
+            comment, steps = r.pop("_comment"), r.pop("_steps")
+            batch = r["train"]["batch_size"]
+            compute = (f"\n# Expected compute: {steps:,} steps of {batch} sentence pairs ({steps * batch / 1e6:.0f}M "
+                       f"pairs seen).")
+            if per_step:
+                compute += f" About {steps * per_step / 3600:,.0f} h on 2 CPU cores here; a GPU is the place for it."
+            text = (f"# {comment}{compute}\n# Data: `interlingua data {folder} --dest data/{folder}`.\n"
+                    f"# Generated by recipes/generate.py; edit that file, not this one.\n")
+            (out / f"{name}.yaml").write_text(text + yaml.safe_dump(r, sort_keys=False))
+    print(f"wrote recipes to {HERE / 'europarl'} and {HERE / 'iwslt17'}")
+
+
 def main() -> None:
+    write_large_corpus_recipes()
     for scale in SCALES:
         folder = HERE / "multi30k" / scale
         folder.mkdir(parents=True, exist_ok=True)

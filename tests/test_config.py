@@ -48,6 +48,20 @@ def test_shipped_recipes_are_valid():
         load_config(r)
 
 
+def test_large_corpus_recipes_are_valid_and_state_their_compute():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "recipes"
+    europarl, iwslt = sorted((root / "europarl").glob("*.yaml")), sorted((root / "iwslt17").glob("*.yaml"))
+    assert len(europarl) == 32 and len(iwslt) == 5
+    for r in europarl + iwslt:
+        cfg = load_config(r)
+        assert "# Expected compute:" in r.read_text()
+        assert cfg.preprocess.clean.drop_long
+    residual = load_config(root / "iwslt17" / "residual.yaml")
+    assert residual.model.encoder.residual_drop_layer == 3 and residual.directions.mode == "pivot"
+    assert load_config(root / "europarl" / "m2m_k50.yaml").model.bridge.heads == 50
+
+
 def test_model_slots_are_kinds_chosen_by_type():
     cfg = parse_config({"corpus": "c.yaml", "model": {"decoder": {"hidden": 8}, "bridge": {"type": "none"}}})
     assert cfg.model.decoder.type == "lstm" and cfg.model.encoder.type == "bilstm" and cfg.model.bridge.type == "none"

@@ -122,37 +122,47 @@ def test_europarl_and_wmt_sets_from_plain_latin1_and_sgml_files(tmp_path, monkey
     train = _tgz(mirror / europarl.TRAIN_ARCHIVE[0], {
         "training/europarl-v7.de-en.de": "Wiederaufnahme der Sitzungsperiode\n\nIch bitte Sie.\n".encode(),
         "training/europarl-v7.de-en.en": b"Resumption of the session\nPlease rise.\nThank you.\n",
-        "training/europarl-v7.fr-en.fr": b"not asked for\n",
+        "training/europarl-v7.fr-en.fr": "Merci.\nReprise de la session\nVeuillez vous lever.\n".encode(),
+        "training/europarl-v7.fr-en.en": b"Thank you.\nResumption of the session\nPlease rise.\n",
+        "training/europarl-v7.es-en.es": b"not asked for\n",
+        "training/europarl-v7.es-en.en": b"not asked for\n",
     })
     sgml = '<srcset setid="devtest2006" srclang="any">\n<doc docid="x">\n<seg id=1>{} &amp; {}</seg>\n</doc>\n</srcset>\n'
     _tgz(mirror / europarl.DEV_ARCHIVE[0], {
         "wmt07/dev/dev2006.de": "Straße frei\nzwei\n".encode("latin-1"),  # the old sets are Latin-1
         "wmt07/dev/dev2006.en": b"road clear\ntwo\n",
+        "wmt07/dev/dev2006.fr": b"route libre\ndeux\n",
+        "wmt07/devtest/devtest2006.fr.sgm": sgml.format("pain", "beurre").encode(),
         "wmt07/devtest/devtest2006.de.sgm": sgml.format("Brot", "Butter").encode("latin-1"),
         "wmt07/devtest/devtest2006.en.sgm": sgml.format("bread", "butter").encode(),
     })
     dest = tmp_path / "ep"
-    assert main(["data", "europarl", "--langs", "de", "--from", str(mirror), "--dest", str(dest)]) == 2
+    assert main(["data", "europarl", "--langs", "de", "fr", "--from", str(mirror), "--dest", str(dest)]) == 2
     assert "checksum mismatch for training-parallel-europarl-v7.tgz" in capsys.readouterr().err
     assert not (dest / "downloads" / train.name).exists()
 
     digest = hashlib.sha256(train.read_bytes()).hexdigest()
     monkeypatch.setattr(europarl, "TRAIN_ARCHIVE", (*europarl.TRAIN_ARCHIVE[:2], digest))
-    assert main(["data", "europarl", "--langs", "de", "--from", str(mirror), "--dest", str(dest)]) == 0
+    assert main(["data", "europarl", "--langs", "de", "fr", "--from", str(mirror), "--dest", str(dest)]) == 0
     corpus = load_corpus(dest / "corpus.yaml")
-    assert corpus.languages == ["de", "en"]
-    assert read_group(corpus.groups("train")[0]) == {
-        "de": ["Wiederaufnahme der Sitzungsperiode", "", "Ich bitte Sie."],
-        "en": ["Resumption of the session", "Please rise.", "Thank you."]}
-    assert read_group(corpus.groups("val")[0]) == {"de": ["Straße frei", "zwei"], "en": ["road clear", "two"]}
-    assert read_group(corpus.groups("devtest2006")[0]) == {"de": ["Brot & Butter"], "en": ["bread & butter"]}
+    assert corpus.languages == ["de", "en", "fr"]
+    train = {g.name: read_group(g) for g in corpus.groups("train")}
+    assert train["de-en"] == {"de": ["Wiederaufnahme der Sitzungsperiode", "", "Ich bitte Sie."],
+                              "en": ["Resumption of the session", "Please rise.", "Thank you."]}
+    # de-fr: the lines whose English sides are identical, in the German file's order
+    assert train["de-fr"] == {"de": ["Wiederaufnahme der Sitzungsperiode", "", "Ich bitte Sie."],
+                              "fr": ["Reprise de la session", "Veuillez vous lever.", "Merci."]}
+    assert read_group(corpus.groups("val")[0]) == {"de": ["Straße frei", "zwei"], "en": ["road clear", "two"],
+                                                   "fr": ["route libre", "deux"]}
+    assert read_group(corpus.groups("devtest2006")[0]) == {"de": ["Brot & Butter"], "en": ["bread & butter"],
+                                                           "fr": ["pain & beurre"]}
     assert "test2006" not in corpus.splits  # absent from this archive: left out, with a warning
     record = dest / "downloads" / "devsets.tgz.sha256"  # no published digest: the first copy's is kept
     assert record.read_text().split()[0] == hashlib.sha256((mirror / "devsets.tgz").read_bytes()).hexdigest()
     (mirror / "devsets.tgz").write_bytes(b"another file")
     (dest / "downloads" / "devsets.tgz").unlink()
     with pytest.raises(DataError, match="differs from the copy first installed"):
-        europarl.get_europarl(dest, ["de"], mirror)
+        europarl.get_europarl(dest, ["de", "fr"], mirror)
 
 
 def test_europarl_refuses_languages_without_evaluation_sets(tmp_path):

@@ -1,5 +1,8 @@
 """Europarl v7 ({de,es,fr}<->en) with the WMT 2007 development and test sets, as paper 000 uses them.
 
+The x-y pairs between the non-English languages (paper 000's many-to-many set-up) are built by
+joining the x-en files on identical English lines.
+
 Training text comes from WMT13's `training-parallel-europarl-v7.tgz` (the v7 per-pair files of
 cs/de/es/fr-en in one archive, SHA-256 pinned). The evaluation sets are WMT07's `devsets.tgz`:
 dev2006 (validation), devtest2006 and test2006 (test), multi-way parallel across the languages,
@@ -8,12 +11,15 @@ is decoded as UTF-8 where it is, else as Windows-1252, and the fallback is logge
 """
 from __future__ import annotations
 
+import gzip
+import hashlib
 import io
 import logging
 import re
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from interlingua.data.corpus import write_lines_gz
@@ -129,6 +135,55 @@ def extract_evaluation(archive: Path, dest: Path, langs: list[str]) -> dict[str,
     return splits
 
 
+def _line_hashes(path: Path) -> np.ndarray:
+    """A 64-bit hash of every line of a gzipped file, in order."""
+    with gzip.open(path, "rb") as f:
+        return np.fromiter((int.from_bytes(hashlib.blake2b(line.rstrip(b"\n"), digest_size=8).digest(), "little")
+                            for line in f), dtype=np.uint64)
+
+
+def _unique_rows(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(hash, line) of the hashes that occur exactly once, sorted by hash."""
+    values, first, counts = np.unique(hashes, return_index=True, return_counts=True)
+    once = counts == 1
+    return values[once], first[once]
+
+
+def join_through_english(dest: Path, groups: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Pairs between the non-English languages, built from the x-en files: lines whose English side is
+    identical (and unique within each file) are translations of one English sentence. Europarl is
+    largely multi-parallel through English, so this is how its many-to-many set-ups get x-y data."""
+    langs = sorted(p.split("-")[0] for p in groups)
+    keys = {x: _unique_rows(_line_hashes(dest / groups[f"{x}-en"]["en"])) for x in langs}
+    out: dict[str, dict[str, str]] = {}
+    for i, x in enumerate(langs):
+        for y in langs[i + 1:]:
+            _, ix, iy = np.intersect1d(keys[x][0], keys[y][0], assume_unique=True, return_indices=True)
+            rows_x, rows_y = keys[x][1][ix], keys[y][1][iy]
+            order = np.argsort(rows_x)
+            rows_x, rows_y = rows_x[order], rows_y[order]
+            # y's lines are needed in x's order: hold just those, as one bytes blob with offsets
+            wanted = np.full(int(rows_y.max()) + 1 if len(rows_y) else 0, -1, dtype=np.int64)
+            wanted[rows_y] = np.arange(len(rows_y))
+            blob, spans = bytearray(), np.zeros((len(rows_y), 2), dtype=np.int64)
+            with gzip.open(dest / groups[f"{y}-en"][y], "rb") as f:
+                for n, line in enumerate(f):
+                    if n < len(wanted) and wanted[n] >= 0:
+                        spans[wanted[n]] = (len(blob), len(line.rstrip(b"\n")))
+                        blob += line.rstrip(b"\n")
+            picked = np.zeros(int(rows_x.max()) + 1 if len(rows_x) else 0, dtype=bool)
+            picked[rows_x] = True
+            with gzip.open(dest / groups[f"{x}-en"][x], "rb") as f:
+                x_lines = (line.rstrip(b"\n").decode("utf-8") for n, line in enumerate(f)
+                           if n < len(picked) and picked[n])
+                write_lines_gz(dest / f"europarl-v7.{x}-{y}.{x}.gz", x_lines)
+            write_lines_gz(dest / f"europarl-v7.{x}-{y}.{y}.gz",
+                           (bytes(blob[a:a + n]).decode("utf-8") for a, n in spans))
+            out[f"{x}-{y}"] = {x: f"europarl-v7.{x}-{y}.{x}.gz", y: f"europarl-v7.{x}-{y}.{y}.gz"}
+            log.info("%s-%s: %d lines joined through English", x, y, len(rows_x))
+    return out
+
+
 def get_europarl(dest: str | Path, langs: list[str] | None = None, source_dir: str | Path | None = None) -> Path:
     """Europarl v7 x-en for `langs` (default de es fr) plus the WMT07 sets into `dest`, with its corpus YAML.
     The archives come from `source_dir` (a folder holding them) when given, else from statmt.org."""
@@ -142,6 +197,7 @@ def get_europarl(dest: str | Path, langs: list[str] | None = None, source_dir: s
     train = install_archive(downloads, *TRAIN_ARCHIVE, source_dir=source_dir, desc="Europarl v7")
     dev = install_archive(downloads, *DEV_ARCHIVE, source_dir=source_dir, desc="WMT07 development")
     pairs = extract_training(train, dest, langs)
+    pairs.update(join_through_english(dest, pairs))
     all_langs = sorted({*langs, "en"})
     splits = extract_evaluation(dev, dest, all_langs)
     spec = {"name": "europarl_v7", "languages": all_langs, "splits": splits, "pairs": {"train": pairs}}
