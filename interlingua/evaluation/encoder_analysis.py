@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from interlingua.errors import DataError, LanguageError
-from interlingua.evaluation.sentence.retrieval import cosine_matrix
+from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.evaluation.svcca import random_svcca, svcca
 from interlingua.inference.api import Model, load
 

@@ -6,6 +6,7 @@
 >>> model.translate(["ein hund läuft."], src="de", tgt="fr", beam=5)
 >>> model.encode(["a dog runs."], lang="en").shape           # (1, d) float32 sentence vectors
 (1, 512)
+>>> model.attention_maps(["a dog runs."], lang="en")[0].tokens  # what the bridge and the encoder attend to
 
 The command line, the evaluations and the analyses only call this; each step inside (tokenising
 user text, the language-tag prefix, encode -> search -> detokenise, pooling) lives once, below
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -35,6 +38,7 @@ from interlingua.runtime import resolve_device
 log = logging.getLogger(__name__)
 
 Direction = tuple[str, str]
+DirectionKind = Literal["supervised", "zero-shot"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,20 @@ class Languages:
         done = set(self.trained)
         return tuple((s, t) for s in self.sources for t in self.targets if s != t and (s, t) not in done)
 
+    def kind(self, src: str, tgt: str) -> DirectionKind:
+        """`supervised` where src -> tgt was trained, `zero-shot` where it never was."""
+        return "supervised" if (src, tgt) in set(self.trained) else "zero-shot"
+
+    def pivot(self, src: str, tgt: str) -> str | None:
+        """A third language to translate src -> tgt through with two trained legs (src -> p, p -> tgt),
+        the alternative to a zero-shot direction: of the candidates, the one in the most trained
+        directions (the hub of an English-centred model: English), then the first by name; None
+        where no language has both legs."""
+        done = set(self.trained)
+        hub = Counter(lang for direction in done for lang in direction)
+        legs = [p for p in self.sources if p not in (src, tgt) and (src, p) in done and (p, tgt) in done]
+        return min(legs, key=lambda p: (-hub[p], p), default=None)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.sources)
 
@@ -63,6 +81,20 @@ class Languages:
 
     def __len__(self) -> int:
         return len(self.sources)
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """What one sentence's encoder and bridge attend to, for heat maps. Columns (and self-attention
+    rows) are `tokens`: the sentence's subwords, after the <2xx> tag where a shared model prepends one."""
+
+    tokens: list[str]
+    bridge: np.ndarray | None
+    """(k, n) bridge attention A, each head's row a distribution over the tokens; None without a bridge
+    that attends over the source."""
+    self_attention: np.ndarray | None
+    """(layers, heads, n, n) the encoder's self-attention, layer 1 first, row p what token p attends to;
+    None for an encoder without self-attention (a BiLSTM)."""
 
 
 def load(path: str | Path, device: str | torch.device = "auto") -> "Model":
@@ -247,16 +279,69 @@ class Model:
         return torch.stack([s.float() for s in states]).cpu().numpy()
 
     def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
-        """Bridge attention A (k, n) of one sentence and its n subword pieces (for heat maps)."""
+        """Bridge attention A (k, n) of one sentence and its n subword pieces (for heat maps; a shared
+        model's <2xx> tag, which the bridge attends over too, is the first piece)."""
         seqs = self._tokenize_for_attention([sentence], lang)
         if not len(seqs[0]):
             raise InterlinguaError("cannot show attention for an empty sentence")
         att = self._attentions(seqs, lang, 1)[0]
-        return att, [self.vocabs[lang].id_to_piece(int(i)) for i in seqs[0]]
+        return att, self._column_pieces(seqs[0], lang)
 
     def attentions(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
         """Bridge attention A (k, n_i) of each sentence over its n_i subwords (empty: (k, 0))."""
         return self._attentions(self._tokenize_for_attention(texts, lang), lang, batch_size)
+
+    @property
+    def self_attention_layers(self) -> int:
+        """Encoder layers whose self-attention `attention_maps` shows (0 for a BiLSTM encoder)."""
+        return self.model.encoder_for(self.languages.sources[0]).self_attention_layers
+
+    def attention_maps(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[AttentionMaps]:
+        """Everything attention shows of each text, in order: the bridge's heads over its tokens (the
+        same A as `attention`) where the model has an attention bridge, and every encoder layer's
+        self-attention where the encoder has one (a Transformer). An empty text gets no tokens.
+        A model with neither (a BiLSTM without a bridge) raises `InterlinguaError`."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        bridge, layers = self.model.bridge.attention_available, self.self_attention_layers
+        if not bridge and not layers:
+            raise InterlinguaError(f"this model shows no attention: its bridge ({self.model.bridge.kind}) does not "
+                                   f"attend over the source and its encoder "
+                                   f"({self.model.encoder_for(lang).kind}) has no self-attention")
+        self.model.encoder_for(lang)
+        seqs = tokenize_inputs(texts, self.vocabs[lang], self.pre, empty_output="they have no attention")
+        heads = self._attentions(seqs, lang, batch_size) if bridge else [None] * len(seqs)
+        selfs = self._self_attentions(seqs, lang, batch_size) if layers else [None] * len(seqs)
+        return [AttentionMaps(self._column_pieces(seq, lang) if len(seq) else [], a, s)
+                for seq, a, s in zip(seqs, heads, selfs)]
+
+    def _column_pieces(self, seq: np.ndarray, lang: str) -> list[str]:
+        """The piece of every position the encoder reads for `seq`: the source prefix (a shared model's
+        <2xx> tag, as `_bridged` adds it) and then the sentence's subwords."""
+        vocab = self.vocabs[lang]
+        prefix = source_prefix(vocab, lang, self.model.cfg.shared, self.model.cfg.tag_position)
+        ids = ([] if prefix is None else [prefix]) + [int(i) for i in seq]
+        return [vocab.id_to_piece(i) for i in ids]
+
+    @torch.inference_mode()
+    def _self_attentions(self, seqs: list[np.ndarray], lang: str, batch_size: int) -> list[np.ndarray]:
+        """(layers, heads, n_i, n_i) per sequence, n_i counting the source prefix; empty: (layers, heads, 0, 0)."""
+        encoder = self.model.encoder_for(lang)
+        prefix = source_prefix(self.vocabs[lang], lang, self.model.cfg.shared, self.model.cfg.tag_position)
+        device = self.device
+        out: list[np.ndarray | None] = [None] * len(seqs)
+        for idx, ids, lengths in length_sorted_batches(seqs, batch_size, prefix):
+            weights, _ = encoder.self_attention(ids.to(device), lengths.to(device))
+            stacked = torch.stack(weights, dim=1).cpu().numpy()          # (batch, layers, heads, n, n)
+            for row, i in enumerate(idx):
+                n = int(lengths[row])
+                out[i] = stacked[row, :, :, :n, :n].copy()
+        if any(x is None for x in out):
+            one = torch.ones(1, 1, dtype=torch.long, device=device)
+            weights, _ = encoder.self_attention(one, torch.ones(1, dtype=torch.long, device=device))
+            empty = torch.stack(weights, dim=1)[0, :, :, :0, :0].cpu().numpy()
+            out = [empty.copy() if x is None else x for x in out]
+        return out  # type: ignore[return-value]
 
     def _tokenize_for_attention(self, texts: Sequence[str], lang: str) -> list[np.ndarray]:
         if not self.model.bridge.attention_available:

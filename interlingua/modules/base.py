@@ -46,6 +46,8 @@ class Encoder(Kind):
     max_length: int | None = None
     """The longest input the kind reads (a learned position table's size, language tag included);
     None: any length."""
+    self_attention_layers: int = 0
+    """Layers with a self-attention over the tokens that `self_attention` returns (0: none, a BiLSTM)."""
 
     @abstractmethod
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,6 +59,12 @@ class Encoder(Kind):
         first layer sees them, layer 1, ..., layer L], each (batch, n, d_i) and zero at padding, and the
         mask. The last entry is exactly `forward`'s H (built-in kinds compute `forward` through this)."""
         raise NotImplementedError(f"encoder kind '{self.kind}' does not expose its layer states")
+
+    def self_attention(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Each self-attention layer's weights [(batch, heads, n, n), layer 1 first], row p what position p
+        attends to, and the mask; for heat maps of what the encoder mixes. Only kinds with
+        `self_attention_layers` > 0 have them."""
+        raise NotImplementedError(f"encoder kind '{self.kind}' has no self-attention")
 
 
 @dataclass

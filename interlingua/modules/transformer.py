@@ -49,6 +49,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
 
 
+def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The weights `attention` applies to v, spelled out (the fused kernel does not return them):
+    softmax(q k^T / sqrt(d_k)) over the keys `mask` allows -> (batch, h, n, m), fp32. For showing
+    what a layer attends to, never in the forward pass."""
+    scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
 class VariationalDropout(nn.Module):
     """Dropout with one mask per sequence shared over time: x (batch, time, d) * m (batch, 1, d),
     m ~ Bernoulli(1 - p) / (1 - p) (Gal & Ghahramani 2016). The identity in eval mode."""
@@ -109,12 +119,15 @@ class _Layer(nn.Module):
         self.ff = nn.Sequential(nn.Linear(dim, ff_dim), nn.ReLU(), _dropout(dropout, variational), nn.Linear(ff_dim, dim))
         self.drop = _dropout(dropout, variational)
 
+    def _sub_input(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        """What sub-layer i's function reads: LN(x) with pre-norm, x itself with post-norm."""
+        return self.norms[i](x) if self.pre else x
+
     def _sub(self, x: torch.Tensor, i: int, fn, residual: bool = True) -> torch.Tensor:
         """pre: x + F(LN(x)) (F(LN(x)) without residual); post: LN(x + F(x)) (LN(F(x)))."""
+        y = self.drop(fn(self._sub_input(x, i)))
         if self.pre:
-            y = self.drop(fn(self.norms[i](x)))
             return x + y if residual else y
-        y = self.drop(fn(x))
         return self.norms[i](x + y if residual else y)
 
 
@@ -137,7 +150,7 @@ class EncoderLayer(_Layer):
         self.attn = MultiHeadAttention(dim, heads)
         self.residual, self.query_wavelength = residual, query_wavelength
 
-    def _self_attention(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _queries_keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         k, v = self.attn.keys_values(h)
         if self.query_wavelength is None:
             q = self.attn.queries(h)
@@ -145,12 +158,21 @@ class EncoderLayer(_Layer):
             n = h.size(1)
             basis = sinusoids(torch.arange(n, device=h.device), h.size(-1), self.query_wavelength).to(h.dtype)
             q = self.attn.queries(basis.unsqueeze(0)).expand(h.size(0), -1, -1, -1)
-        return self.attn.attend(q, k, v, mask)
+        return q, k, v
+
+    def _self_attention(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.attn.attend(*self._queries_keys_values(h), mask)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x (batch, n, dim), mask (batch, 1, 1, n) True on real keys."""
         x = self._sub(x, 0, lambda h: self._self_attention(h, mask), residual=self.residual)
         return self._sub(x, 1, self.ff)
+
+    def attention_weights(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The self-attention weights (batch, h, n, n), fp32, that `forward(x, mask)` applies: row p is
+        what position p attends to (rows of padded positions are meaningless)."""
+        q, k, _ = self._queries_keys_values(self._sub_input(x, 0))
+        return attention_weights(q, k, mask)
 
 
 @dataclass
@@ -270,6 +292,7 @@ class TransformerEncoder(Encoder):
         self.final_norm = nn.LayerNorm(dim) if cfg.norm == "pre" else None
         self.output_dim = dim
         self.max_length = cfg.max_positions if cfg.positions == "learned" else None
+        self.self_attention_layers = cfg.layers
 
     @classmethod
     def from_config(cls, cfg: TransformerEncoderConfig, *, vocab_size: int, embed_dim: int, dropout: float,
@@ -284,11 +307,25 @@ class TransformerEncoder(Encoder):
     def layer_states(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """[embeddings + positions (after dropout), each layer's output], zero at padding; with pre-norm
         the last entry is the final LayerNorm's output (H), the residual stream before it is not kept."""
+        return self._run_layers(src, lengths, None)
+
+    def self_attention(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Each layer's self-attention weights [(batch, h, n, n) fp32, layer 1 first] on the way to H,
+        and the mask (batch, n); rows and columns past a sentence's length are padding."""
+        weights: list[torch.Tensor] = []
+        _, mask = self._run_layers(src, lengths, weights)
+        return weights, mask
+
+    def _run_layers(self, src: torch.Tensor, lengths: torch.Tensor, weights: list[torch.Tensor] | None
+                    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The layer stack once; with a `weights` list, each layer's attention weights are appended to it."""
         mask = lengths_to_mask(lengths, src.size(1))
         x = self.embedding(src)
         keys = mask[:, None, None, :]
         states = [x]
         for layer in self.layers:
+            if weights is not None:
+                weights.append(layer.attention_weights(x, keys))
             x = layer(x, keys)
             states.append(x)
         if self.final_norm is not None:

@@ -2,8 +2,10 @@
 
 The handlers only check the request (limits, languages: before anything is queued, so every
 bad request is a cheap 4xx naming its field), hand the texts to the dynamic batcher and shape
-the answer; translation and embedding are the library's (`Model.translate`, `Model.encode`), so
-the service answers exactly what the Python API and the CLI do.
+the answer; translation, embedding and attention are the library's (`Model.translate`,
+`Model.encode`, `Model.attention_maps`; similarities `evaluation.cosine.cosine_matrix`), so the
+service answers exactly what the Python API and the CLI do. The web page at `/` (`page_routes.py`)
+is a client of these endpoints like any other.
 """
 from __future__ import annotations
 
@@ -19,22 +21,32 @@ from typing import Any
 import numpy as np
 from fastapi import Depends, FastAPI, Request
 
-from interlingua.evaluation.language_id import identify, supported
-from interlingua.inference.api import Model
+from interlingua.data.language_id import identify, supported
+from interlingua.evaluation.cosine import cosine_matrix
+from interlingua.inference.api import AttentionMaps, Model
 from interlingua.serving.batcher import BatcherClosed, DynamicBatcher
 from interlingua.serving.error_responses import RequestFieldError, install_error_handlers
-from interlingua.serving.limits import ServiceLimits, check_texts
-from interlingua.serving.model_calls import EncodeCall, EncodedText, ModelCall, TranslateCall, run_model_call
+from interlingua.serving.limits import ServiceLimits, check_texts, check_written
+from interlingua.serving.model_calls import (AttentionCall, EncodeCall, EncodedText, ModelCall, TranslateCall,
+                                             run_model_call)
+from interlingua.serving.page_routes import install_page
 from interlingua.serving.schemas import (
+    AttentionRequest,
+    AttentionResponse,
     Direction,
+    DirectionInfo,
+    DirectionsResponse,
     EmbeddingObject,
     EmbedRequest,
     EmbedResponse,
     ErrorResponse,
     HealthResponse,
     LanguagesResponse,
+    ModelInfoResponse,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
+    SimilarityRequest,
+    SimilarityResponse,
     TranslateRequest,
     TranslateResponse,
     Usage,
@@ -83,9 +95,31 @@ class _LanguageCheck:
                                            f"{', '.join(self.languages.targets)}")
 
     def direction(self, call: TranslateCall) -> Direction:
-        if call.pivot is not None:
-            return "pivot"
-        return "supervised" if (call.src, call.tgt) in self.languages.trained else "zero-shot"
+        return "pivot" if call.pivot is not None else self.languages.kind(call.src, call.tgt)
+
+
+class _AttentionCheck:
+    """What attention the model can show, and the errors for a request it cannot answer."""
+
+    def __init__(self, model: Model):
+        self.bridge = model.model.has_bridge
+        self.layers = model.self_attention_layers
+        self.kinds = f"bridge: {model.model.bridge.kind}, encoder: {model.model.cfg.encoder.type}"
+
+    def layer(self, layer: int | None) -> int | None:
+        """The self-attention layer to answer with (default the last), None for an encoder without one."""
+        if not self.bridge and not self.layers:
+            raise RequestFieldError(None, f"this model shows no attention ({self.kinds}): neither its bridge nor its "
+                                          "encoder attends over the tokens")
+        if layer is None:
+            return self.layers or None
+        if not self.layers:
+            raise RequestFieldError("body.layer", f"this model's encoder has no self-attention ({self.kinds}); "
+                                                  "leave out `layer` (the bridge's attention comes without it)")
+        if layer > self.layers:
+            raise RequestFieldError("body.layer", f"layer {layer}: the encoder has {self.layers} layers with "
+                                                  f"self-attention (1 to {self.layers})")
+        return layer
 
 
 class _LanguageGuess:
@@ -124,16 +158,38 @@ async def _submit(request: Request, call: ModelCall, texts: list[str]) -> list[A
         raise RequestFieldError(None, str(err), status=503) from None
 
 
+async def _encode_each(request: Request, texts: list[str], langs: list[str], count_tokens: bool = False
+                       ) -> list[EncodedText]:
+    """Each text's mean-pooled vector from its own language's encoder: one shared model call per language."""
+    groups: dict[str, list[int]] = {}
+    for index, lang in enumerate(langs):
+        groups.setdefault(lang, []).append(index)
+    answers = await asyncio.gather(*(_submit(request, EncodeCall(lang, "mean", count_tokens=count_tokens),
+                                             [texts[i] for i in indices]) for lang, indices in groups.items()))
+    encoded: list[EncodedText | None] = [None] * len(texts)
+    for indices, answer in zip(groups.values(), answers):
+        for index, item in zip(indices, answer):
+            encoded[index] = item
+    return encoded  # type: ignore[return-value]  (every index belongs to one group)
+
+
 def _base64_float32(vector: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
+def _rounded(weights: np.ndarray) -> list[Any]:
+    """Weights for JSON: 6 decimals are more than a heat map shows, and a third of the bytes."""
+    return np.round(weights.astype(np.float64), 6).tolist()
+
+
 def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str | None = None) -> FastAPI:
-    """The HTTP service over `model`: POST /translate, /embed, /v1/embeddings; GET /health, /languages,
-    /docs. `model_name` is what /health reports (default: the checkpoint's path)."""
+    """The HTTP service over `model`: POST /translate, /embed, /v1/embeddings, /attention, /similarity;
+    GET /health, /languages, /directions, /model, /docs, and the web page at /. `model_name` is what
+    /health and /model report (default: the checkpoint's path)."""
     limits = limits or ServiceLimits()
     name = model_name or str(model.loaded.payload_path or "interlingua")
     check = _LanguageCheck(model)
+    attention_check = _AttentionCheck(model)
     guess_languages = _LanguageGuess(check.languages.sources)
 
     @asynccontextmanager
@@ -186,20 +242,12 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
             langs = [body.language] * len(texts)
         else:
             langs = await guess_languages(texts)
-        groups: dict[str, list[int]] = {}
-        for index, lang in enumerate(langs):
-            groups.setdefault(lang, []).append(index)
-        answers = await asyncio.gather(*(_submit(request, EncodeCall(lang, "mean", count_tokens=True),
-                                                 [texts[i] for i in indices]) for lang, indices in groups.items()))
-        encoded: list[EncodedText | None] = [None] * len(texts)
-        for indices, answer in zip(groups.values(), answers):
-            for index, item in zip(indices, answer):
-                encoded[index] = item
+        encoded = await _encode_each(request, texts, langs, count_tokens=True)
         data = [EmbeddingObject(index=i, language=langs[i],
                                 embedding=_base64_float32(e.vector) if body.encoding_format == "base64"
                                 else e.vector.tolist())
-                for i, e in enumerate(encoded) if e is not None]
-        tokens = sum(e.tokens for e in encoded if e is not None)
+                for i, e in enumerate(encoded)]
+        tokens = sum(e.tokens for e in encoded)
         return OpenAIEmbeddingResponse(data=data, model=body.model,
                                        usage=Usage(prompt_tokens=tokens, total_tokens=tokens))
 
@@ -216,4 +264,52 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
                                  trained=[tuple(d) for d in langs.trained],
                                  zero_shot=[tuple(d) for d in langs.zero_shot])
 
+    @app.get("/directions", response_model=DirectionsResponse)
+    async def directions() -> DirectionsResponse:
+        """Every direction between two of the model's languages: supervised (trained) or zero-shot, and a
+        language to pivot through instead (`Languages.kind`, `Languages.pivot`)."""
+        langs = check.languages
+        return DirectionsResponse(directions=[
+            DirectionInfo(src=s, tgt=t, kind=langs.kind(s, t), pivot=langs.pivot(s, t))
+            for s in langs.sources for t in langs.targets if s != t])
+
+    @app.get("/model", response_model=ModelInfoResponse)
+    async def model_info() -> ModelInfoResponse:
+        """What the model is made of (so what POST /attention can show) and the request limits."""
+        langs = check.languages
+        return ModelInfoResponse(model=name, languages=list(langs.sources), targets=list(langs.targets),
+                                 encoder=model.model.cfg.encoder.type, bridge=model.model.bridge.kind,
+                                 heads=model.heads, bridge_attention=attention_check.bridge,
+                                 self_attention_layers=attention_check.layers, max_texts=limits.max_texts,
+                                 max_chars=limits.max_chars)
+
+    @app.post("/attention", response_model=AttentionResponse, **post)
+    async def attention(body: AttentionRequest, request: Request) -> AttentionResponse:
+        """What one sentence's bridge heads attend to over its subwords, and the self-attention of one
+        encoder layer (Transformer encoders): `Model.attention_maps`."""
+        check_written([body.text], "body.text", limits, indexed=False)
+        check.source(body.lang, "body.lang")
+        layer = attention_check.layer(body.layer)
+        maps: AttentionMaps = (await _submit(request, AttentionCall(body.lang), [body.text]))[0]
+        return AttentionResponse(
+            tokens=maps.tokens, lang=body.lang, layer=layer, layers=attention_check.layers,
+            bridge=None if maps.bridge is None else _rounded(maps.bridge),
+            self_attention=None if maps.self_attention is None or layer is None
+            else _rounded(maps.self_attention[layer - 1]))
+
+    @app.post("/similarity", response_model=SimilarityResponse, **post)
+    async def similarity(body: SimilarityRequest, request: Request) -> SimilarityResponse:
+        """Cosine similarity of the texts' sentence vectors (mean pooling, each text by its own language's
+        encoder): how close the bridge puts sentences across languages."""
+        check_written(body.texts, "body.texts", limits)
+        if len(body.langs) != len(body.texts):
+            raise RequestFieldError("body.langs", f"{len(body.langs)} languages for {len(body.texts)} texts: give "
+                                                  "one language per text")
+        for index, lang in enumerate(body.langs):
+            check.source(lang, f"body.langs.{index}")
+        encoded = await _encode_each(request, body.texts, body.langs)
+        vectors = np.stack([e.vector for e in encoded])
+        return SimilarityResponse(similarity=_rounded(cosine_matrix(vectors, vectors)), langs=body.langs)
+
+    install_page(app)
     return app

@@ -44,6 +44,22 @@ def check_texts(texts: Sequence[str], field: str, limits: ServiceLimits, indexed
                                        "(split them over several requests)")
     for index, text in enumerate(texts):
         if len(text) > limits.max_chars:
-            where, which = (f"{field}.{index}", f"text {index}") if indexed else (field, "the text")
+            where, which = _named(field, index, indexed)
             raise RequestFieldError(where, f"{which} has {len(text)} characters; at most {limits.max_chars} are "
                                            "allowed per text")
+
+
+def check_written(texts: Sequence[str], field: str, limits: ServiceLimits, indexed: bool = True) -> None:
+    """`check_texts`, and no blank text either: where the answer is a text's tokens or its vector
+    compared with others (attention, similarity), an empty text has nothing to show."""
+    check_texts(texts, field, limits, indexed)
+    for index, text in enumerate(texts):
+        if not text.strip():
+            where, which = _named(field, index, indexed)
+            raise RequestFieldError(where, f"{which} is empty: type a sentence (an empty text has no subwords "
+                                           "to attend over and no sentence vector to compare)")
+
+
+def _named(field: str, index: int, indexed: bool) -> tuple[str, str]:
+    """(the field at fault, the text's name in the message) for text `index` of `field`."""
+    return (f"{field}.{index}", f"text {index}") if indexed else (field, "the text")

@@ -11,7 +11,7 @@ from typing import Literal
 
 import numpy as np
 
-from interlingua.inference.api import Model
+from interlingua.inference.api import AttentionMaps, Model
 
 Pooling = Literal["mean", "heads"]
 """The poolings `Model.encode` supports."""
@@ -69,9 +69,21 @@ class EncodeCall:
         return [EncodedText(vector, count) for vector, count in zip(vectors, counts)]
 
 
-ModelCall = TranslateCall | EncodeCall
+@dataclass(frozen=True)
+class AttentionCall:
+    """`Model.attention_maps(texts, lang)`: every layer is computed in the one pass anyway, so requests
+    for different layers share a call and each answer picks its own layer."""
+
+    lang: str
+
+    def run(self, model: Model, texts: list[str]) -> list[AttentionMaps]:
+        return model.attention_maps(texts, self.lang)
 
 
-def run_model_call(model: Model, call: ModelCall, texts: list[str]) -> list[str] | list[EncodedText]:
+ModelCall = TranslateCall | EncodeCall | AttentionCall
+
+
+def run_model_call(model: Model, call: ModelCall, texts: list[str]
+                   ) -> list[str] | list[EncodedText] | list[AttentionMaps]:
     """The batcher's `run_batch`: one call on `model` for the texts of every request in the batch."""
     return call.run(model, texts)

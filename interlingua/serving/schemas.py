@@ -100,6 +100,67 @@ class LanguagesResponse(BaseModel):
     zero_shot: list[tuple[str, str]]
 
 
+class DirectionInfo(BaseModel):
+    src: str
+    tgt: str
+    kind: Literal["supervised", "zero-shot"] = Field(description="supervised: trained; zero-shot: the model has "
+                                                                 "this encoder and decoder but never trained them "
+                                                                 "together.")
+    pivot: str | None = Field(description="A language with both legs trained (src -> pivot and pivot -> tgt), to "
+                                          "translate a zero-shot direction through (POST /translate with `pivot`); "
+                                          "the hub of the trained directions first; null where none has both.")
+
+
+class DirectionsResponse(BaseModel):
+    directions: list[DirectionInfo] = Field(description="Every source -> target pair of two different languages.")
+
+
+class ModelInfoResponse(BaseModel):
+    model: str
+    languages: list[str] = Field(description="Languages the model reads.")
+    targets: list[str] = Field(description="Languages the model writes.")
+    encoder: str = Field(description="The encoder kind (bilstm, transformer).")
+    bridge: str = Field(description="The bridge kind (attention, none, ntdv).")
+    heads: int | None = Field(description="k, the bridge's heads; null where the memory follows the sentence length.")
+    bridge_attention: bool = Field(description="Whether POST /attention returns the bridge's attention.")
+    self_attention_layers: int = Field(description="Encoder layers with self-attention that POST /attention "
+                                                   "returns (0 for a BiLSTM).")
+    max_texts: int = Field(description="Texts one request may send.")
+    max_chars: int = Field(description="Characters one text may have.")
+
+
+class AttentionRequest(_Request):
+    text: str = Field(description="One sentence (not empty).", examples=["A man is riding a bicycle."])
+    lang: str = Field(description="Its language (GET /languages).", examples=["en"])
+    layer: int | None = Field(None, ge=1, description="Encoder layer whose self-attention to return, 1 the first; "
+                                                      "default the last. Only for encoders with self-attention "
+                                                      "(GET /model: self_attention_layers).")
+
+
+class AttentionResponse(BaseModel):
+    tokens: list[str] = Field(description="The n subwords the encoder reads (a shared model's <2xx> tag first).")
+    lang: str
+    bridge: list[list[float]] | None = Field(description="(k, n) bridge attention: each head's weights over the "
+                                                         "tokens (a row sums to 1); null without an attention bridge.")
+    layer: int | None = Field(description="The layer of `self_attention`; null without one.")
+    layers: int = Field(description="Encoder layers with self-attention (0 for a BiLSTM).")
+    self_attention: list[list[list[float]]] | None = Field(
+        description="(heads, n, n) self-attention of `layer`: row p is what token p attends to (it sums to 1); "
+                    "null for an encoder without self-attention.")
+
+
+class SimilarityRequest(_Request):
+    texts: list[str] = Field(description="Sentences, any mix of languages (none empty).",
+                             examples=[["A dog runs.", "Ein Hund rennt."]])
+    langs: list[str] = Field(description="The language of each text, in the same order.", examples=[["en", "de"]])
+
+
+class SimilarityResponse(BaseModel):
+    similarity: list[list[float]] = Field(description="(n, n) cosine similarity of the texts' sentence vectors "
+                                                      "(mean pooling, as POST /embed); symmetric, 1 on the diagonal.")
+    langs: list[str]
+
+
 class ErrorDetail(BaseModel):
     message: str
     field: str | None = Field(description="The request part at fault, e.g. body.texts.3, or null.")

@@ -14,20 +14,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
 
-
-def cosine_matrix(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """All-pairs cosine similarity (n, m); zero vectors give 0."""
-    if X.ndim != 2 or Y.ndim != 2 or X.shape[1] != Y.shape[1]:
-        raise EvaluationError(f"need (n, d) and (m, d) arrays of one width, got {X.shape} and {Y.shape}")
-
-    def unit(A: np.ndarray) -> np.ndarray:
-        A = A.astype(np.float64)
-        norms = np.linalg.norm(A, axis=1, keepdims=True)
-        return np.divide(A, norms, out=np.zeros_like(A), where=norms > 0)
-
-    return unit(X) @ unit(Y).T
+__all__ = ["METHODS", "cosine_matrix", "multiway_retrieval", "ratio_margin", "retrieval_accuracy"]
 
 
 def _knn_mean(sim: np.ndarray, k: int, axis: int) -> np.ndarray:
