@@ -1,6 +1,7 @@
 """What growth costs: preparation and the first training steps at 200,000 and 2,000,000 sentence pairs.
 
-Run: python bench/prepare_scale.py [--sizes 200000 2000000] [--steps 200] [--out bench/results/prepare_scale.jsonl]
+Run: python bench/prepare_scale.py [--sizes 200000 2000000] [--steps 200] [--vocab-sample N]
+     [--out bench/results/prepare_scale.jsonl]
 
 A synthetic de-en corpus is built from Multi30k (../shared/data/multi30k, or --data): each line
 joins two random training captions, the same two on both sides, so every size has real,
@@ -59,10 +60,11 @@ def build_corpus(multi30k: Path, pairs: int, folder: Path, seed: int = 1) -> Pat
     return done
 
 
-def config(corpus: Path, work: Path, steps: int) -> Path:
+def config(corpus: Path, work: Path, steps: int, vocab_sample: int | None) -> Path:
     cfg = {
         "name": work.name, "corpus": str(corpus), "work_dir": str(work),
-        "preprocess": {"vocab_size": 8000, "max_len": 100, "max_valid_sentences": 100, "workers": THREADS},
+        "preprocess": {"vocab_size": 8000, "max_len": 100, "max_valid_sentences": 100, "workers": THREADS,
+                       **({"vocab_sample": vocab_sample} if vocab_sample else {})},
         "directions": {"mode": "explicit", "pairs": [["de", "en"], ["en", "de"]]},
         "model": {"embed_dim": 256, "encoder": {"layers": 1, "hidden": 256},
                   "bridge": {"type": "attention", "heads": 10, "hidden": 256},
@@ -87,10 +89,10 @@ def run_child(args: list[str]) -> dict:
     return {"seconds": round(time.perf_counter() - start, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
 
 
-def measure(size: int, multi30k: Path, work: Path, steps: int) -> dict:
+def measure(size: int, multi30k: Path, work: Path, steps: int, vocab_sample: int | None) -> dict:
     corpus = build_corpus(multi30k, size, work / f"corpus_{size}")
-    run = work / f"run_{size}"
-    cfg = config(corpus, run, steps)
+    run = work / f"run_{size}" if vocab_sample is None else work / f"run_{size}_sample{vocab_sample}"
+    cfg = config(corpus, run, steps, vocab_sample)
     # one process per stage and size, so each peak RSS is that stage's own
     prep = run_child([sys.executable, "-m", "interlingua.cli", "prepare", str(cfg), "--force"])
     encoded = run / "data" / "encoded"
@@ -99,7 +101,7 @@ def measure(size: int, multi30k: Path, work: Path, steps: int) -> dict:
     train = run_child([sys.executable, "-m", "interlingua.cli", "train", str(cfg)])
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     rates = [r["tokens_per_s"] for r in recs if r.get("type") == "train" and r["step"] > 50]
-    return {"pairs_per_direction": size, "directions": 2, "prepare": prep,
+    return {"pairs_per_direction": size, "directions": 2, "vocab_sample": vocab_sample or "default", "prepare": prep,
             "encoded_mib_on_disk": round(disk / 2**20, 1), "kept_lines": cleaning["train"]["de-en"]["kept"],
             "train_steps": steps, "train": train,
             "train_tokens_per_s": round(sum(rates) / len(rates)) if rates else None}
@@ -109,6 +111,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[200_000, 2_000_000])
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--vocab-sample", type=int, default=None,
+                   help="preprocess.vocab_sample (default: the toolkit's); below the smallest size, the "
+                        "sentencepiece sample is the same for every size and the rest of the cost shows alone")
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     p.add_argument("--work", default=str(ROOT / "runs" / "bench_prepare_scale"))
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "prepare_scale.jsonl"))
@@ -117,14 +122,14 @@ def main() -> None:
     multi30k = get_multi30k(work / "multi30k", args.data)
     results = []
     for size in sorted(args.sizes):
-        rec = measure(size, multi30k, work, args.steps)
+        rec = measure(size, multi30k, work, args.steps, args.vocab_sample)
         results.append(rec)
         append_result(args.out, rec)
     if len(results) > 1:
         small, big = results[0], results[-1]
         growth = big["pairs_per_direction"] / small["pairs_per_direction"]
         append_result(args.out, {
-            "summary": f"{growth:.0f}x the pairs",
+            "summary": f"{growth:.0f}x the pairs", "vocab_sample": args.vocab_sample or "default",
             "prepare_time_ratio": round(big["prepare"]["seconds"] / small["prepare"]["seconds"], 2),
             "prepare_peak_rss_ratio": round(big["prepare"]["peak_rss_mib"] / small["prepare"]["peak_rss_mib"], 2),
             "train_peak_rss_ratio": round(big["train"]["peak_rss_mib"] / small["train"]["peak_rss_mib"], 2),

@@ -51,7 +51,7 @@ class PreprocessConfig(_Strict):
     """Use only the first N training lines (tiny tests and quick demos)."""
     max_valid_sentences: int | None = Field(None, ge=1)
     """Use only the first N validation lines for dev BLEU during training."""
-    vocab_sample: int = Field(2_000_000, ge=1000)
+    vocab_sample: int = Field(1_000_000, ge=1000)
     """Sentencepiece learns each vocabulary from at most this many training lines, drawn at
     random (its `input_sentence_size` with shuffling): memory stays flat in corpus size."""
     workers: int | None = Field(None, ge=1)

@@ -18,6 +18,13 @@ from interlingua.errors import ConfigError
 REASONS = ("empty", "too_long", "ratio", "language", "duplicate")
 
 
+def row_hashes(texts: dict[str, list[str]]) -> np.ndarray:
+    """A 64-bit hash of each aligned line (every language's text of it together)."""
+    joined = ("\0".join(row) for row in zip(*texts.values()))
+    return np.fromiter((int.from_bytes(hashlib.blake2b(x.encode("utf-8"), digest_size=8).digest(), "little")
+                        for x in joined), dtype=np.uint64, count=len(next(iter(texts.values()))))
+
+
 @dataclass
 class LineFilter:
     """Keeps the verdict on every line of one file group, chunk by chunk."""
@@ -35,17 +42,20 @@ class LineFilter:
             raise ConfigError(f"preprocess.clean.language_id: the language identifier does not know every one of "
                               f"{', '.join(self.languages)}")
 
-    def add(self, texts: dict[str, list[str]], lengths: dict[str, np.ndarray]) -> None:
-        """Judge one chunk: its lines (normalised) and their subword counts before any truncation."""
-        lens = np.stack([lengths[lang] for lang in texts])  # (languages, lines)
+    def add(self, lengths: dict[str, np.ndarray], texts: dict[str, list[str]] | None = None,
+            hashes: np.ndarray | None = None) -> None:
+        """Judge one chunk: its lines' subword counts before any truncation, and (for the language
+        and duplicate filters) their normalised text and `row_hashes`."""
+        lens = np.stack(list(lengths.values()))  # (languages, lines)
         keep = np.ones(lens.shape[1], dtype=bool)
         self._drop(keep, (lens == 0).any(axis=0), "empty")
         if self.clean.drop_long:
             self._drop(keep, (lens > self.max_len).any(axis=0), "too_long")
-        if self.clean.max_ratio is not None and len(texts) > 1:
+        if self.clean.max_ratio is not None and len(lengths) > 1:
             longest, shortest = lens.max(axis=0), np.maximum(lens.min(axis=0), 1)
             self._drop(keep, longest > self.clean.max_ratio * shortest, "ratio")
         if self.clean.language_id:
+            assert texts is not None, "the language filter needs the lines' text"
             for lang, lines in texts.items():
                 rows = np.flatnonzero(keep)
                 found = identify([lines[i] for i in rows], self.languages)
@@ -54,10 +64,8 @@ class LineFilter:
                 self._drop(keep, reject, "language")
         self._keep.append(keep)
         if self.clean.dedup:
-            joined = ("\0".join(row) for row in zip(*texts.values()))
-            self._hashes.append(np.fromiter(
-                (int.from_bytes(hashlib.blake2b(x.encode("utf-8"), digest_size=8).digest(), "little") for x in joined),
-                dtype=np.uint64, count=len(keep)))
+            assert hashes is not None, "the duplicate filter needs the lines' hashes"
+            self._hashes.append(hashes)
 
     def _drop(self, keep: np.ndarray, reject: np.ndarray, reason: str) -> None:
         hit = keep & reject

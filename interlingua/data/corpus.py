@@ -30,7 +30,6 @@ import yaml
 from interlingua.errors import DataError
 from interlingua.textio import decode_lines, iter_decoded_lines, read_text
 
-_WS = re.compile(r"\s+")
 _LANG = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")
 
 
@@ -106,8 +105,8 @@ def load_corpus(path: str | Path) -> Corpus:
 
 def normalize_line(line: str, lowercase: bool, normalize: bool) -> str:
     """NFKC + collapsed whitespace (+ lowercasing), the same for training and inference."""
-    if normalize:
-        line = _WS.sub(" ", unicodedata.normalize("NFKC", line)).strip()
+    if normalize:  # str.split() splits at exactly the characters `\s` matches, and faster
+        line = " ".join(unicodedata.normalize("NFKC", line).split())
     else:
         line = line.strip("\r\n")
     return line.lower() if lowercase else line

@@ -21,6 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from interlingua.config import ExperimentConfig, PreprocessConfig
+from interlingua.data.chunk_encoder import ChunkEncoder
 from interlingua.data.cleaning import LineFilter
 from interlingua.data.corpus import Corpus, ParallelGroup, load_corpus, normalize_line, read_group, stream_group
 from interlingua.data.token_store import TokenFileWriter, TokenSequences, id_dtype
@@ -131,24 +132,21 @@ def _check_training_text(corpus: Corpus, pre: PreprocessConfig, langs: list[str]
         raise DataError(f"corpus {corpus.source}: no training text for language(s) {', '.join(missing)}")
 
 
-def _encode_group(split: str, gi: int, group: ParallelGroup, mine: list[str], vocabs: dict[str, Vocab],
+def _encode_group(split: str, gi: int, group: ParallelGroup, mine: list[str], encoder: ChunkEncoder,
                   pre: PreprocessConfig, langs: list[str], out_dir: Path, bar: tqdm) -> dict:
     """Stream one file group into flat id files; the group's cleaning report (keep index saved)."""
-    writers = {lang: TokenFileWriter(out_dir / f"{split}.{gi}.{lang}.ids", id_dtype(len(vocabs[lang])))
+    writers = {lang: TokenFileWriter(out_dir / f"{split}.{gi}.{lang}.ids", id_dtype(len(encoder.vocabs[lang])))
                for lang in mine}
     cleaner = LineFilter(pre.clean, pre.max_len, langs) if split in CLEANED_SPLITS else None
     truncated = dict.fromkeys(mine, 0)
     limit = pre.max_train_sentences if split == "train" else None
-    for chunk in stream_group(group, mine, CHUNK_ROWS, limit, _normalizer(pre)):
-        full = {}
+    for enc in encoder.encode(stream_group(group, mine, CHUNK_ROWS, limit)):
         for lang in mine:
-            ids = vocabs[lang].tokenize_batch(chunk[lang], pre.workers)
-            full[lang] = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
-            truncated[lang] += int((full[lang] > pre.max_len).sum())
-            writers[lang].add([x[:pre.max_len] for x in ids])
+            truncated[lang] += int((enc.full_lengths[lang] > pre.max_len).sum())
+            writers[lang].write(enc.ids[lang], enc.lengths[lang])
         if cleaner is not None:
-            cleaner.add(chunk, full)
-        bar.update(len(chunk[mine[0]]))
+            cleaner.add(enc.full_lengths, enc.texts, enc.hashes)
+        bar.update(len(enc.full_lengths[mine[0]]))
     lengths = {lang: w.close() for lang, w in writers.items()}
     for lang, n in lengths.items():
         np.save(out_dir / f"{split}.{gi}.{lang}.len.npy", n)
@@ -202,13 +200,14 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     groups_meta: dict[str, list[str]] = {}
     group_langs: dict[str, list[list[str]]] = {}
     cleaning: dict[str, dict[str, dict]] = {}
-    with tqdm(desc="encode", unit=" lines", unit_scale=True) as bar:
+    with tqdm(desc="encode", unit=" lines", unit_scale=True) as bar, \
+            ChunkEncoder(vocabs, pre, hashes=pre.clean.dedup, texts=pre.clean.language_id) as encoder:
         for split in corpus.splits:
             used = _used_groups(corpus, split, langs)
             groups_meta[split] = [g.name for _, g, _ in used]
             group_langs[split] = [sorted(mine) for _, _, mine in used]
             for i, (_, g, mine) in enumerate(used):
-                report = _encode_group(split, i, g, sorted(mine), vocabs, pre, langs, work, bar)
+                report = _encode_group(split, i, g, sorted(mine), encoder, pre, langs, work, bar)
                 cleaning.setdefault(split, {})[g.name] = report
     final = cache_dir / "encoded"
     shutil.rmtree(final, ignore_errors=True)

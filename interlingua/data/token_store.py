@@ -7,7 +7,6 @@ selecting lines (a direction's pairs, a process's share) copies only index array
 """
 from __future__ import annotations
 
-from itertools import chain
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -98,15 +97,10 @@ class TokenFileWriter:
         self._file = open(path, "wb")
         self._lengths: list[np.ndarray] = []
 
-    def add(self, seqs: list[list[int]] | list[np.ndarray]) -> np.ndarray:
-        """Write these lines; returns their lengths."""
-        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int32, count=len(seqs))
-        total = int(lengths.sum(dtype=np.int64))
-        if total:
-            flat = np.fromiter(chain.from_iterable(seqs), dtype=self.dtype, count=total)
-            self._file.write(flat.tobytes())
-        self._lengths.append(lengths)
-        return lengths
+    def write(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        """Append lines already laid end to end (`lengths` says where each ends)."""
+        self._file.write(np.ascontiguousarray(flat, dtype=self.dtype).tobytes())
+        self._lengths.append(np.asarray(lengths, dtype=np.int32))
 
     def close(self) -> np.ndarray:
         """Flush the ids; the lengths of every line written."""
