@@ -19,6 +19,7 @@ import gzip
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -92,6 +93,7 @@ def run_child(args: list[str]) -> dict:
 def measure(size: int, multi30k: Path, work: Path, steps: int, vocab_sample: int | None) -> dict:
     corpus = build_corpus(multi30k, size, work / f"corpus_{size}")
     run = work / f"run_{size}" if vocab_sample is None else work / f"run_{size}_sample{vocab_sample}"
+    shutil.rmtree(run, ignore_errors=True)  # a fresh run: cold cache, no checkpoint to refuse
     cfg = config(corpus, run, steps, vocab_sample)
     # one process per stage and size, so each peak RSS is that stage's own
     prep = run_child([sys.executable, "-m", "interlingua.cli", "prepare", str(cfg), "--force"])

@@ -90,7 +90,7 @@ class DirectionBatches:
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.batch_size, self.seed, self.pool = batch_size, seed, pool
         self.src_prefix, self.tgt_start = src_prefix, tgt_start
-        self.lengths = self.src.lengths.astype(np.int64) + self.tgt.lengths
+        self.lengths = self.src.lengths + self.tgt.lengths  # int32: a pair is at most 2 x max_len
         self.epoch, self.position = 0, 0
         self._plan = self._epoch_plan(0)
 
@@ -144,7 +144,7 @@ class DirectionBatches:
     def tokens(self, idx: np.ndarray) -> int:
         """Source (with its prefix) + target (with EOS) tokens of these pairs: what tokens/s counts."""
         extra = (self.src_prefix is not None) + 1
-        return int(self.lengths[idx].sum()) + extra * len(idx)
+        return int(self.lengths[idx].sum(dtype=np.int64)) + extra * len(idx)
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

@@ -312,8 +312,9 @@ def direction_pairs(data: PreparedData, split: str, src: str, tgt: str, limit: i
     for g in data.groups(split):
         if src in g.ids and tgt in g.ids:
             rows = _direction_rows(g, src, tgt, share)
-            srcs.append(g.ids[src].select(rows))
-            tgts.append(g.ids[tgt].select(rows))
+            whole = len(rows) == len(g)  # every line: share the group's arrays (a->b and b->a alike)
+            srcs.append(g.ids[src] if whole else g.ids[src].select(rows))
+            tgts.append(g.ids[tgt] if whole else g.ids[tgt].select(rows))
     src_seqs, tgt_seqs = TokenSequences.concat(srcs), TokenSequences.concat(tgts)
     if limit is not None:
         src_seqs, tgt_seqs = src_seqs.select(slice(0, limit)), tgt_seqs.select(slice(0, limit))
