@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import warnings
 from html.parser import HTMLParser
 
@@ -28,7 +26,7 @@ from interlingua.serving.limits import ServiceLimits
 
 from conftest import REPO
 from test_attention_maps import bridge_checkpoint, transformer_checkpoint
-from test_serve import http_json, wait_for
+from test_serve import http_json, start_server, wait_for
 
 SENTENCE = "a dog runs in the park ."
 
@@ -281,14 +279,8 @@ def test_interlingua_serve_serves_the_page(bridge_path, tmp_path):
     """Through `interlingua serve` (the files found from the installed package, not a test client)."""
     log = tmp_path / "server.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with log.open("wb") as log_file:
-        server = subprocess.Popen([sys.executable, "-m", "interlingua.cli", "serve", "--model", str(bridge_path),
-                                   "--port", "0", "--threads", "1"], cwd=REPO, env=env, stdout=log_file,
-                                  stderr=subprocess.STDOUT)
+    server, base = start_server(["-m", "interlingua.cli", "serve", "--model", str(bridge_path)], log, env)
     try:
-        port = int(wait_for(lambda: re.search(r"on http://127\.0\.0\.1:(\d+) ", log.read_text()), 60,
-                            "serving line", server, log).group(1))
-        base = f"http://127.0.0.1:{port}"
         import urllib.request
 
         def fetch(path: str) -> tuple[int, str, str]:

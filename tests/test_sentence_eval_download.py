@@ -33,8 +33,8 @@ def test_all_ten_files_are_fetched_and_kept(tmp_path, monkeypatch):
         def __exit__(self, *exc):
             return False
 
-    def fake(url, timeout=None):
-        fetched.append(url)
+    def fake(request, timeout=None):
+        fetched.append(getattr(request, "full_url", request))
         return Response(b"tr\tA\tx .\n")
 
     monkeypatch.setattr(urllib.request, "urlopen", fake)

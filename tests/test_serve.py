@@ -449,6 +449,22 @@ def wait_for(condition, seconds: float, what: str, process: subprocess.Popen, lo
     pytest.fail(f"no {what} after {seconds} s:\n{log.read_text()}")
 
 
+def start_server(argv: list[str], log: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """A real server process (`argv` after the interpreter, `--port 0`), its output in `log`; waits for
+    the line that names the port and returns the process and its base URL."""
+    with log.open("wb") as log_file:
+        server = subprocess.Popen([sys.executable, *argv, "--port", "0", "--threads", "1"], cwd=REPO, env=env,
+                                  stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        port = int(wait_for(lambda: re.search(r"on http://127\.0\.0\.1:(\d+) ", log.read_text()), 60,
+                            "serving line", server, log).group(1))
+    except BaseException:
+        server.kill()
+        server.wait()
+        raise
+    return server, f"http://127.0.0.1:{port}"
+
+
 def http_json(url: str, body: dict | None = None, timeout: float = 30.0) -> tuple[int, dict]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
@@ -462,15 +478,8 @@ def http_json(url: str, body: dict | None = None, timeout: float = 30.0) -> tupl
 def test_real_server_answers_and_finishes_the_request_in_flight_on_sigterm(trained_model, model, tmp_path):
     log, calls = tmp_path / "server.log", tmp_path / "model_calls"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MODEL_CALLS_FILE": str(calls), "MODEL_CALL_SECONDS": "1.0"}
-    with log.open("wb") as log_file:
-        server = subprocess.Popen([sys.executable, "-c", SLOW_SERVER, "serve", "--model", str(trained_model),
-                                   "--port", "0", "--threads", "1"], cwd=REPO, env=env, stdout=log_file,
-                                  stderr=subprocess.STDOUT)
+    server, base = start_server(["-c", SLOW_SERVER, "serve", "--model", str(trained_model)], log, env)
     try:
-        port = int(wait_for(lambda: re.search(r"on http://127\.0\.0\.1:(\d+) ", log.read_text()), 60,
-                            "serving line", server, log).group(1))
-        base = f"http://127.0.0.1:{port}"
-
         def healthy() -> bool:
             try:
                 return http_json(f"{base}/health", timeout=2)[0] == 200
