@@ -124,6 +124,11 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     sizes = {lang: len(v) for lang, v in data.vocabs.items()}
     counts = {split: sum(len(g) for g in groups) for split, groups in data.splits.items()}
     print(f"prepared {cfg.work_dir / 'data'}: vocabularies {sizes}; lines per split {counts}")
+    for split, groups in data.cleaning.items():
+        for name, report in groups.items():
+            if report.get("dropped"):
+                dropped = ", ".join(f"{reason} {n}" for reason, n in report["dropped"].items())
+                print(f"{split}/{name}: kept {report['kept']} of {report['lines']} lines (dropped: {dropped})")
 
 
 def _add_device(parser: argparse.ArgumentParser, overrides_config: bool = False) -> None:

@@ -112,3 +112,15 @@ def test_files_that_end_apart_are_named_even_when_streamed(tmp_path, monkeypatch
     cfg = parse_config(tiny_config(tmp_path / "c.yaml", tmp_path / "w", preprocess={"max_train_sentences": None}))
     with pytest.raises(DataError, match=r"different line counts: .*a.de has 13, .*a.en has 10"):
         prepare(cfg)
+
+
+def test_prepare_command_reports_what_cleaning_dropped(tmp_path, capsys):
+    import yaml
+    from interlingua.cli import main
+    corpus = _corpus(tmp_path)
+    cfg = tiny_config(corpus, tmp_path / "w", preprocess={"vocab_size": 120, "max_len": 20, "max_train_sentences": None,
+                                                          "clean": {"dedup": True}})
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["prepare", str(tmp_path / "run.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "train/multiway: kept 63 of 65 lines (dropped: empty 1, duplicate 1)" in out
