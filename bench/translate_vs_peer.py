@@ -2,7 +2,8 @@
 
 Run: python bench/translate_vs_peer.py --ours bridge=runs/.../attention/last.pt --ours none=runs/.../none/last.pt
      [--peer-ckpt PATH (default: the peer's last saved checkpoint of its budget run)] [--rounds 3]
-     [--beams 1,5] [--threads 2] [--max-len 100] [--out bench/results/translate_vs_peer.jsonl]
+     [--beams 1,5] [--beam-stops all,top] [--precisions fp32,bf16] [--threads 2] [--max-len 100]
+     [--out bench/results/translate_vs_peer.jsonl]
 
 Every timed pass is a fresh process on both sides, started one after another in rounds
 (greedy first, then beam 5; the order of the systems rotates from round to round), so a
@@ -51,6 +52,9 @@ def main() -> None:
     ap.add_argument("--beam-stops", default="all",
                     help="our beam search's stop rules to time (comma-separated: all, top); each of our systems "
                          "with rule `top` is named NAME/top (OpenNMT-py always stops a sentence at its top beam)")
+    ap.add_argument("--precisions", default="fp32",
+                    help="comma-separated precisions of ours (interlingua.load's); a system other than fp32 is "
+                         "named NAME@PRECISION")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=100)
@@ -75,8 +79,9 @@ def main() -> None:
 
     for beam in [int(b) for b in args.beams.split(",")]:
         # (system name, checkpoint, stop rule): greedy search has no stop rule to vary
-        runs = {name if stop == "all" else f"{name}/{stop}": (ckpt, stop)
-                for stop in (stops if beam > 1 else ["all"]) for name, ckpt in ours.items()}
+        runs = {(name if stop == "all" else f"{name}/{stop}") + ("" if prec == "fp32" else f"@{prec}"): (ckpt, stop, prec)
+                for prec in args.precisions.split(",") for stop in (stops if beam > 1 else ["all"])
+                for name, ckpt in ours.items()}
         systems = [PEER, *runs]
         passes: dict[str, list[dict]] = {s: [] for s in systems}
         for r in range(args.rounds):
@@ -88,10 +93,10 @@ def main() -> None:
                                           batch_size=args.batch_size, max_length=args.max_len)
                     res.update(step=_peer.checkpoint_step(peer_ckpt), hyps=hyps)
                 else:
-                    ckpt, stop = runs[system]
+                    ckpt, stop, prec = runs[system]
                     res = timed_pass(ckpt, src=args.src, tgt=args.tgt, beam=beam, stop=stop, threads=args.threads,
                                      batch_size=args.batch_size, max_len=args.max_len, data=args.data,
-                                     hyps_dir=work / system.replace("/", "_"))
+                                     hyps_dir=work / system.replace("/", "_").replace("@", "_"), precision=prec)
                 passes[system].append(res)
                 append_result(args.out, {"kind": "pass", "system": system, "beam": beam, "round": r + 1,
                                          "position": order.index(system) + 1, "seconds": res["seconds"],
@@ -107,7 +112,8 @@ def main() -> None:
             append_result(args.out, {
                 "kind": "summary", "system": system, "beam": beam, "direction": f"{args.src}-{args.tgt}",
                 "checkpoint": str(peer_ckpt if system == PEER else runs[system][0]),
-                "beam_stop": "top" if system == PEER else runs[system][1], "step": ps[-1]["step"],
+                "beam_stop": "top" if system == PEER else runs[system][1],
+                "precision": "fp32" if system == PEER else runs[system][2], "step": ps[-1]["step"],
                 "sentences": n, "rounds": args.rounds, "seconds": [p["seconds"] for p in ps],
                 "wall_incl_load_s": [p["wall_incl_load_s"] for p in ps],
                 "sent_per_s_best": round(n / best, 1), "sent_per_s_median": round(n / median, 1),

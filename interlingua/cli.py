@@ -131,6 +131,14 @@ def cmd_prepare(args: argparse.Namespace) -> None:
                 print(f"{split}/{name}: kept {report['kept']} of {report['lines']} lines (dropped: {dropped})")
 
 
+def _add_precision(parser: argparse.ArgumentParser) -> None:
+    """The one `--precision` option of the commands that translate or embed with a trained model."""
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "auto"],
+                        help="fp32 (default); bf16: autocast, faster on CPUs with AMX / AVX512-BF16 and on GPUs, "
+                             "outputs may differ in places; fp16: CUDA GPUs; auto: bf16 / fp16 on a GPU, on a CPU "
+                             "bf16 only where timing this model's decoding measures it faster (cached)")
+
+
 def _add_device(parser: argparse.ArgumentParser, overrides_config: bool = False) -> None:
     """The one `--device` option; for train/experiment it overrides the config's train.device."""
     parser.add_argument("--device", default=None if overrides_config else "auto",
@@ -165,7 +173,7 @@ def cmd_extend(args: argparse.Namespace) -> None:
 def cmd_translate(args: argparse.Namespace) -> None:
     from interlingua.inference.api import load
     _use_threads(args.threads)
-    model = load(args.model, args.device)
+    model = load(args.model, args.device, args.precision)
     out = model.translate(_read_lines(args.input), args.src, args.tgt, beam=args.beam, pivot=args.pivot,
                           length_penalty=args.length_penalty, max_len=args.max_len, batch_size=args.batch_size,
                           progress=True, beam_stop=args.beam_stop)
@@ -186,7 +194,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
         raise InterlinguaError("--other writes several arrays (one per variant) into an .npz file: give it with -o")
     if args.documents and args.pooling != "mean":
         raise InterlinguaError("--documents gives one vector per document (--pooling mean)")
-    model = load(args.model, args.device)
+    model = load(args.model, args.device, args.precision)
     if args.documents:
         from interlingua.inference.documents import embed_documents
         docs = embed_documents(model, _read_lines(args.input), args.lang, unit=args.unit, other=args.other,
@@ -212,7 +220,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         _use_threads(args.threads)
         report = evaluate_bleu(args.model, corpus=args.corpus, split=args.split, beam_size=args.beam,
                                batch_size=args.batch_size, pivot=args.pivot, max_sentences=args.max_sentences,
-                               out_dir=args.out, device=args.device)
+                               out_dir=args.out, device=args.device, precision=args.precision)
         print(report.markdown)
         print("\nwritten: " + ", ".join(str(f) for f in report.files))
         return
@@ -339,7 +347,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from interlingua.serving.limits import ServiceLimits
     from interlingua.serving.server import serve
     _use_threads(args.threads)
-    serve(args.model, host=args.host, port=args.port, device=args.device,
+    serve(args.model, host=args.host, port=args.port, device=args.device, precision=args.precision,
           limits=ServiceLimits(max_texts=args.max_texts, max_chars=args.max_chars, max_wait_ms=args.max_wait_ms,
                                max_batch_texts=args.max_batch_texts))
 
@@ -425,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("-i", "--input", default=None)
     t.add_argument("-o", "--output", default=None)
     _add_device(t)
+    _add_precision(t)
     t.set_defaults(func=cmd_translate)
 
     e = sub.add_parser("embed", help="sentence vectors (.npy) for lines from stdin (or -i)")
@@ -443,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --documents: also the vectors of the documents translated into LANG (greedy, sentence by "
                         "sentence) and both sides concatenated (a:b) and summed (a+b), into an .npz (-o)")
     _add_device(e)
+    _add_precision(e)
     e.set_defaults(func=cmd_embed)
 
     v = sub.add_parser("evaluate", help="BLEU/chrF matrix, or a sentence-vector suite")
@@ -479,6 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-documents", type=positive_int, default=None, metavar="N",
                    help="cldc: at most N training and N test documents per language and domain (quick runs)")
     _add_device(v)
+    _add_precision(v)
     v.set_defaults(func=cmd_evaluate)
 
     a = sub.add_parser("attention", help="heat map of the bridge attention of one sentence")
@@ -543,6 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="texts in one model call (default: 64; 1: no batching, each request is its own call)")
     s.add_argument("--threads", type=positive_int, default=None, help="torch threads of the model (default: torch's)")
     _add_device(s)
+    _add_precision(s)
     s.set_defaults(func=cmd_serve)
 
     m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")

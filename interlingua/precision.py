@@ -19,13 +19,14 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import hashlib
 import json
 import logging
 import os
 import statistics
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -134,6 +135,13 @@ def measure_speedup(step: Callable[[str], object], steps: int = 4) -> float:
             if i:
                 times[precision].append(time.perf_counter() - t0)
     return statistics.median(times["fp32"]) / statistics.median(times["bf16"])
+
+
+def model_workload(model_config: dict[str, Any], vocab_sizes: dict[str, int], batch_size: int) -> str:
+    """The cache name of a model's bf16 speed-up: what decides its step time (kinds, sizes, batch)."""
+    text = json.dumps({"model": model_config, "vocab": vocab_sizes, "batch": batch_size}, sort_keys=True)
+    kinds = f"{model_config['encoder']['type']}-{model_config['bridge']['type']}-{model_config['decoder']['type']}"
+    return f"model {kinds} {hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
 
 def cache_path() -> Path:

@@ -184,12 +184,12 @@ class BleuReport:
 
 def evaluate_bleu(checkpoint: str | Path, corpus: str | Path | None = None, split: str = "test_2016_flickr",
                   beam_size: int = 1, batch_size: int = 64, pivot: str | None = None, max_sentences: int | None = None,
-                  out_dir: str | Path | None = None, device: str = "cpu") -> BleuReport:
+                  out_dir: str | Path | None = None, device: str = "cpu", precision: str = "fp32") -> BleuReport:
     """`interlingua evaluate bleu`: the checkpoint's matrix on `split` of `corpus` (default: the corpus it
     was trained on), written as `bleu_<split>_beam<N>[_pivot-<L>]` .md/.json/.png under `out_dir`
     (default: `<checkpoint folder>/eval`)."""
     checkpoint = Path(checkpoint)
-    model = load(checkpoint, device)
+    model = load(checkpoint, device, precision)
     res = bleu_matrix(model, corpus or model.loaded.config.corpus, split=split, beam_size=beam_size,
                       batch_size=batch_size, pivot=pivot, max_sentences=max_sentences)
     out = Path(out_dir or checkpoint.parent / "eval")

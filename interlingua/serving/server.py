@@ -69,11 +69,12 @@ def _stop_signals_noted(received: list[int], server: uvicorn.Server) -> Iterator
 
 
 def serve(model_path: str | Path, host: str = "127.0.0.1", port: int = 8080, device: str = "auto",
-          limits: ServiceLimits | None = None, graceful_timeout_s: float = 30.0, log_level: str = "info") -> None:
+          precision: str = "fp32", limits: ServiceLimits | None = None, graceful_timeout_s: float = 30.0,
+          log_level: str = "info") -> None:
     """Serve the checkpoint at `model_path` over HTTP on host:port until SIGTERM or Ctrl-C (a second
     Ctrl-C stops at once). Raises `CheckpointError` for a missing or corrupt checkpoint and
     `InterlinguaError` when the address cannot be bound."""
-    model = load(model_path, device)
+    model = load(model_path, device, precision)
     app = build_app(model, limits, model_name=str(model_path))
     sock = listening_socket(host, port)
     bound_host, bound_port = sock.getsockname()[:2]

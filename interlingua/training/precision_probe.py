@@ -8,9 +8,7 @@ dropped, and the batches' position and the random generators are put back.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 from typing import Any, Callable
 
 import torch
@@ -21,13 +19,6 @@ from interlingua.precision import autocast, measure_speedup
 
 PROBE_BATCHES = 3
 """Distinct batches the probe cycles through (lengths differ from batch to batch)."""
-
-
-def model_workload(model_config: dict[str, Any], vocab_sizes: dict[str, int], batch_size: int) -> str:
-    """The cache name of a model's bf16 speed-up: what decides its step time (kinds, sizes, batch)."""
-    text = json.dumps({"model": model_config, "vocab": vocab_sizes, "batch": batch_size}, sort_keys=True)
-    kinds = f"{model_config['encoder']['type']}-{model_config['bridge']['type']}-{model_config['decoder']['type']}"
-    return f"model {kinds} {hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
 
 def model_bf16_probe(model: TranslationModel, batches: DirectionBatches, device: torch.device,

@@ -46,9 +46,10 @@ from interlingua.errors import CheckpointError, ConfigError, DataError
 from interlingua.modules.checkpoint import (average_checkpoints, build_payload, checkpoint_vocabs, read_checkpoint,
                                             restrict_to_vocabs, save_atomic, stored_config)
 from interlingua.modules.model import TranslationModel
+from interlingua.precision import model_workload
 from interlingua.runtime import Runtime, resolve_device_precision
 from interlingua.training.metrics import MetricsLog, add_step, empty_window, train_record
-from interlingua.training.precision_probe import model_bf16_probe, model_workload
+from interlingua.training.precision_probe import model_bf16_probe
 from interlingua.training.validation import build_devsets, validate
 
 log = logging.getLogger(__name__)
