@@ -41,8 +41,16 @@ def test_auto_times_the_models_own_decoding_where_bf16_is_native(trained_model, 
         return
     assert model.runtime.precision in ("fp32", "bf16")
     assert "decoding model" in (tmp_path / "precision.json").read_text()
-    assert decoding_bf16_speedup(model.model, steps=1) > 0
+    assert decoding_bf16_speedup(model.model, len(model.vocabs["en"]), steps=1) > 0
     (tmp_path / "in.en").write_text("a dog runs .\n")
     assert main(["translate", "--model", str(trained_model), "--src", "en", "--tgt", "de", "--device", "cpu",
                  "--precision", "auto", "-i", str(tmp_path / "in.en"), "-o", str(tmp_path / "out.de")]) == 0
     assert len((tmp_path / "out.de").read_text().splitlines()) == 1
+
+
+def test_auto_works_for_a_transformer_model(tmp_path, monkeypatch):
+    from test_attention_maps import transformer_checkpoint
+    monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path))
+    model = interlingua.load(transformer_checkpoint(tmp_path / "model.pt"), "cpu", precision="auto")
+    assert model.runtime.precision in ("fp32", "bf16")
+    assert len(model.translate(["the dog"], "en", "de")) == 1

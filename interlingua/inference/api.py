@@ -123,11 +123,12 @@ class Model:
         """`precision`: `fp32` (default, the numbers every result here was made with); `bf16` (autocast:
         on CPUs with AMX or AVX512-BF16 and on GPUs, faster, with outputs that may differ in places);
         `fp16` (CUDA GPUs); `auto`: bf16 or fp16 on a GPU, and on a CPU with native bf16 bf16 only
-        where timing this model's own greedy decoding in both precisions measures it faster here
+        where timing this model's own greedy and beam search in both precisions measures it faster here
         (cached per machine and model), else fp32."""
         dev = device if isinstance(device, torch.device) else resolve_device(device)
         loaded = load_model(path, dev)
-        probe = (lambda: decoding_bf16_speedup(loaded.model)) if precision == "auto" else None
+        first = loaded.model.encoder_langs[0]
+        probe = (lambda: decoding_bf16_speedup(loaded.model, len(loaded.vocabs[first]))) if precision == "auto" else None
         workload = "decoding " + model_workload(loaded.config.model.model_dump(mode="json"),
                                                 {lang: len(v) for lang, v in loaded.vocabs.items()}, 32)
         return cls(loaded, resolve_device_precision(precision, dev, probe, workload))
