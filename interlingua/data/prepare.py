@@ -15,6 +15,7 @@ import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from itertools import chain
 from typing import Iterator
 
 import numpy as np
@@ -280,20 +281,18 @@ def _load_cache(cache_dir: Path, meta: dict, given: dict[str, Vocab] | None = No
                         cleaning=cleaning)
 
 
-def language_training_text(corpus_path: str | Path, lang: str, pre: PreprocessConfig) -> list[str]:
-    """The normalised 'train' lines of one language of a corpus (what its vocabulary is learned
-    from when a language is added to a trained model), with the model's preprocessing."""
+def language_training_text(corpus_path: str | Path, lang: str, pre: PreprocessConfig) -> Iterator[str]:
+    """The normalised, non-empty 'train' lines of one language of a corpus, streamed (what its
+    vocabulary is learned from when a language is added to a trained model), with the model's
+    preprocessing. A language without training text is refused before anything is read further."""
     corpus = load_corpus(corpus_path)
     if lang not in corpus.languages:
         raise LanguageError(f"language '{lang}' is not in corpus {corpus.source} (it has {', '.join(corpus.languages)})")
-    lines: list[str] = []
-    for g in corpus.splits.get("train", []):
-        if lang in g.files:
-            lines.extend(normalize_line(s, pre.lowercase, pre.normalize)
-                         for s in read_group(g, limit=pre.max_train_sentences)[lang])
-    if not any(lines):
+    lines = _training_lines(corpus, pre, [lang], {lang})
+    first = next(lines, None)
+    if first is None:
         raise DataError(f"corpus {corpus.source}: no training text for language '{lang}'")
-    return lines
+    return chain((first,), lines)
 
 
 def _direction_rows(group: EncodedGroup, src: str, tgt: str, share: tuple[int, int] | None) -> np.ndarray:

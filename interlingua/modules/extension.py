@@ -19,6 +19,7 @@ module only reads and writes checkpoints.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,9 +51,11 @@ class Extension:
     """The weights that gained rows."""
 
 
-def new_language_vocab(texts: list[str], lang: str, vocab_size: int, id_space: int) -> Vocab:
-    """The new language's sentencepiece model (with its tag), its pieces placed after `id_space` ids."""
-    trained = Vocab.train(texts, vocab_size, user_symbols=[language_tag(lang)], threads=1)
+def new_language_vocab(texts: Iterable[str], lang: str, vocab_size: int, id_space: int,
+                       sample: int | None = None) -> Vocab:
+    """The new language's sentencepiece model (with its tag), its pieces placed after `id_space` ids;
+    learned from at most `sample` of the lines, drawn at random, where given."""
+    trained = Vocab.train(texts, vocab_size, user_symbols=[language_tag(lang)], threads=1, sample=sample)
     return Vocab(trained.proto, offset=id_space - (EOS + 1))
 
 
@@ -98,7 +101,8 @@ def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: s
         raise ConfigError(f"noise must be >= 0, got {noise}")
     texts = language_training_text(corpus or cfg.corpus, lang, cfg.preprocess)
     old_size = loaded.model.decoder_for(loaded.model.decoder_langs[0]).generator.out_features
-    vocabs = {**loaded.vocabs, lang: new_language_vocab(texts, lang, vocab_size, old_size)}
+    new_vocab = new_language_vocab(texts, lang, vocab_size, old_size, cfg.preprocess.vocab_sample)
+    vocabs = {**loaded.vocabs, lang: new_vocab}
     link_tags(vocabs)
     model = TranslationModel(cfg.model, {code: len(v) for code, v in vocabs.items()},
                              [*loaded.model.encoder_langs, lang], [*loaded.model.decoder_langs, lang])
