@@ -188,11 +188,19 @@ def write_lines_gz(path: Path, lines: Iterable[str]) -> None:
     tmp.replace(path)
 
 
+def write_corpus_yaml(dest: Path, spec: dict) -> Path:
+    """`dest/corpus.yaml` from a corpus description, through a temporary name (it appears whole or not
+    at all: the file that makes a converted data set usable is written last)."""
+    out = dest / "corpus.yaml"
+    tmp = out.with_name(out.name + ".part")
+    tmp.write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
 def write_multiway_corpus_yaml(dest: Path, name: str, languages: list[str], splits: dict[str, dict[str, str]]) -> Path:
     """Write the corpus YAML for a folder of multi-way parallel files."""
-    out = dest / "corpus.yaml"
-    out.write_text(yaml.safe_dump({"name": name, "languages": languages, "splits": splits}, sort_keys=False), encoding="utf-8")
-    return out
+    return write_corpus_yaml(dest, {"name": name, "languages": languages, "splits": splits})
 
 
 def write_corpus_with_monolingual(base: str | Path, dest: Path, name: str, monolingual: dict[str, list[str]]) -> Path:
@@ -222,8 +230,5 @@ def write_corpus_with_monolingual(base: str | Path, dest: Path, name: str, monol
         file = dest / f"{name}.{lang}.gz"
         write_lines_gz(file, (x for x in (" ".join(line.split()) for line in lines) if x))
         pairs.setdefault("train", {})[f"{name}.{lang}"] = {lang: file.name}
-    out = dest / "corpus.yaml"
     spec = {"name": f"{corpus.name}+{name}", "languages": corpus.languages, "splits": splits, "pairs": pairs}
-    out.write_text(yaml.safe_dump({k: v for k, v in spec.items() if v}, sort_keys=False, allow_unicode=True),
-                   encoding="utf-8")
-    return out
+    return write_corpus_yaml(dest, {k: v for k, v in spec.items() if v})

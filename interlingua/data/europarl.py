@@ -20,9 +20,8 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from interlingua.data.corpus import write_lines_gz
+from interlingua.data.corpus import write_corpus_yaml, write_lines_gz
 from interlingua.data.download import install_archive
 from interlingua.errors import DataError
 
@@ -201,6 +200,4 @@ def get_europarl(dest: str | Path, langs: list[str] | None = None, source_dir: s
     all_langs = sorted({*langs, "en"})
     splits = extract_evaluation(dev, dest, all_langs)
     spec = {"name": "europarl_v7", "languages": all_langs, "splits": splits, "pairs": {"train": pairs}}
-    out = dest / "corpus.yaml"
-    out.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-    return out
+    return write_corpus_yaml(dest, spec)

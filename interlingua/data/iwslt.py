@@ -17,9 +17,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
-from interlingua.data.corpus import read_lines, write_lines_gz
+from interlingua.data.corpus import read_lines, write_corpus_yaml, write_lines_gz
 from interlingua.data.download import install_archive
 from interlingua.errors import DataError
 
@@ -161,9 +160,7 @@ def build_iwslt17_corpus(source: Path, dest: Path, languages: list[str] | None =
         for lang, lines in sorted(multi.items()):
             write_lines_gz(dest / f"tst2010.multiway.{lang}.gz", lines)
             spec["splits"]["tst2010_multiway"][lang] = f"tst2010.multiway.{lang}.gz"
-    out = dest / "corpus.yaml"
-    out.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-    return out
+    return write_corpus_yaml(dest, spec)
 
 
 RELEASE_ARCHIVE = ("2017-01-trnmted.tgz",
