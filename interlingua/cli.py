@@ -118,17 +118,14 @@ def _webis_monolingual(args: argparse.Namespace) -> None:
 
 def cmd_prepare(args: argparse.Namespace) -> None:
     from interlingua.config import load_config
-    from interlingua.data.prepare import prepare
+    from interlingua.data.prepare import cleaning_summary, prepare
     cfg = load_config(args.config, args.set)
     data = prepare(cfg, force=args.force)
     sizes = {lang: len(v) for lang, v in data.vocabs.items()}
     counts = {split: sum(len(g) for g in groups) for split, groups in data.splits.items()}
     print(f"prepared {cfg.work_dir / 'data'}: vocabularies {sizes}; lines per split {counts}")
-    for split, groups in data.cleaning.items():
-        for name, report in groups.items():
-            if report.get("dropped"):
-                dropped = ", ".join(f"{reason} {n}" for reason, n in report["dropped"].items())
-                print(f"{split}/{name}: kept {report['kept']} of {report['lines']} lines (dropped: {dropped})")
+    for line in cleaning_summary(data.cleaning):
+        print(line)
 
 
 def _add_precision(parser: argparse.ArgumentParser) -> None:

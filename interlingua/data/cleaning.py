@@ -18,11 +18,16 @@ from interlingua.errors import ConfigError
 REASONS = ("empty", "too_long", "ratio", "language", "duplicate")
 
 
+def hash64(data: bytes) -> int:
+    """A 64-bit hash of a line, to find equal lines among millions by comparing 8 bytes each."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
 def row_hashes(texts: dict[str, list[str]]) -> np.ndarray:
     """A 64-bit hash of each aligned line (every language's text of it together)."""
     joined = ("\0".join(row) for row in zip(*texts.values()))
-    return np.fromiter((int.from_bytes(hashlib.blake2b(x.encode("utf-8"), digest_size=8).digest(), "little")
-                        for x in joined), dtype=np.uint64, count=len(next(iter(texts.values()))))
+    return np.fromiter((hash64(x.encode("utf-8")) for x in joined), dtype=np.uint64,
+                       count=len(next(iter(texts.values()))))
 
 
 @dataclass
@@ -83,7 +88,7 @@ class LineFilter:
             rows = rows[np.sort(first)]
         return rows
 
-    def report(self) -> dict[str, object]:
+    def report(self, kept: np.ndarray) -> dict[str, object]:
+        """Lines judged, lines kept (`kept()`'s answer, not computed again) and the drops per reason."""
         total = int(sum(len(k) for k in self._keep))
-        kept = len(self.kept())
-        return {"lines": total, "kept": kept, "dropped": {r: n for r, n in self.dropped.items() if n}}
+        return {"lines": total, "kept": len(kept), "dropped": {r: n for r, n in self.dropped.items() if n}}

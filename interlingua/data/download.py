@@ -80,38 +80,18 @@ def sha256_of(path: Path) -> str:
     return file_digest(path, "sha256")
 
 
-def install_archive(dest: Path, name: str, url: str, expected: str | None, *, source_dir: str | Path | None,
-                    desc: str) -> Path:
-    """`dest/name`: an archive downloaded from `url` (or copied from `source_dir/name`), checked
-    against its published digest (SHA-256, or MD5 where only that is published: told apart by
-    length). A file already in place with the right digest is kept; a mismatch removes the file and
-    raises `DataError`. With no published digest (`expected` None) the file's SHA-256 is logged and
-    written to `dest/name.sha256`, so later copies can be compared with the first one."""
-    dest.mkdir(parents=True, exist_ok=True)
-    target = dest / name
-    algorithm = "md5" if expected is not None and len(expected) == 32 else "sha256"
-    if not (target.is_file() and expected is not None and file_digest(target, algorithm) == expected):
-        if source_dir is not None:
-            src = Path(source_dir) / name
-            if not src.is_file():
-                raise DataError(f"{src} not found: --from must be a folder holding the {desc} files ({name}, ...)")
-            tmp = target.with_name(target.name + ".part")
-            shutil.copyfile(src, tmp)
-            tmp.replace(target)
-        elif not target.is_file() or expected is not None:
-            fetch(url, target)
-    actual = file_digest(target, algorithm)
-    if expected is not None and actual != expected:
-        target.unlink()
-        raise DataError(f"checksum mismatch for {name} (in {dest}): expected {algorithm} {expected}, got {actual}")
-    if expected is None:
-        record = dest / f"{name}.sha256"
-        if record.is_file() and record.read_text().split()[0] != actual:
-            raise DataError(f"{name} (in {dest}) differs from the copy first installed there (SHA-256 "
-                            f"{record.read_text().split()[0]}, now {actual}); remove {record} to accept it")
-        record.write_text(f"{actual}  {name}\n")
-        log.info("%s has no published checksum; its SHA-256 is %s (kept in %s)", name, actual, record)
-    return target
+def _obtain(target: Path, name: str, url: str, source_dir: str | Path | None, desc: str) -> None:
+    """Put `name` at `target`: copied from `source_dir/name` (through a temporary name) when a local
+    mirror is given, else downloaded from `url`."""
+    if source_dir is None:
+        fetch(url, target)
+        return
+    src = Path(source_dir) / name
+    if not src.is_file():
+        raise DataError(f"{src} not found: --from must be a folder holding the {desc} files ({name}, ...)")
+    tmp = target.with_name(target.name + ".part")
+    shutil.copyfile(src, tmp)
+    tmp.replace(target)
 
 
 def install_files(dest: Path, checksums: Mapping[str, str], *, url_for: Callable[[str], str],
@@ -130,21 +110,41 @@ def install_files(dest: Path, checksums: Mapping[str, str], *, url_for: Callable
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_file() and digest(target) == expected:
             continue
-        if source_dir is not None:
-            src = Path(source_dir) / name
-            if not src.is_file():
-                raise DataError(f"{src} not found: --from must be a folder holding the {desc} files ({name}, ...)")
-            shutil.copyfile(src, target)
-        else:
-            fetch(url_for(name), target)
-            if convert is not None:
-                tmp = target.with_name(target.name + ".part")
-                tmp.write_bytes(convert(name, target.read_bytes()))
-                tmp.replace(target)
+        _obtain(target, name, url_for(name), source_dir, desc)
+        if source_dir is None and convert is not None:
+            tmp = target.with_name(target.name + ".part")
+            tmp.write_bytes(convert(name, target.read_bytes()))
+            tmp.replace(target)
         actual = digest(target)
         if actual != expected:
             target.unlink()
             raise DataError(f"checksum mismatch for {name} (in {dest}): expected {expected}, got {actual}")
+
+
+def install_archive(dest: Path, name: str, url: str, expected: str | None, *, source_dir: str | Path | None,
+                    desc: str) -> Path:
+    """`dest/name`: an archive downloaded from `url` (or copied from `source_dir/name`), checked by
+    `install_files` against its published digest (SHA-256, or MD5 where only that is published:
+    told apart by length). With no published digest (`expected` None) a file already in place is
+    kept, and its SHA-256 is logged and written to `dest/name.sha256`, so later copies can be
+    compared with the first one."""
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / name
+    if expected is not None:
+        algorithm = "md5" if len(expected) == 32 else "sha256"
+        install_files(dest, {name: expected}, url_for=lambda _: url, source_dir=source_dir, desc=desc,
+                      digest=lambda path: file_digest(path, algorithm))
+        return target
+    if not target.is_file():
+        _obtain(target, name, url, source_dir, desc)
+    actual = sha256_of(target)
+    record = dest / f"{name}.sha256"
+    if record.is_file() and record.read_text().split()[0] != actual:
+        raise DataError(f"{name} (in {dest}) differs from the copy first installed there (SHA-256 "
+                        f"{record.read_text().split()[0]}, now {actual}); remove {record} to accept it")
+    record.write_text(f"{actual}  {name}\n")
+    log.info("%s has no published checksum; its SHA-256 is %s (kept in %s)", name, actual, record)
+    return target
 
 
 def get_multi30k(dest: str | Path, source_dir: str | Path | None = None) -> Path:

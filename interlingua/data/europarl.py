@@ -12,7 +12,6 @@ is decoded as UTF-8 where it is, else as Windows-1252, and the fallback is logge
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import logging
 import re
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from interlingua.data.cleaning import hash64
 from interlingua.data.corpus import write_corpus_yaml, write_lines_gz
 from interlingua.data.download import install_archive
 from interlingua.errors import DataError
@@ -137,8 +137,7 @@ def extract_evaluation(archive: Path, dest: Path, langs: list[str]) -> dict[str,
 def _line_hashes(path: Path) -> np.ndarray:
     """A 64-bit hash of every line of a gzipped file, in order."""
     with gzip.open(path, "rb") as f:
-        return np.fromiter((int.from_bytes(hashlib.blake2b(line.rstrip(b"\n"), digest_size=8).digest(), "little")
-                            for line in f), dtype=np.uint64)
+        return np.fromiter((hash64(line.rstrip(b"\n")) for line in f), dtype=np.uint64)
 
 
 def _unique_rows(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

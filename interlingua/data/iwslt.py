@@ -88,12 +88,22 @@ def _unordered(pairs: dict[tuple[str, ...], dict[str, Path]]) -> dict[tuple[str,
     return out
 
 
-def _aligned(split: str, x: str, y: str, files: dict[str, Path]) -> dict[str, list[str]]:
-    """Both sides of one pair's evaluation set, checked to be aligned talk by talk, segment by segment."""
+def _aligned(x: str, y: str, files: dict[str, Path]) -> tuple[dict[str, list[str]], list[str]]:
+    """Both sides of one pair's evaluation set, checked to be aligned talk by talk, segment by segment,
+    and the talk of each segment."""
     segs = {lang: read_mteval_xml(files[lang]) for lang in (x, y)}
     if len(segs[x]) != len(segs[y]) or any((a.talk, a.seg_id) != (b.talk, b.seg_id) for a, b in zip(segs[x], segs[y])):
         raise DataError(f"{files[x]} and {files[y]} are not aligned ({len(segs[x])} and {len(segs[y])} segments)")
-    return {lang: [s.text for s in segs[lang]] for lang in (x, y)}
+    return {lang: [s.text for s in segs[lang]] for lang in (x, y)}, [s.talk for s in segs[x]]
+
+
+def _write_pair(dest: Path, prefix: str, texts: dict[str, list[str]]) -> dict[str, str]:
+    """One language pair's lines as `<prefix>.<lang>.gz` files in `dest`; the corpus group naming them."""
+    group = {}
+    for lang, lines in texts.items():
+        write_lines_gz(dest / f"{prefix}.{lang}.gz", lines)
+        group[lang] = f"{prefix}.{lang}.gz"
+    return group
 
 
 def multiway_through_english(pairs: dict[str, dict[str, list[str]]], talks: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -135,25 +145,17 @@ def build_iwslt17_corpus(source: Path, dest: Path, languages: list[str] | None =
         texts = {lang: read_train_tags(files[lang]) for lang in (x, y)}
         if len(texts[x]) != len(texts[y]):
             raise DataError(f"{files[x]} and {files[y]} hold {len(texts[x])} and {len(texts[y])} transcript lines")
-        group = {}
-        for lang in (x, y):
-            write_lines_gz(dest / f"train.{x}-{y}.{lang}.gz", texts[lang])
-            group[lang] = f"train.{x}-{y}.{lang}.gz"
-        spec["pairs"].setdefault("train", {})[f"{x}-{y}"] = group
+        spec["pairs"].setdefault("train", {})[f"{x}-{y}"] = _write_pair(dest, f"train.{x}-{y}", texts)
     english_pairs: dict[str, dict[str, list[str]]] = {}
     english_talks: dict[str, list[str]] = {}
     for (split, x, y), files in evaluation.items():
-        texts = _aligned(split, x, y, files)
+        texts, talks = _aligned(x, y, files)
         name = "val" if split == "dev2010" else split
-        group = {}
-        for lang in (x, y):
-            write_lines_gz(dest / f"{split}.{x}-{y}.{lang}.gz", texts[lang])
-            group[lang] = f"{split}.{x}-{y}.{lang}.gz"
-        spec["pairs"].setdefault(name, {})[f"{x}-{y}"] = group
+        spec["pairs"].setdefault(name, {})[f"{x}-{y}"] = _write_pair(dest, f"{split}.{x}-{y}", texts)
         if split == "tst2010" and "en" in (x, y):
             other = y if x == "en" else x
             english_pairs[other] = texts
-            english_talks[other] = [s.talk for s in read_mteval_xml(files["en"])]
+            english_talks[other] = talks
     if len(english_pairs) > 1:
         multi = multiway_through_english(english_pairs, english_talks)
         spec["splits"] = {"tst2010_multiway": {}}

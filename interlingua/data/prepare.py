@@ -88,19 +88,15 @@ def _normalizer(pre: PreprocessConfig):
     return lambda line: normalize_line(line, pre.lowercase, pre.normalize)
 
 
-def _used_groups(corpus: Corpus, split: str, langs: list[str]) -> list[tuple[int, ParallelGroup, list[str]]]:
-    """(index, group, its languages among `langs`) of the groups of a split that hold any of them."""
-    out = []
-    for gi, g in enumerate(corpus.splits.get(split, [])):
-        mine = [lang for lang in g.files if lang in langs]
-        if mine:
-            out.append((gi, g, mine))
-    return out
+def _used_groups(corpus: Corpus, split: str, langs: list[str]) -> list[tuple[ParallelGroup, list[str]]]:
+    """(group, its languages among `langs`) of the groups of a split that hold any of them."""
+    used = ((g, [lang for lang in g.files if lang in langs]) for g in corpus.splits.get(split, []))
+    return [(g, mine) for g, mine in used if mine]
 
 
 def _training_lines(corpus: Corpus, pre: PreprocessConfig, langs: list[str], wanted: set[str]) -> Iterator[str]:
     """The normalised, non-empty training lines of the `wanted` languages, streamed."""
-    for _, g, mine in _used_groups(corpus, "train", langs):
+    for g, mine in _used_groups(corpus, "train", langs):
         mine = [lang for lang in mine if lang in wanted]
         if not mine:
             continue
@@ -120,10 +116,9 @@ def train_vocabs(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> dic
 
 
 def _check_training_text(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> None:
-    if not _used_groups(corpus, "train", langs) and "train" not in corpus.splits:
-        raise DataError(f"corpus {corpus.source} has no 'train' split to learn vocabularies from")
+    """Every language has some training text (reading only until each has shown a line)."""
     have = set()
-    for _, g, mine in _used_groups(corpus, "train", langs):
+    for g, mine in _used_groups(corpus, "train", langs):
         for chunk in stream_group(g, mine, CHUNK_ROWS, pre.max_train_sentences, _normalizer(pre)):
             have.update(lang for lang in mine if any(chunk[lang]))
             if have.issuperset(mine):
@@ -153,8 +148,9 @@ def _encode_group(split: str, gi: int, group: ParallelGroup, mine: list[str], en
         np.save(out_dir / f"{split}.{gi}.{lang}.len.npy", n)
     report: dict = {"lines": len(next(iter(lengths.values())))}
     if cleaner is not None:
-        np.save(out_dir / f"{split}.{gi}.keep.npy", cleaner.kept())
-        report = cleaner.report()
+        kept = cleaner.kept()
+        np.save(out_dir / f"{split}.{gi}.keep.npy", kept)
+        report = cleaner.report(kept)
     if any(truncated.values()):
         report["truncated"] = {lang: n for lang, n in truncated.items() if n}
         if not pre.clean.drop_long or split not in CLEANED_SPLITS:
@@ -205,9 +201,9 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
             ChunkEncoder(vocabs, pre, hashes=pre.clean.dedup, texts=pre.clean.language_id) as encoder:
         for split in corpus.splits:
             used = _used_groups(corpus, split, langs)
-            groups_meta[split] = [g.name for _, g, _ in used]
-            group_langs[split] = [sorted(mine) for _, _, mine in used]
-            for i, (_, g, mine) in enumerate(used):
+            groups_meta[split] = [g.name for g, _ in used]
+            group_langs[split] = [sorted(mine) for _, mine in used]
+            for i, (g, mine) in enumerate(used):
                 report = _encode_group(split, i, g, sorted(mine), encoder, pre, langs, work, bar)
                 cleaning.setdefault(split, {})[g.name] = report
     final = cache_dir / "encoded"
@@ -215,7 +211,8 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     work.rename(final)
     (cache_dir / "encoded.npz").unlink(missing_ok=True)  # a cache of an older layout
     (cache_dir / "cleaning.json").write_text(json.dumps(cleaning, indent=1))
-    _log_cleaning(cleaning)
+    for line in cleaning_summary(cleaning):
+        log.info("%s", line)
     distinct = {id(v): v for v in vocabs.values()}
     if not given and pre.joint_vocab:
         (cache_dir / "joint.model").write_bytes(next(iter(vocabs.values())).proto)
@@ -233,12 +230,11 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     return _attach_texts(_load_cache(cache_dir, meta, vocabs), corpus)
 
 
-def _log_cleaning(cleaning: dict[str, dict[str, dict]]) -> None:
-    for split, groups in cleaning.items():
-        for name, r in groups.items():
-            if r.get("dropped"):
-                detail = ", ".join(f"{reason} {n}" for reason, n in r["dropped"].items())
-                log.info("%s/%s: kept %d of %d lines (dropped: %s)", split, name, r["kept"], r["lines"], detail)
+def cleaning_summary(cleaning: dict[str, dict[str, dict]]) -> list[str]:
+    """One line per file group that cleaning dropped lines from: kept of all, and the drops per reason."""
+    return [f"{split}/{name}: kept {r['kept']} of {r['lines']} lines (dropped: "
+            f"{', '.join(f'{reason} {n}' for reason, n in r['dropped'].items())})"
+            for split, groups in cleaning.items() for name, r in groups.items() if r.get("dropped")]
 
 
 def _attach_texts(data: PreparedData, corpus: Corpus) -> PreparedData:

@@ -29,11 +29,11 @@ import torch
 from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
 from interlingua.data.vocab import Vocab, source_prefix
 from interlingua.errors import InterlinguaError
+from interlingua.inference.decoding_probe import decoding_bf16_speedup
 from interlingua.modules.base import BridgeOutput, Encoder
 from interlingua.modules.checkpoint import LoadedModel, load_model
 from interlingua.modules.model import TranslationModel
 from interlingua.modules.search import BEAM_STOPS, translate_ids
-from interlingua.inference.decoding_probe import decoding_bf16_speedup
 from interlingua.precision import model_workload
 from interlingua.runtime import Runtime, resolve_device, resolve_device_precision
 
@@ -127,10 +127,12 @@ class Model:
         (cached per machine and model), else fp32."""
         dev = device if isinstance(device, torch.device) else resolve_device(device)
         loaded = load_model(path, dev)
+        if precision != "auto":
+            return cls(loaded, resolve_device_precision(precision, dev))
         first = loaded.model.encoder_langs[0]
-        probe = (lambda: decoding_bf16_speedup(loaded.model, len(loaded.vocabs[first]))) if precision == "auto" else None
         workload = "decoding " + model_workload(loaded.config.model.model_dump(mode="json"),
                                                 {lang: len(v) for lang, v in loaded.vocabs.items()}, 32)
+        probe = lambda: decoding_bf16_speedup(loaded.model, len(loaded.vocabs[first]))  # noqa: E731
         return cls(loaded, resolve_device_precision(precision, dev, probe, workload))
 
     def untrained_like(self, seed: int = 0) -> "Model":
