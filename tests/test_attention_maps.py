@@ -59,8 +59,13 @@ def shared_checkpoint(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def bridge_model(tmp_path_factory):
-    return interlingua.load(bridge_checkpoint(tmp_path_factory.mktemp("bridge") / "model.pt"), "cpu")
+def bridge_path(tmp_path_factory):
+    return bridge_checkpoint(tmp_path_factory.mktemp("bridge") / "model.pt")
+
+
+@pytest.fixture(scope="module")
+def bridge_model(bridge_path):
+    return interlingua.load(bridge_path, "cpu")
 
 
 @pytest.fixture(scope="module")

@@ -25,20 +25,10 @@ from interlingua.serving.app import build_app
 from interlingua.serving.limits import ServiceLimits
 
 from conftest import REPO
-from test_attention_maps import bridge_checkpoint, transformer_checkpoint
+from test_attention_maps import bridge_model, bridge_path, transformer_none  # noqa: F401 (fixtures)
 from test_serve import http_json, start_server, wait_for
 
 SENTENCE = "a dog runs in the park ."
-
-
-@pytest.fixture(scope="module")
-def bridge_path(tmp_path_factory):
-    return bridge_checkpoint(tmp_path_factory.mktemp("page-bridge") / "model.pt")
-
-
-@pytest.fixture(scope="module")
-def bridge_model(bridge_path):
-    return interlingua.load(bridge_path, "cpu")
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +38,8 @@ def client(bridge_model):
 
 
 @pytest.fixture(scope="module")
-def transformer_model(tmp_path_factory):
-    return interlingua.load(transformer_checkpoint(tmp_path_factory.mktemp("page-tnone") / "model.pt"), "cpu")
-
-
-@pytest.fixture(scope="module")
-def transformer_client(transformer_model):
-    with TestClient(build_app(transformer_model)) as test_client:
+def transformer_client(transformer_none):
+    with TestClient(build_app(transformer_none)) as test_client:
         yield test_client
 
 
@@ -174,7 +159,7 @@ def test_attention_of_the_bridge_heads(client, bridge_model):
 
 
 @pytest.mark.parametrize("layer", [None, 1, 2])
-def test_attention_of_a_transformer_layer(transformer_client, transformer_model, layer):
+def test_attention_of_a_transformer_layer(transformer_client, transformer_none, layer):
     body = {"text": SENTENCE, "lang": "de"} | ({} if layer is None else {"layer": layer})
     response = transformer_client.post("/attention", json=body)
     assert response.status_code == 200, response.text
@@ -184,7 +169,7 @@ def test_attention_of_a_transformer_layer(transformer_client, transformer_model,
     assert answer["bridge"] is None and (answer["layer"], answer["layers"]) == (layer or 2, 2)
     assert weights.shape == (2, n, n)  # heads x subwords x subwords
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-4)
-    maps = transformer_model.attention_maps([SENTENCE], "de")[0]
+    maps = transformer_none.attention_maps([SENTENCE], "de")[0]
     assert answer["tokens"] == maps.tokens
     np.testing.assert_allclose(weights, maps.self_attention[(layer or 2) - 1], atol=1e-5)
 

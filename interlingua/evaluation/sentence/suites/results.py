@@ -36,8 +36,25 @@ class TaskRun:
         self.timings[name] = timing
 
 
+class _Report:
+    """What every result writes: its `to_dict` as plain JSON, and as markdown + JSON files."""
+
+    _writer = staticmethod(write_report)
+
+    def to_dict(self) -> dict:
+        raise NotImplementedError
+
+    def to_json(self) -> dict:
+        """`<suite>.json` as written: plain JSON types only."""
+        return jsonable(self.to_dict())
+
+    def write(self, out_dir: Path) -> tuple[Path, Path]:
+        """Write `<suite>.md` and `<suite>.json` into `out_dir` (for `all`, the suites' reports joined)."""
+        return self._writer(self.to_dict(), out_dir)
+
+
 @dataclass
-class SuiteResult:
+class SuiteResult(_Report):
     """One suite's outcome: per-task runs, report tables, notes, what was not run and why, and timings."""
 
     suite: str
@@ -71,18 +88,12 @@ class SuiteResult:
             out["total_elapsed_s"] = self.total_elapsed_s
         return out
 
-    def to_json(self) -> dict:
-        """`<suite>.json` as written: plain JSON types only."""
-        return jsonable(self.to_dict())
-
-    def write(self, out_dir: Path) -> tuple[Path, Path]:
-        """Write `<suite>.md` and `<suite>.json` into `out_dir`; returns both paths."""
-        return write_report(self.to_dict(), out_dir)
-
 
 @dataclass
-class AllResult:
+class AllResult(_Report):
     """Every suite of `all`, each also written as its own report."""
+
+    _writer = staticmethod(write_all_report)
 
     embedders: list[str]
     suites: dict[str, SuiteResult] = field(default_factory=dict)
@@ -96,11 +107,3 @@ class AllResult:
         if self.total_elapsed_s is not None:
             out["total_elapsed_s"] = self.total_elapsed_s
         return out
-
-    def to_json(self) -> dict:
-        """`all.json` as written: plain JSON types only."""
-        return jsonable(self.to_dict())
-
-    def write(self, out_dir: Path) -> tuple[Path, Path]:
-        """Write `all.md` (the suites' reports joined) and `all.json` into `out_dir`."""
-        return write_all_report(self.to_dict(), out_dir)
