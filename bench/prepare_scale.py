@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _results import append_result  # noqa: E402
-from interlingua.data.corpus import load_corpus, read_group  # noqa: E402
+from interlingua.data.corpus import load_corpus, read_group, write_corpus_yaml  # noqa: E402
 from interlingua.data.download import get_multi30k  # noqa: E402
+from interlingua.training.metrics import MetricsLog  # noqa: E402
 
 THREADS = 2
 
@@ -57,8 +58,7 @@ def build_corpus(multi30k: Path, pairs: int, folder: Path, seed: int = 1) -> Pat
     spec = {"name": f"synthetic_{pairs}", "languages": ["de", "en"],
             "splits": {"val": {"de": str(val["de"]), "en": str(val["en"])}},
             "pairs": {"train": {"de-en": {"de": "train.de.gz", "en": "train.en.gz"}}}}
-    done.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return done
+    return write_corpus_yaml(folder, spec)  # written last, whole or not at all: it marks the corpus as built
 
 
 def config(corpus: Path, work: Path, steps: int, vocab_sample: int | None) -> Path:
@@ -101,8 +101,7 @@ def measure(size: int, multi30k: Path, work: Path, steps: int, vocab_sample: int
     disk = sum(f.stat().st_size for f in encoded.iterdir())
     cleaning = json.loads((run / "data" / "cleaning.json").read_text())
     train = run_child([sys.executable, "-m", "interlingua.cli", "train", str(cfg)])
-    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    rates = [r["tokens_per_s"] for r in recs if r.get("type") == "train" and r["step"] > 50]
+    rates = [r["tokens_per_s"] for r in MetricsLog(run).records() if r.get("type") == "train" and r["step"] > 50]
     return {"pairs_per_direction": size, "directions": 2, "vocab_sample": vocab_sample or "default", "prepare": prep,
             "encoded_mib_on_disk": round(disk / 2**20, 1), "kept_lines": cleaning["train"]["de-en"]["kept"],
             "train_steps": steps, "train": train,
