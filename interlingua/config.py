@@ -248,6 +248,33 @@ class ModelConfig(_Strict):
         return self
 
 
+class AgreementConfig(_Strict):
+    """`train.agreement`: an extra loss term that pulls the representation of a sentence and that of its
+    translation together, so the shared layer becomes one meaning space (Arivazhagan et al. 2019; Pham
+    et al. 2019; contrastive with in-batch negatives: Pan et al. 2021). In each cross-lingual step the
+    batch's target sentences are also encoded (by the target language's encoder, or the shared one)
+    and compared with the source side; copy directions (A->A) are left out. Like the penalty, the
+    per-sentence loss is added to the sentence's summed cross-entropy and divided by the batch's
+    target tokens, so `weight` 1 weighs it like one target token."""
+
+    weight: float = Field(0.0, ge=0)
+    """0 turns the term off."""
+    loss: Literal["contrastive", "cosine", "mse"] = "contrastive"
+    """contrastive: symmetric InfoNCE over the batch (every other translation in the step's batch, on
+    every process, is a negative); cosine: 1 - cos; mse: mean squared difference of the vectors."""
+    temperature: float = Field(0.1, gt=0)
+    """Of `contrastive`: cosines are divided by it before the softmax."""
+    pooling: Literal["mean", "heads"] = "mean"
+    """mean: the sentence vector (the mean of M's rows for the attention bridge, the masked mean of the
+    states without one, NTDV's document vector); heads: each of the bridge's k heads compared with the
+    same head of the translation (bridges with a fixed number of heads only)."""
+    layer: int | None = Field(None, ge=0)
+    """Compare the masked mean of this encoder layer's output (0: the embeddings, L: the last layer)
+    instead of what the decoders read; e.g. the residual-free layer of paper 004. None: the bridge's output."""
+    detach_target: bool = False
+    """Stop the gradient on the target side: only the source sentence's encoder is pulled."""
+
+
 class TrainConfig(_Strict):
     optimizer: Literal["sgd", "adam"] = "adam"
     lr: float = Field(4e-4, gt=0)
@@ -296,6 +323,7 @@ class TrainConfig(_Strict):
     """Each step trains one batch of sentence pairs in both directions of its pair and sums the two
     losses (paper 003: cost(a->b) + cost(b->a)); every trained direction's reverse must be trained.
     An epoch is then one pass over each pair. False: one direction a step, in rotation."""
+    agreement: AgreementConfig = Field(default_factory=AgreementConfig)
     trainable: Literal["all", "bridge"] = "all"
     """`bridge`: train the bridge only, on top of the frozen translation model given with `train
     --init` (paper 003's NTDV layers): every encoder and decoder parameter keeps its value and its

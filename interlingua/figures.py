@@ -25,7 +25,8 @@ def save_figure(fig, out_png: Path) -> Path:
 
 
 def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
-    """Train loss / penalty over steps, and dev BLEU per direction at each validation."""
+    """Train loss / penalty (and the agreement loss, where it is on) over steps, and dev BLEU per
+    direction at each validation."""
     train, valid = [], []
     for line in metrics_jsonl.read_text().splitlines():
         rec = json.loads(line)
@@ -35,8 +36,13 @@ def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
         steps = [r["step"] for r in train]
         axes[0].plot(steps, [r["loss"] for r in train], label="train token NLL")
         axes[0].set_title("training loss")
-        axes[1].plot(steps, [r["penalty"] for r in train], color="tab:orange")
+        axes[1].plot(steps, [r["penalty"] for r in train], color="tab:orange", label="bridge penalty ||AA^T - I||^2")
         axes[1].set_title("bridge penalty ||AA^T - I||^2")
+        agreed = [(r["step"], r["agreement"]) for r in train if "agreement" in r]
+        if agreed:
+            axes[1].plot(*zip(*agreed), color="tab:green", label="agreement loss per sentence")
+            axes[1].set_title("penalty and agreement")
+            axes[1].legend(fontsize=7)
     for ax in axes[:2]:
         ax.set_xlabel("step")
     if valid:

@@ -28,6 +28,12 @@ class Batch:
     """(batch, tgt_len) target ids + EOS."""
     src_lang: str
     tgt_lang: str
+    reverse_prefix: int | None = None
+    """The id a target sentence starts with when encoded as a source of the reverse direction (a shared
+    model's tag for tgt->src, see `vocab.source_prefix`), for `train.agreement`; None: no prefix."""
+    filler: bool = False
+    """A stand-in for a process whose part of the step batch is empty: trained with weight 0, and
+    without rows of its own among the agreement loss's negatives."""
 
     def to(self, device: torch.device | str) -> "Batch":
         """The same batch on `device` (tensors already there are not copied)."""
@@ -57,7 +63,7 @@ def pad_sources(seqs: list[np.ndarray], prefix: int | None = None) -> tuple[torc
 
 
 def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str, src_prefix: int | None = None,
-               tgt_start: int = BOS) -> Batch:
+               tgt_start: int = BOS, reverse_prefix: int | None = None) -> Batch:
     """Padded tensors of one direction; the decoder input starts with `tgt_start` (BOS, or a language tag)."""
     s, lengths = pad_sources(src, src_prefix)
     tmax = max(len(t) for t in tgt) + 1
@@ -69,7 +75,7 @@ def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_
         tin[i, 1:len(t) + 1] = tt
         tout[i, :len(t)] = tt
         tout[i, len(t)] = EOS
-    return Batch(s, lengths, tin, tout, src_lang, tgt_lang)
+    return Batch(s, lengths, tin, tout, src_lang, tgt_lang, reverse_prefix)
 
 
 def shard(idx: np.ndarray, parts: int, k: int) -> np.ndarray:
@@ -83,13 +89,13 @@ class DirectionBatches:
 
     def __init__(self, src: Sequence[np.ndarray] | TokenSequences, tgt: Sequence[np.ndarray] | TokenSequences,
                  src_lang: str, tgt_lang: str, batch_size: int, seed: int, pool: int = 50,
-                 src_prefix: int | None = None, tgt_start: int = BOS):
+                 src_prefix: int | None = None, tgt_start: int = BOS, reverse_prefix: int | None = None):
         if not len(src):
             raise ValueError(f"no training pairs for {src_lang}->{tgt_lang}")
         self.src, self.tgt = TokenSequences.of(src), TokenSequences.of(tgt)
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.batch_size, self.seed, self.pool = batch_size, seed, pool
-        self.src_prefix, self.tgt_start = src_prefix, tgt_start
+        self.src_prefix, self.tgt_start, self.reverse_prefix = src_prefix, tgt_start, reverse_prefix
         self.lengths = self.src.lengths + self.tgt.lengths  # int32: a pair is at most 2 x max_len
         self.epoch, self.position = 0, 0
         self._plan = self._epoch_plan(0)
@@ -124,14 +130,14 @@ class DirectionBatches:
     def batch(self, idx: np.ndarray) -> Batch:
         """The padded batch of these sentence pairs."""
         return make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.src_lang, self.tgt_lang,
-                          self.src_prefix, self.tgt_start)
+                          self.src_prefix, self.tgt_start, self.reverse_prefix)
 
     def batch_both_ways(self, idx: np.ndarray, reverse_prefix: int | None, reverse_start: int) -> tuple[Batch, Batch]:
         """These pairs as a batch, and the same pairs the other way round (target -> source, with
         that direction's source prefix and decoder start): paper 003's cost(a->b) + cost(b->a)."""
         src, tgt = [self.src[i] for i in idx], [self.tgt[i] for i in idx]
-        return (make_batch(src, tgt, self.src_lang, self.tgt_lang, self.src_prefix, self.tgt_start),
-                make_batch(tgt, src, self.tgt_lang, self.src_lang, reverse_prefix, reverse_start))
+        return (make_batch(src, tgt, self.src_lang, self.tgt_lang, self.src_prefix, self.tgt_start, reverse_prefix),
+                make_batch(tgt, src, self.tgt_lang, self.src_lang, reverse_prefix, reverse_start, self.src_prefix))
 
     def next_both_ways(self, reverse_prefix: int | None, reverse_start: int) -> tuple[Batch, Batch]:
         return self.batch_both_ways(self.next_indices(), reverse_prefix, reverse_start)

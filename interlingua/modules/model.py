@@ -18,11 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from interlingua.config import ModelConfig
-from interlingua.data.vocab import PAD
-from interlingua.errors import LanguageError
+from interlingua.config import AgreementConfig, ModelConfig
+from interlingua.data.vocab import EOS, PAD
+from interlingua.errors import ConfigError, LanguageError
 from interlingua.data.batching import Batch
-from interlingua.modules.base import BridgeOutput, Decoder, Encoder
+from interlingua.modules.agreement import agreement_losses
+from interlingua.modules.base import BridgeOutput, Decoder, Encoder, masked_mean
 from interlingua.modules.outputs import OutputRows, RestrictedDecoder
 from interlingua.modules.registry import BRIDGES, DECODERS, ENCODERS
 
@@ -37,6 +38,10 @@ class LossOutput:
     n_tokens: int
     penalty: float
     """Mean ||A A^T - I||_F^2 per sentence of the batch."""
+    agreement: float = 0.0
+    """Sum over the batch's sentences of the agreement loss (`train.agreement`), unweighted."""
+    agreement_sentences: int = 0
+    """Sentences the agreement loss was computed for (0: off, or a copy direction)."""
 
 
 class TranslationModel(nn.Module):
@@ -134,21 +139,34 @@ class TranslationModel(nn.Module):
         return (decoder if rows is None else RestrictedDecoder(decoder, rows)), state
 
     def forward(self, batch: Batch, penalty_weight: float = 0.0, label_smoothing: float = 0.0,
-                softmax_sample: int = 0) -> LossOutput:
+                softmax_sample: int = 0, agreement: AgreementConfig | None = None) -> LossOutput:
         """The training entry: the loss terms of one batch (see `loss`), on the model's device."""
         batch = batch.to(self.device)
         return self.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang, batch.tgt_lang,
-                         penalty_weight, label_smoothing, softmax_sample)
+                         penalty_weight, label_smoothing, softmax_sample, agreement,
+                         reverse_prefix=batch.reverse_prefix, filler=batch.filler)
 
     def loss(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
              src_lang: str, tgt_lang: str, penalty_weight: float = 0.0, label_smoothing: float = 0.0,
-             softmax_sample: int = 0) -> LossOutput:
+             softmax_sample: int = 0, agreement: AgreementConfig | None = None, reverse_prefix: int | None = None,
+             filler: bool = False) -> LossOutput:
         """Teacher-forced loss of one batch; logits are computed only at real target positions.
 
         With `softmax_sample` > 0 (training only) the softmax runs over the batch's own target
         types plus that many uniformly drawn ones (target-vocabulary sampling, Jean et al. 2015),
-        not over the whole vocabulary: the generator is ~35% of a step's arithmetic at 8k types."""
-        bridged = self.run_encoder(src, src_lengths, src_lang)
+        not over the whole vocabulary: the generator is ~35% of a step's arithmetic at 8k types.
+
+        With `agreement` on (weight > 0) and a cross-lingual batch, the targets are also encoded as
+        sources (with `reverse_prefix`, the tag a shared model's source would carry for tgt->src) and
+        their vectors pulled towards the sources' (`interlingua.modules.agreement`); `filler`: this
+        batch only stands in for a process without sentences and gives contrastive no negatives."""
+        use_agreement = agreement is not None and agreement.weight > 0 and src_lang != tgt_lang
+        layers: tuple[list[torch.Tensor], torch.Tensor] | None = None
+        if use_agreement and agreement.layer is not None:
+            layers = self.encoder_for(src_lang).layer_states(src, src_lengths)
+            bridged = self.bridge(layers[0][-1], layers[1], src_lang)
+        else:
+            bridged = self.run_encoder(src, src_lengths, src_lang)
         decoder = self.decoder_for(tgt_lang)
         att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask))
         real = tgt_out != PAD
@@ -178,7 +196,78 @@ class TranslationModel(nn.Module):
             # cross-entropy; dividing both sums by the batch's target tokens keeps that ratio
             # (a per-sentence mean added to a per-token mean would weigh the penalty ~14x more).
             train_loss = train_loss + penalty_weight * per_sentence.sum() / max(n, 1)
-        return LossOutput(train_loss, float(nll_sum.detach()), n, float(penalty.detach()))
+        agreement_sum, agreed = 0.0, 0
+        if use_agreement:
+            assert agreement is not None
+            src_vec = self._agreement_vector(bridged, layers, agreement)
+            tgt_vec = self._target_agreement_vector(tgt_out, tgt_lang, reverse_prefix, agreement)
+            if filler:  # a stand-in batch: no rows of its own (the gather still runs on every process)
+                src_vec, tgt_vec = src_vec[:0], tgt_vec[:0]
+            losses = agreement_losses(src_vec, tgt_vec, agreement.loss, agreement.temperature)
+            train_loss = train_loss + agreement.weight * losses.sum() / max(n, 1)
+            agreement_sum, agreed = float(losses.detach().sum()), len(losses)
+        return LossOutput(train_loss, float(nll_sum.detach()), n, float(penalty.detach()), agreement_sum, agreed)
+
+    # -- agreement (train.agreement) -----------------------------------------------------------
+    def check_agreement(self, agreement: AgreementConfig, directions: list[tuple[str, str]]) -> None:
+        """Fail before training where `agreement` cannot be computed for this model and these directions."""
+        if agreement.weight <= 0:
+            return
+        targets = sorted({t for s, t in directions if s != t and t not in self.encoder_langs})
+        if targets:
+            raise ConfigError(f"train.agreement encodes each target sentence with its language's encoder, but these "
+                              f"target languages have none (they are never a source): {', '.join(targets)}")
+        if agreement.pooling == "heads" and (self.bridge.heads is None or agreement.layer is not None):
+            raise ConfigError("train.agreement.pooling: heads needs a bridge with a fixed number of heads (attention, "
+                              f"ntdv) and no agreement.layer; this model's bridge is '{self.bridge.kind}'")
+        if agreement.layer is not None:
+            enc = self.encoders[next(iter(self.encoders))]
+            n_layers = len(enc.layer_states(torch.zeros(1, 1, dtype=torch.long, device=self.device),
+                                            torch.ones(1, dtype=torch.long, device=self.device))[0]) - 1
+            if agreement.layer > n_layers:
+                raise ConfigError(f"train.agreement.layer {agreement.layer} is beyond the encoder's last layer ({n_layers})")
+
+    def _tag_free(self, mask: torch.Tensor) -> torch.Tensor:
+        """The mask without the first position where every source starts with a target tag (a shared
+        model with `tag_position: source_prefix`): the tag names the target, not the meaning."""
+        if not (self.cfg.shared and self.cfg.tag_position == "source_prefix") or mask.size(1) < 2:
+            return mask
+        mask = mask.clone()
+        mask[:, 0] = False
+        return mask
+
+    def _agreement_vector(self, bridged: BridgeOutput, layers: tuple[list[torch.Tensor], torch.Tensor] | None,
+                          agreement: AgreementConfig) -> torch.Tensor:
+        """What `train.agreement` compares of one side: (batch, d), or (batch, heads, d) per head;
+        `layers`: the encoder's layer states and mask, where `agreement.layer` chooses one of them."""
+        if layers is not None:
+            assert agreement.layer is not None
+            states, mask = layers
+            return masked_mean(states[agreement.layer].float(), self._tag_free(mask))
+        if agreement.pooling == "heads":
+            return self.bridge.head_vectors(bridged)
+        if self.bridge.heads is None:  # the memory is the token states: leave a source tag out
+            return masked_mean(bridged.memory.float(), self._tag_free(bridged.memory_mask))
+        return self.bridge.pooled(bridged)
+
+    def _target_agreement_vector(self, tgt_out: torch.Tensor, tgt_lang: str, prefix: int | None,
+                                 agreement: AgreementConfig) -> torch.Tensor:
+        """The batch's target sentences encoded as sources of `tgt_lang` (targets without EOS, after
+        `prefix` where a shared model's sources carry a tag), then pooled as the source side is."""
+        ids = tgt_out.masked_fill(tgt_out == EOS, PAD)
+        lengths = (ids != PAD).sum(1)
+        if prefix is not None:
+            ids = torch.cat([ids.new_full((len(ids), 1), prefix), ids], 1)
+            lengths = lengths + 1
+        ids = ids[:, :max(int(lengths.max()), 1)]
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not agreement.detach_target):
+            layers = None
+            if agreement.layer is not None:
+                layers = self.encoder_for(tgt_lang).layer_states(ids, lengths)
+                bridged = self.bridge(layers[0][-1], layers[1], tgt_lang)
+            else:
+                bridged = self.run_encoder(ids, lengths, tgt_lang)
+            return self._agreement_vector(bridged, layers, agreement)
 
 
 def _sampled_logits(generator: nn.Linear, states: torch.Tensor, gold: torch.Tensor,

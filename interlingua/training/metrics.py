@@ -18,20 +18,26 @@ log = logging.getLogger(__name__)
 
 def empty_window() -> dict[str, Any]:
     """Running sums of the steps since the last train record."""
-    return {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0, "tokens": 0, "time": 0.0}
+    return {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0, "tokens": 0, "time": 0.0, "agr": 0.0, "agr_n": 0}
 
 
 def add_step(window: dict[str, Any], nll: float, target_tokens: int, penalty: float, tokens: int,
-             seconds: float) -> dict[str, Any]:
-    """The window with one more step in it (a new dict: the old one stays valid for a rewind)."""
+             seconds: float, agreement: float = 0.0, agreed: int = 0) -> dict[str, Any]:
+    """The window with one more step in it (a new dict: the old one stays valid for a rewind);
+    `agreement` is the step's summed agreement loss over its `agreed` sentences."""
     return {"nll": window["nll"] + nll, "tok": window["tok"] + target_tokens, "pen": window["pen"] + penalty,
-            "n": window["n"] + 1, "tokens": window["tokens"] + tokens, "time": window["time"] + seconds}
+            "n": window["n"] + 1, "tokens": window["tokens"] + tokens, "time": window["time"] + seconds,
+            "agr": window.get("agr", 0.0) + agreement, "agr_n": window.get("agr_n", 0) + agreed}
 
 
 def train_record(step: int, window: dict[str, Any], lr: float, elapsed: float) -> dict[str, Any]:
-    return {"type": "train", "step": step, "loss": window["nll"] / max(window["tok"], 1),
-            "penalty": window["pen"] / window["n"], "tokens_per_s": window["tokens"] / max(window["time"], 1e-9),
-            "lr": lr, "elapsed_s": round(elapsed, 2)}
+    """A train line of metrics.jsonl; `agreement` (mean loss per sentence) only where it was computed."""
+    rec = {"type": "train", "step": step, "loss": window["nll"] / max(window["tok"], 1),
+           "penalty": window["pen"] / window["n"], "tokens_per_s": window["tokens"] / max(window["time"], 1e-9),
+           "lr": lr, "elapsed_s": round(elapsed, 2)}
+    if window.get("agr_n"):
+        rec["agreement"] = window["agr"] / window["agr_n"]
+    return rec
 
 
 class MetricsLog:

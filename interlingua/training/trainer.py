@@ -27,7 +27,7 @@ import math
 import signal
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -133,6 +133,7 @@ class Trainer:
             self._load_init_weights(init_from, Path(init))
         if tc.trainable == "bridge":
             self.model.freeze_translation()
+        self.model.check_agreement(tc.agreement, self.directions)
         restrict_to_vocabs(self.model, self.data.vocabs)
         self.model.to(self.runtime.device)
         trained = [p for p in self.model.parameters() if p.requires_grad]
@@ -197,15 +198,30 @@ class Trainer:
         """`precision: auto` here: bf16 only where this model's own steps measure faster in it."""
         tc = self.cfg.train
         probe = model_bf16_probe(self.model, next(iter(self.batches.values())), self.runtime.device,
-                                 {"penalty_weight": tc.penalty_weight, "label_smoothing": tc.label_smoothing,
-                                  "softmax_sample": tc.softmax_sample},
+                                 self._loss_terms(),
                                  self.runtime.rng_state, self.runtime.set_rng_state)
         workload = model_workload(self.cfg.model.model_dump(mode="json"),
                                   {lang: len(v) for lang, v in self.data.vocabs.items()}, tc.batch_size)
         return resolve_device_precision("auto", self.runtime.device, probe, workload)
 
+    def _loss_terms(self) -> dict[str, Any]:
+        """What `model(batch, ...)` takes besides the batch: the loss's terms and their weights."""
+        tc = self.cfg.train
+        return {"penalty_weight": tc.penalty_weight, "label_smoothing": tc.label_smoothing,
+                "softmax_sample": tc.softmax_sample, "agreement": tc.agreement if tc.agreement.weight > 0 else None}
+
     def _prefix(self, src: str, tgt: str) -> int | None:
         return source_prefix(self.data.vocabs[src], tgt, self.cfg.model.shared, self.cfg.model.tag_position)
+
+    def _reverse_prefix(self, d: Direction) -> int | None:
+        """The prefix of the target sentences encoded as sources (tgt->src) for the agreement loss."""
+        if self.cfg.train.agreement.weight <= 0 or d[0] == d[1]:
+            return None
+        try:
+            return self._prefix(d[1], d[0])
+        except KeyError:
+            raise ConfigError(f"train.agreement encodes {d[1]} sentences as sources for {d[0]}, but the vocabulary "
+                              f"has no tag for {d[0]}") from None
 
     def _start(self, tgt: str) -> int:
         return decoder_start(self.data.vocabs[tgt], tgt, self.cfg.model.shared, self.cfg.model.tag_position)
@@ -217,7 +233,7 @@ class Trainer:
             raise DataError(f"no training sentence pairs for direction {d[0]}->{d[1]} in the corpus")
         seed = self.cfg.train.seed * 7919 + zlib.crc32(direction_name(d).encode())
         return DirectionBatches(src, tgt, d[0], d[1], self.cfg.train.batch_size, seed, self.cfg.train.bucket_pool,
-                                self._prefix(*d), self._start(d[1]))
+                                self._prefix(*d), self._start(d[1]), self._reverse_prefix(d))
 
     # -- checkpoints ---------------------------------------------------------------------
     def _training_state(self, history: list[dict[str, Any]] | None = None,
@@ -418,9 +434,10 @@ class Trainer:
                 dt = time.perf_counter() - t0
                 # the whole step's loss terms, and the mean time of the processes (the same on each:
                 # a time budget then ends every process at the same step)
-                nll, n_tgt, penalty_sum, sentences, dt = self.dist.sum([*sums, dt])
+                nll, n_tgt, penalty_sum, sentences, agreement_sum, agreed, dt = self.dist.sum([*sums, dt])
                 dt /= self.dist.world_size
-                window = add_step(w, nll, int(n_tgt), penalty_sum / max(sentences, 1), ntok, dt)
+                window = add_step(w, nll, int(n_tgt), penalty_sum / max(sentences, 1), ntok, dt,
+                                  agreement_sum, int(agreed))
                 self.step, self.elapsed, self._window, self._step_start = self.step + 1, self.elapsed + dt, window, None
                 self._updating = False
                 if self._deferred_signal is not None:
@@ -468,6 +485,7 @@ class Trainer:
             made = (batches.batch_both_ways(part, self._prefix(t, s), self._start(s)) if tc.both_directions
                     else (batches.batch(part),))
             for rev, batch in zip(sides, made):
+                batch = replace(batch, filler=True) if filler else batch
                 scale = (0.0 if filler else 1.0 if parts == 1
                          else world * batches.target_tokens(part, reverse=rev) / whole[rev])
                 micro.append(MicroBatch(batch, scale))
@@ -475,11 +493,10 @@ class Trainer:
 
     def _forward_backward(self, micro: list[MicroBatch]) -> list[float]:
         """Gradients of the step's loss from this process's passes (DDP exchanges them after the
-        last one only); returns this process's NLL sum, target tokens, penalty sum and sentences."""
-        tc = self.cfg.train
-        terms = {"penalty_weight": tc.penalty_weight, "label_smoothing": tc.label_smoothing,
-                 "softmax_sample": tc.softmax_sample}
-        nll = n_tgt = penalty = sentences = 0.0
+        last one only); returns this process's NLL sum, target tokens, penalty sum, sentences, agreement
+        loss sum and the sentences it was computed for."""
+        terms = self._loss_terms()
+        nll = n_tgt = penalty = sentences = agreement = agreed = 0.0
         for i, mb in enumerate(micro):
             with no_sync(self.trained, skip=i < len(micro) - 1):
                 with self.runtime.autocast():
@@ -489,7 +506,8 @@ class Trainer:
             if mb.scale:
                 n = mb.batch.src.size(0)
                 nll, n_tgt, penalty, sentences = nll + out.nll_sum, n_tgt + out.n_tokens, penalty + out.penalty * n, sentences + n
-        return [nll, n_tgt, penalty, sentences]
+                agreement, agreed = agreement + out.agreement, agreed + out.agreement_sentences
+        return [nll, n_tgt, penalty, sentences, agreement, agreed]
 
     def _after_step(self, bar: tqdm) -> None:
         """The log line and validation owed at the current step, unless already done (state-driven,
@@ -502,6 +520,7 @@ class Trainer:
             self._log(rec)
             self._window = empty_window()
             bar.set_postfix(step=self.step, loss=f"{rec['loss']:.3f}", pen=f"{rec['penalty']:.2f}",
+                            **({"agr": f"{rec['agreement']:.3f}"} if "agreement" in rec else {}),
                             tok_s=f"{rec['tokens_per_s']:.0f}")
         if self.step and self.step % tc.valid_every == 0 and (not self.history or self.history[-1]["step"] != self.step):
             self._validate_and_save()
