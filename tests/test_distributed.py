@@ -117,6 +117,30 @@ def test_two_gloo_processes_equal_one_process_with_the_combined_batch(multi30k_c
     _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"], rank0)
 
 
+def test_two_gloo_processes_with_contrastive_agreement_equal_one_process(multi30k_corpus, tmp_path):
+    """Contrastive agreement takes its negatives from the whole step batch: each rank gathers the
+    other's sentence vectors (with their gradients), so two ranks of 10 pairs train as one process of 20."""
+    agreement = {"agreement": {"weight": 2.0, "loss": "contrastive", "temperature": 0.1}}
+    one = tmp_path / "one"
+    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml", **agreement).read_text())
+    Trainer(parse_config(cfg)).train()
+    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", **agreement)
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT, encoding="utf-8")
+    _torchrun([str(script), str(config), str(tmp_path)])
+    rank0 = torch.load(tmp_path / "rank0.pt")
+    reference = read_checkpoint(one / "run" / "last.pt")["model"]
+    _assert_close(rank0, reference)
+    # and the agreement term did move the weights: without it they end elsewhere
+    plain = tmp_path / "plain"
+    cfg = yaml.safe_load(_write_config(multi30k_corpus, plain / "run", tmp_path / "plain.yaml").read_text())
+    Trainer(parse_config(cfg)).train()
+    other = read_checkpoint(plain / "run" / "last.pt")["model"]
+    assert any(not torch.allclose(reference[k], other[k], rtol=1e-5, atol=1e-6) for k in reference)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["agreement"] > 0 for r in logged if r["type"] == "train")
+
+
 def test_torchrun_cli_validates_once_and_resumes_with_another_process_count(multi30k_corpus, one_process, tmp_path):
     """`interlingua train` under torchrun: one validation per validation step (not one per rank),
     one metrics log; the run stops at step 3, and goes on to step 6 with ONE process, ending where

@@ -303,3 +303,25 @@ def test_ctrl_c_mid_step_resumes_exactly_with_an_inverse_sqrt_schedule(multi30k_
     lr = RUN["train"].get("lr", 0.005)
     logged = {r["step"]: r["lr"] for r in _metrics(work) if r["type"] == "train"}
     assert logged == pytest.approx({s: lr * min(s / 10, (10 / s) ** 0.5) for s in (5, 10, 15, 20)}, rel=1e-12)
+
+
+def test_ctrl_c_mid_step_resumes_exactly_with_agreement_on(multi30k_corpus, straight, tmp_path):
+    """The agreement loss draws nothing from the RNG of its own, and its running sums are part of the
+    saved log window: stopped at step 12 and resumed, the run ends as one never stopped."""
+    _, data = straight
+    agreement = {"agreement": {"weight": 3.0, "loss": "contrastive", "temperature": 0.2}}
+
+    def config(work):
+        return parse_config(tiny_config(multi30k_corpus, work, **{**RUN, "train": {**RUN["train"], **agreement}}))
+
+    reference = tmp_path / "straight"
+    Trainer(config(reference), data=data).train()
+    assert all("agreement" in r for r in _metrics(reference) if r["type"] == "train")
+    work = tmp_path / "run"
+    trainer = Trainer(config(work), data=data)
+    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
+        trainer.train()
+    result = Trainer(config(work), resume=True, data=data).train()
+    assert result.steps == 24
+    assert_same_run(reference, work)
