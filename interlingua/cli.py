@@ -221,6 +221,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         print(report.markdown)
         print("\nwritten: " + ", ".join(str(f) for f in report.files))
         return
+    if args.suite == "crosslingual":
+        return _crosslingual_report(args)
     if args.suite == "cldc":
         from interlingua.evaluation.cldc import evaluate_cldc, parse_pairs
         _use_threads(args.threads)
@@ -245,6 +247,18 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(f"written: {out_dir / (args.suite + '.md')}, {out_dir / (args.suite + '.json')}")
     print(f"wall clock: suite {result.total_elapsed_s:.1f} s, loading model and references "
           f"{result.setup_elapsed_s:.1f} s")
+
+
+def _crosslingual_report(args: argparse.Namespace) -> None:
+    """`evaluate crosslingual`: retrieval, margins, language probe and (unless --no-bleu) BLEU of one model."""
+    from interlingua.evaluation.crosslingual_report import evaluate_crosslingual, write_crosslingual
+    _use_threads(args.threads)
+    report = evaluate_crosslingual(args.model, corpus=args.corpus, split=args.split, beam=args.beam,
+                                   pivot=args.pivot or "en", limit=args.max_sentences, bleu=not args.no_bleu,
+                                   batch_size=args.batch_size, device=args.device, precision=args.precision)
+    files = write_crosslingual(report, args.out or Path(args.model).parent / "eval")
+    print(files[0].read_text())
+    print("written: " + ", ".join(str(f) for f in files))
 
 
 def _cldc_files(args: argparse.Namespace, out_dir: Path) -> None:
@@ -452,16 +466,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision(e)
     e.set_defaults(func=cmd_embed)
 
-    v = sub.add_parser("evaluate", help="BLEU/chrF matrix, or a sentence-vector suite")
-    v.add_argument("suite", choices=["bleu", "downstream", "similarity", "nli", "probing", "crosslingual", "retrieval", "all",
-                                     "cldc"])
+    v = sub.add_parser("evaluate", help="BLEU/chrF matrix, a sentence-vector suite, or the cross-lingual report")
+    v.add_argument("suite", choices=["bleu", "downstream", "similarity", "nli", "probing", "xnli", "retrieval", "all",
+                                     "cldc", "crosslingual"],
+                   help="xnli: XNLI transfer (sentence suite); crosslingual: how language-agnostic the "
+                        "model is (retrieval, margin, language probe, supervised / zero-shot / pivot BLEU, off-target)")
     v.add_argument("--model", required=True)
     v.add_argument("--split", default="test_2016_flickr")
     v.add_argument("--corpus", default=None, help="corpus YAML (default: the one the model was trained on)")
     v.add_argument("--beam", type=positive_int, default=1)
-    v.add_argument("--pivot", default=None, help="translate through this language (directions from or into it: directly)")
+    v.add_argument("--pivot", default=None, help="translate through this language (directions from or into it: directly); "
+                   "crosslingual: the zero-shot directions' pivot where both legs were trained (default en; "
+                   "else the model's own choice)")
     v.add_argument("--batch-size", type=positive_int, default=64)
-    v.add_argument("--max-sentences", type=positive_int, default=None)
+    v.add_argument("--max-sentences", "--limit", type=positive_int, default=None, metavar="N",
+                   help="bleu, crosslingual: the first N lines of the split")
+    v.add_argument("--no-bleu", action="store_true", help="crosslingual: no translation (vectors only, fast)")
     v.add_argument("--threads", type=positive_int, default=None)
     v.add_argument("--data-root", default=str(Path("..") / "shared" / "data"), help="folder with senteval_downstream/, xnli/, multi30k/, webis_cls10/ (cldc: or the Webis-CLS-10 folder itself)")
     v.add_argument("--probing-dir", default=None, metavar="DIR",
@@ -470,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes for the probe fits of a sentence suite (default: one per usable core)")
     v.add_argument("--quick", action="store_true", help="subsample data sets (smoke runs)")
     v.add_argument("--no-references", action="store_true", help="skip the bag-of-words and untrained reference points")
-    v.add_argument("--out", default=None, help="output folder (default: <model folder>/eval)")
+    v.add_argument("--out", default=None, help="output folder (default: <model folder>/eval; cldc: <model folder>/eval/cldc)")
     v.add_argument("--pairs", nargs="+", default=["en-de", "en-fr"], metavar="A-B",
                    help="cldc: language pairs, each classified both ways (default: en-de en-fr)")
     v.add_argument("--domains", nargs="+", default=None, choices=["books", "dvd", "music"],

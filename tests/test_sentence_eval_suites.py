@@ -20,7 +20,7 @@ def data_root():
 
 
 def test_suite_names():
-    assert set(SUITES) == {"downstream", "similarity", "nli", "probing", "crosslingual", "retrieval", "all"}
+    assert set(SUITES) == {"downstream", "similarity", "nli", "probing", "xnli", "retrieval", "all"}
 
 
 def test_nli_and_retrieval_reports(data_root, tmp_path):

@@ -1,4 +1,5 @@
-"""PNG score matrices (BLEU/chrF heat maps); the bridge attention heat maps are drawn in sentence/heads.py."""
+"""PNG score matrices (BLEU/chrF, retrieval and margin heat maps); the bridge attention heat maps are drawn in
+sentence/heads.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,9 @@ from interlingua.figures import save_figure  # noqa: E402
 
 
 def plot_score_matrix(matrix: dict[str, dict[str, float | None]], languages: list[str], zero_shot: set[tuple[str, str]],
-                      title: str, out_png: Path) -> None:
-    """Heat map of a source x target score matrix; zero-shot cells are hatched and starred."""
+                      title: str, out_png: Path, digits: int = 1) -> None:
+    """Heat map of a source x target score matrix; zero-shot cells are starred. `digits`: decimals
+    in the cells (1 for BLEU and percentages; cosine differences need 2)."""
     data = np.full((len(languages), len(languages)), np.nan)
     for i, s in enumerate(languages):
         for j, t in enumerate(languages):
@@ -31,7 +33,7 @@ def plot_score_matrix(matrix: dict[str, dict[str, float | None]], languages: lis
         for j, t in enumerate(languages):
             if not np.isnan(data[i, j]):
                 star = "*" if (s, t) in zero_shot else ""
-                ax.text(j, i, f"{data[i, j]:.1f}{star}", ha="center", va="center",
+                ax.text(j, i, f"{data[i, j]:.{digits}f}{star}", ha="center", va="center",
                         color="white" if data[i, j] < np.nanmean(data) else "black", fontsize=9)
     ax.set_title(title + ("\n(* zero-shot)" if zero_shot else ""), fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046)

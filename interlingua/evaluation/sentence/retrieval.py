@@ -17,7 +17,8 @@ import numpy as np
 from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
 
-__all__ = ["METHODS", "cosine_matrix", "multiway_retrieval", "ratio_margin", "retrieval_accuracy"]
+__all__ = ["METHODS", "centered", "cosine_matrix", "multiway_retrieval", "ratio_margin", "retrieval_accuracy",
+           "retrieval_tables"]
 
 
 def _knn_mean(sim: np.ndarray, k: int, axis: int) -> np.ndarray:
@@ -39,6 +40,11 @@ def ratio_margin(sim: np.ndarray, k: int = 4) -> np.ndarray:
 METHODS = ("cosine", "margin", "centered", "centered_margin")
 
 
+def centered(vectors: np.ndarray) -> np.ndarray:
+    """One language's vectors minus their mean: the label-free removal of its language-specific offset."""
+    return vectors - vectors.mean(axis=0, keepdims=True)
+
+
 def retrieval_accuracy(src: np.ndarray, tgt: np.ndarray, *, method: str = "cosine", k: int = 4) -> float:
     """Share (%) of source rows i whose best-scoring target row is row i."""
     if len(src) != len(tgt):
@@ -46,11 +52,18 @@ def retrieval_accuracy(src: np.ndarray, tgt: np.ndarray, *, method: str = "cosin
     if method not in METHODS:
         raise EvaluationError(f"unknown retrieval method '{method}' (use {', '.join(map(repr, METHODS))})")
     if method in ("centered", "centered_margin"):
-        src, tgt = src - src.mean(axis=0, keepdims=True), tgt - tgt.mean(axis=0, keepdims=True)
+        src, tgt = centered(src), centered(tgt)
     sim = cosine_matrix(src, tgt)
     if method in ("margin", "centered_margin"):
         sim = ratio_margin(sim, k)
     return 100.0 * float(np.mean(sim.argmax(axis=1) == np.arange(len(src))))
+
+
+def retrieval_tables(vectors: Mapping[str, np.ndarray], *, k: int = 4) -> dict[str, dict[str, dict[str, float]]]:
+    """Every method's accuracy for every ordered pair of aligned per-language vectors: {method: {src: {tgt: acc}}}."""
+    langs = list(vectors)
+    return {method: {s: {t: retrieval_accuracy(vectors[s], vectors[t], method=method, k=k) for t in langs if t != s}
+                     for s in langs} for method in METHODS}
 
 
 def multiway_retrieval(encoder: Encoder, texts: Mapping[str, list[str]], *, k: int = 4) -> dict:
@@ -61,11 +74,8 @@ def multiway_retrieval(encoder: Encoder, texts: Mapping[str, list[str]], *, k: i
     if len(sizes) != 1:
         raise EvaluationError(f"multi-way retrieval needs the same number of sentences per language, got {sorted(sizes)}")
     vecs = {lang: encoder.mean(texts[lang], lang) for lang in langs}
-    out: dict = {**{m: {} for m in METHODS}, "languages": langs, "missing_languages": missing, "k": k,
+    out: dict = {**retrieval_tables(vecs, k=k), "languages": langs, "missing_languages": missing, "k": k,
                  "n": sizes.pop()}
-    for s in langs:
-        for method in METHODS:
-            out[method][s] = {t: retrieval_accuracy(vecs[s], vecs[t], method=method, k=k) for t in langs if t != s}
     for method in METHODS:
         cells = [v for row in out[method].values() for v in row.values()]
         out[f"{method}_mean"] = float(np.mean(cells)) if cells else None

@@ -14,7 +14,7 @@ from pathlib import Path
 from interlingua.evaluation.sentence.features import PAIR_FEATURES
 from interlingua.evaluation.sentence.protocol import EmbedderLike, Encoder, EvaluationError
 from interlingua.evaluation.sentence.suites.context import Budget, Context
-from interlingua.evaluation.sentence.suites.crosslingual import Crosslingual
+from interlingua.evaluation.sentence.suites.crosslingual import XNLITransfer
 from interlingua.evaluation.sentence.suites.downstream import Downstream
 from interlingua.evaluation.sentence.suites.nli import Nli
 from interlingua.evaluation.sentence.suites.probing import Probing
@@ -26,8 +26,8 @@ from interlingua.evaluation.sentence.suites.skeleton import Suite, Task
 __all__ = ["SUITES", "SUITE_ORDER", "AllResult", "Budget", "Context", "Suite", "SuiteResult", "Task", "TaskRun",
            "Timing", "run_all", "run_suite"]
 
-SUITE_ORDER = ("downstream", "similarity", "nli", "probing", "crosslingual", "retrieval")
-_SUITES: dict[str, Suite] = {s.name: s for s in (Downstream(), Similarity(), Nli(), Probing(), Crosslingual(), Retrieval())}
+SUITE_ORDER = ("downstream", "similarity", "nli", "probing", "xnli", "retrieval")
+_SUITES: dict[str, Suite] = {s.name: s for s in (Downstream(), Similarity(), Nli(), Probing(), XNLITransfer(), Retrieval())}
 
 
 def run_all(ctx: Context) -> AllResult:

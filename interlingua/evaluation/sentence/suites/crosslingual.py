@@ -15,10 +15,10 @@ from interlingua.evaluation.sentence.suites.tables import add_matrix_rows, note_
 from interlingua.evaluation.sentence.tasks import XNLI_LANGS, MissingDataError, Pairs, load_xnli
 
 
-class Crosslingual(Suite):
+class XNLITransfer(Suite):
     """One task over every XNLI language found; an embedder is scored on the languages it has."""
 
-    name = "crosslingual"
+    name = "xnli"
 
     def tasks(self, ctx: Context, result: SuiteResult, pool: Executor) -> Iterator[Task]:
         data: dict[str, Pairs] = {}
