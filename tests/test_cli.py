@@ -112,6 +112,10 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys):
     assert "de->fr*" in text and "fr->de*" in text  # the zero-shot directions are shown and marked
     assert "== 5/5 sentence vectors" in text and "de->en:" in text
     assert set(out["bleu"]) == {"de", "en", "fr"} and out["steps"] == 3
+    assert "zero-shot de->fr: BLEU" in text and "through en" in text  # zero-shot beside pivot
+    assert "unrelated caption" in text and set(out["pivot_bleu"]["de"]) == {"fr"}
+    records = [json.loads(line) for line in (tmp_path / "demo" / "model" / "metrics.jsonl").read_text().splitlines()]
+    assert any("agreement" in r for r in records if r["type"] == "train")  # on by default
 
 
 def test_evaluate_sentence_suite_through_cli(trained_model, multi30k_corpus, tmp_path, capsys):
