@@ -264,6 +264,11 @@ class AgreementConfig(_Strict):
     every process, is a negative); cosine: 1 - cos; mse: mean squared difference of the vectors."""
     temperature: float = Field(0.1, gt=0)
     """Of `contrastive`: cosines are divided by it before the softmax."""
+    negatives: Literal["translations", "both"] = "translations"
+    """Of `contrastive`: the other sentences a sentence's translation must beat. translations: the other
+    translations of the batch (all in the other language, so a per-language offset costs nothing);
+    both: also the other sentences of its own language (SimCLR's NT-Xent), which makes a sentence's
+    own language no nearer than the translation, pushing the language out of the vectors."""
     pooling: Literal["mean", "heads"] = "mean"
     """mean: the sentence vector (the mean of M's rows for the attention bridge, the masked mean of the
     states without one, NTDV's document vector); heads: each of the bridge's k heads compared with the

@@ -175,3 +175,18 @@ def test_agreement_raises_retrieval_on_a_synthetic_task(tmp_path):
         retrieval[name] = retrieval_accuracy(model.encode(en, "en"), model.encode(de, "de"))
     assert retrieval["with"] > retrieval["without"] + 20, retrieval
     assert retrieval["with"] > 80, retrieval
+
+
+def test_contrastive_with_both_languages_as_negatives_penalises_a_language_offset():
+    """With the other translations as the only negatives, moving every sentence of one language by the
+    same vector changes little; with the own language's sentences as negatives too, an offset that
+    brings a language's sentences together costs."""
+    x = _vectors(8, seed=5)
+    offset = torch.full((16,), 3.0)
+    src, tgt = x + offset, x + 0.3 * _vectors(8, seed=6) - offset
+    plain = agreement_losses(src, tgt, "contrastive", 0.1)
+    both = agreement_losses(src, tgt, "contrastive", 0.1, negatives="both")
+    centred = agreement_losses(src - offset, tgt + offset, "contrastive", 0.1, negatives="both")
+    assert both.mean() > plain.mean() and both.mean() > centred.mean()
+    one = agreement_losses(x[:1], x[:1].clone(), "contrastive", negatives="both")
+    assert torch.isfinite(one).all() and float(one) == pytest.approx(0.0, abs=1e-6)

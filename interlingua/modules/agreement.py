@@ -16,30 +16,38 @@ LOSSES = ("contrastive", "cosine", "mse")
 
 
 def agreement_losses(src: torch.Tensor, tgt: torch.Tensor, loss: str, temperature: float = 0.1,
-                     gather: bool = True) -> torch.Tensor:
+                     gather: bool = True, negatives: str = "translations") -> torch.Tensor:
     """Per-sentence losses (batch,) between `src` and `tgt`, both (batch, d) or (batch, heads, d), fp32.
 
     cosine: 1 - cos; mse: mean squared difference (both 0 for identical vectors, averaged over heads);
     contrastive: symmetric InfoNCE, the translation against every other one of the step batch
-    (`gather`: on every process), cosines divided by `temperature`, averaged over both ways."""
+    (`gather`: on every process; `negatives` "both": also against the other sentences of the same
+    language), cosines divided by `temperature`, averaged over both ways."""
     src, tgt = src.float(), tgt.float()
     if loss == "cosine":
         return (1 - F.cosine_similarity(src, tgt, dim=-1)).reshape(len(src), -1).mean(1)
     if loss == "mse":
         return (src - tgt).pow(2).reshape(len(src), -1).mean(1)
     if loss == "contrastive":
-        return _info_nce(src, tgt, temperature, gather)
+        return _info_nce(src, tgt, temperature, gather, negatives == "both")
     raise ValueError(f"unknown agreement loss {loss!r}; known: {', '.join(LOSSES)}")
 
 
-def _info_nce(src: torch.Tensor, tgt: torch.Tensor, temperature: float, gather: bool) -> torch.Tensor:
+def _info_nce(src: torch.Tensor, tgt: torch.Tensor, temperature: float, gather: bool,
+              same_language: bool) -> torch.Tensor:
     src_n, tgt_n = F.normalize(src, dim=-1), F.normalize(tgt, dim=-1)
     all_src, offset = gather_rows(src_n) if gather else (src_n, 0)
     all_tgt, _ = gather_rows(tgt_n) if gather else (tgt_n, 0)
     labels = torch.arange(offset, offset + len(src), device=src.device)
-    forward = F.cross_entropy(_cosines(src_n, all_tgt) / temperature, labels, reduction="none")
-    backward = F.cross_entropy(_cosines(tgt_n, all_src) / temperature, labels, reduction="none")
-    return (forward + backward) / 2
+    ways = []
+    for rows, other, same in ((src_n, all_tgt, all_src), (tgt_n, all_src, all_tgt)):
+        logits = _cosines(rows, other) / temperature
+        if same_language:  # the sentence itself is no candidate: -inf on its own column
+            own = _cosines(rows, same) / temperature
+            own = own.masked_fill(torch.nn.functional.one_hot(labels, len(same)).bool(), float("-inf"))
+            logits = torch.cat([logits, own], 1)
+        ways.append(F.cross_entropy(logits, labels, reduction="none"))
+    return (ways[0] + ways[1]) / 2
 
 
 def _cosines(rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:

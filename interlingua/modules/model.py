@@ -203,7 +203,8 @@ class TranslationModel(nn.Module):
             tgt_vec = self._target_agreement_vector(tgt_out, tgt_lang, reverse_prefix, agreement)
             if filler:  # a stand-in batch: no rows of its own (the gather still runs on every process)
                 src_vec, tgt_vec = src_vec[:0], tgt_vec[:0]
-            losses = agreement_losses(src_vec, tgt_vec, agreement.loss, agreement.temperature)
+            losses = agreement_losses(src_vec, tgt_vec, agreement.loss, agreement.temperature,
+                                      negatives=agreement.negatives)
             train_loss = train_loss + agreement.weight * losses.sum() / max(n, 1)
             agreement_sum, agreed = float(losses.detach().sum()), len(losses)
         return LossOutput(train_loss, float(nll_sum.detach()), n, float(penalty.detach()), agreement_sum, agreed)

@@ -1,9 +1,10 @@
 """Batched greedy and beam search over any decoder kind's `step` (the `Decoder` interface), and
-`translate_ids`, the one encode -> search -> detokenise pipeline that translation and dev
-validation share. Search runs on the decoder's device."""
+translation's two halves that translation and dev validation share: `encoded_batches` (prefix,
+length-sorted batches, encoder + bridge) and `decode_batch` (output limits, search, detokenise),
+joined batch by batch in `translate_ids`. Search runs on the decoder's device."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from tqdm import tqdm
 
 from interlingua.data.inputs import length_sorted_batches
 from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
-from interlingua.modules.base import Decoder
+from interlingua.modules.base import BridgeOutput, Decoder
 
 if TYPE_CHECKING:
     from interlingua.modules.model import TranslationModel
@@ -152,6 +153,48 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
     return [sorted(f, key=lambda x: -x[0]) for f in finished]
 
 
+def encoded_batches(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
+                    tgt_lang: str, batch_size: int) -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
+    """The encode half of translation: (original indices, source lengths with the prefix, encoder + bridge
+    output on the model's device) per length-sorted batch of the non-empty sources. `tgt_lang` matters only
+    to a model that puts the target's tag before the source (`source_prefix`)."""
+    prefix = source_prefix(vocabs[src_lang], tgt_lang, model.cfg.shared, model.cfg.tag_position)
+    device = model.device
+    for idx, ids, lengths in length_sorted_batches(list(seqs), batch_size, prefix):
+        yield idx, lengths, model.run_encoder(ids.to(device), lengths.to(device), src_lang)
+
+
+def output_limits(lengths: torch.Tensor, max_len: int | None, max_len_cap: int, readable: int | None) -> torch.Tensor:
+    """Each sentence's most output subwords: `max_len`, or by default twice its own source length (`lengths`,
+    prefix included) + 10, at most `max_len_cap`; never past a decoder's learned position table
+    (`readable`: the start token and the limit's steps fit in it). From the sentence alone, so that a
+    translation does not depend on the batch it is in."""
+    limit = torch.full_like(lengths, max_len) if max_len else (lengths * 2 + 10).clamp(max=max_len_cap)
+    return limit if readable is None else limit.clamp(max=readable)
+
+
+def decode_batch(model: "TranslationModel", vocabs: dict[str, Vocab], bridged: BridgeOutput, lengths: torch.Tensor,
+                 tgt_lang: str, *, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
+                 max_len_cap: int = 100, beam_stop: str = "all") -> list[str]:
+    """The decode half of translation: one batch's memory (`bridged`, from `encoded_batches` or put back
+    together from a representation) searched into `tgt_lang`, greedily (`beam` 1) or with beam search,
+    and detokenised; `lengths` are the sources' (prefix included), which set the output limits."""
+    vocab = vocabs[tgt_lang]
+    start = decoder_start(vocab, tgt_lang, model.cfg.shared, model.cfg.tag_position)
+    limit = output_limits(lengths, max_len, max_len_cap, model.decoder_for(tgt_lang).max_length)
+    decoder, state = model.start_decoding(bridged, tgt_lang)
+    if beam == 1:
+        hyps = greedy_search(decoder, state, limit, start)
+    else:
+        hyps = beam_search(decoder, state, limit, beam, length_penalty, start, beam_stop)
+    return [vocab.decode(h) for h in hyps]
+
+
+def batches_total(lengths: Sequence[int], batch_size: int) -> int:
+    """How many batches the non-empty sequences make (a progress bar's total)."""
+    return (sum(1 for n in lengths if n) + batch_size - 1) // batch_size
+
+
 @torch.inference_mode()
 def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
                   tgt_lang: str, *, batch_size: int, beam: int = 1, length_penalty: float = 1.0,
@@ -159,28 +202,17 @@ def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Seq
                   beam_stop: str = "all") -> list[str]:
     """Translations of the tokenised sources `seqs` (from `data.inputs.tokenize_inputs`), in their
     order; an empty source gives "". Sources get the model's prefix (`source_prefix`), go through
-    in length-sorted batches on the model's device, and are searched greedily (`beam` 1) or with
-    beam search. Each sentence's output limit is `max_len`, or by default twice its own source
-    length + 10, at most `max_len_cap` subwords, and never past a decoder's learned position table:
-    a translation does not depend on the batch it is in."""
+    in length-sorted batches on the model's device (`encoded_batches`), and each batch is searched
+    at once (`decode_batch`: greedy for `beam` 1, else beam search; output limits from
+    `output_limits`), so no batch's memory outlives its search. `Model.translate` runs the same two
+    halves with the whole representation kept in between (`Model.represent`, `Model.generate`)."""
     model.eval()
-    device = model.device
-    prefix = source_prefix(vocabs[src_lang], tgt_lang, model.cfg.shared, model.cfg.tag_position)
-    start = decoder_start(vocabs[tgt_lang], tgt_lang, model.cfg.shared, model.cfg.tag_position)
     out = [""] * len(seqs)
-    readable = model.decoder_for(tgt_lang).max_length
-    n_batches = (sum(1 for s in seqs if len(s)) + batch_size - 1) // batch_size
-    for idx, ids, lengths in tqdm(length_sorted_batches(list(seqs), batch_size, prefix), total=n_batches,
-                                  desc=f"{src_lang}->{tgt_lang}", unit="batch", disable=not progress, leave=False):
-        limit = torch.full_like(lengths, max_len) if max_len else (lengths * 2 + 10).clamp(max=max_len_cap)
-        if readable is not None:  # a learned position table ends: the start token and `limit` steps fit in it
-            limit = limit.clamp(max=readable)
-        bridged = model.run_encoder(ids.to(device), lengths.to(device), src_lang)
-        decoder, state = model.start_decoding(bridged, tgt_lang)
-        if beam == 1:
-            hyps = greedy_search(decoder, state, limit, start)
-        else:
-            hyps = beam_search(decoder, state, limit, beam, length_penalty, start, beam_stop)
-        for i, h in zip(idx, hyps):
-            out[i] = vocabs[tgt_lang].decode(h)
+    batches = encoded_batches(model, vocabs, seqs, src_lang, tgt_lang, batch_size)
+    for idx, lengths, bridged in tqdm(batches, total=batches_total([len(s) for s in seqs], batch_size),
+                                      desc=f"{src_lang}->{tgt_lang}", unit="batch", disable=not progress, leave=False):
+        texts = decode_batch(model, vocabs, bridged, lengths, tgt_lang, beam=beam, length_penalty=length_penalty,
+                             max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop)
+        for i, text in zip(idx, texts):
+            out[i] = text
     return out
