@@ -8,12 +8,12 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "Model", "Languages", "__version__"]
+__all__ = ["load", "Model", "Languages", "Representation", "__version__"]
 
 
 def __getattr__(name: str):
     # Lazy so that `import interlingua` (and the CLI's --help) does not import torch.
-    if name in ("load", "Model", "Languages"):
+    if name in ("load", "Model", "Languages", "Representation"):
         from interlingua.inference import api
         return getattr(api, name)
     raise AttributeError(name)

@@ -479,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "crosslingual: the zero-shot directions' pivot where both legs were trained (default en; "
                    "else the model's own choice)")
     v.add_argument("--batch-size", type=positive_int, default=64)
-    v.add_argument("--max-sentences", "--limit", type=positive_int, default=None, metavar="N",
+    v.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
                    help="bleu, crosslingual: the first N lines of the split")
     v.add_argument("--no-bleu", action="store_true", help="crosslingual: no translation (vectors only, fast)")
     v.add_argument("--threads", type=positive_int, default=None)

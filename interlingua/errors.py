@@ -19,3 +19,8 @@ class CheckpointError(InterlinguaError):
 
 class LanguageError(InterlinguaError):
     """A language the model or corpus does not know was asked for."""
+
+
+class TargetMismatchError(LanguageError):
+    """A representation asked to be written in another target than the one it was encoded for (a model
+    that puts the target's tag before the source encodes each text once per target)."""

@@ -236,7 +236,7 @@ def test_translation_scores_are_the_bleu_matrix_with_pivots(corpus_dir):
 def test_cli_without_translation(corpus_dir, tmp_path, capsys):
     checkpoint = KINDS["attention"](corpus_dir / "attention_cli.pt")
     out = tmp_path / "report"
-    code = main(["evaluate", "crosslingual", "--model", str(checkpoint), "--split", "test", "--limit", "12",
+    code = main(["evaluate", "crosslingual", "--model", str(checkpoint), "--split", "test", "--max-sentences", "12",
                  "--no-bleu", "--out", str(out), "--device", "cpu"])
     assert code == 0, capsys.readouterr().err
     stem = "crosslingual_report_test"
@@ -254,7 +254,7 @@ def test_cli_without_translation(corpus_dir, tmp_path, capsys):
 def test_cli_with_translation_on_a_trained_model(trained_model, multi30k_corpus, tmp_path, capsys):
     """The tiny en<->de model of conftest: supervised BLEU both ways, no zero-shot direction."""
     code = main(["evaluate", "crosslingual", "--model", str(trained_model), "--corpus", str(multi30k_corpus),
-                 "--limit", "16", "--out", str(tmp_path), "--device", "cpu"])
+                 "--max-sentences", "16", "--out", str(tmp_path), "--device", "cpu"])
     assert code == 0, capsys.readouterr().err
     data = json.loads((tmp_path / "crosslingual_report_test_2016_flickr.json").read_text())
     assert sorted(data["languages"]) == ["de", "en"] and data["sentences"] == 16 and data["beam"] == 1
@@ -272,7 +272,7 @@ def test_errors_are_one_clear_line(corpus_dir, tmp_path, capsys):
                                                                         if k != "fr"}})
     cases = {"'nosuch'": ["--split", "nosuch"],
              "fr": ["--split", "test", "--corpus", str(two_languages)],
-             "at least 4": ["--split", "test", "--limit", "3"]}
+             "at least 4": ["--split", "test", "--max-sentences", "3"]}
     for needle, argv in cases.items():
         code = main(["evaluate", "crosslingual", "--model", str(checkpoint), "--no-bleu", "--out", str(tmp_path),
                      "--device", "cpu", *argv])

@@ -132,6 +132,39 @@ def test_directions_are_marked_supervised_or_zero_shot_with_their_pivot(client, 
         assert answer["direction"] == kind
 
 
+# --- POST /translate into every target (what the page's Translate button asks) ------------------------------
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_every_target_and_the_zero_shot_ones_through_their_pivot(client, bridge_model, beam):
+    """The page's two requests for a German sentence: every other target at once, and the zero-shot
+    target (fr) through its pivot (en); each result is what a request for that target alone answers."""
+    texts = [SENTENCE, "", "ein kind sitzt ."]
+    for tgts, pivot in ((["en", "fr"], None), (["fr"], "en"), (["fr", "en", "de"], "en")):
+        body = {"texts": texts, "src": "de", "beam": beam, "pivot": pivot}
+        answer = client.post("/translate", json={**body, "tgts": tgts}).json()
+        singles = [client.post("/translate", json={**body, "tgt": tgt}).json() for tgt in tgts]
+        assert answer == {"src": "de", "results": singles}
+        for tgt, result in zip(tgts, answer["results"]):
+            assert result["translations"] == bridge_model.translate(texts, "de", tgt, beam=beam, pivot=pivot)
+            through = pivot not in (None, "de", tgt)
+            assert (result["pivot"], result["direction"]) == ((pivot, "pivot") if through else
+                                                              (None, bridge_model.languages.kind("de", tgt)))
+
+
+def test_every_target_of_a_model_that_encodes_for_one_target(tmp_path):
+    """A model with the target's tag before the source encodes the texts once per target."""
+    from test_represent import TRANSFORMER, shared_checkpoint
+    model = interlingua.load(shared_checkpoint(tmp_path / "prefixed.pt", tag_position="source_prefix",
+                                               **TRANSFORMER), "cpu")
+    texts = [SENTENCE, "", "a child sits ."]
+    with TestClient(build_app(model)) as prefixed:
+        answer = prefixed.post("/translate", json={"texts": texts, "src": "en", "tgts": ["de", "fr", "en"],
+                                                   "beam": 2}).json()
+    assert [r["translations"] for r in answer["results"]] == [model.translate(texts, "en", tgt, beam=2)
+                                                              for tgt in ("de", "fr", "en")]
+
+
 def test_model_says_what_attention_it_has(client, transformer_client, bridge_model):
     info = client.get("/model").json()
     assert info["languages"] == ["de", "en", "fr"] and info["encoder"] == "bilstm" and info["bridge"] == "attention"

@@ -87,6 +87,43 @@ def test_translate_through_a_pivot(client, model):
     assert body["translations"] == model.translate(EN, "en", "de")
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translate_into_every_target_answers_what_each_target_does(client, model, beam):
+    texts = [*EN, ""]
+    status, body = post(client, "/translate", {"texts": texts, "src": "en", "tgts": ["de", "en"], "beam": beam})
+    assert status == 200, body
+    singles = [post(client, "/translate", {"texts": texts, "src": "en", "tgt": tgt, "beam": beam})[1]
+               for tgt in ("de", "en")]
+    assert body == {"src": "en", "results": singles}
+    assert [r["translations"] for r in body["results"]] == [model.translate(texts, "en", tgt, beam=beam)
+                                                           for tgt in ("de", "en")]
+    assert [r["direction"] for r in body["results"]] == ["supervised", "supervised"]
+
+
+def test_every_target_from_one_encoding(trained_model):
+    """The all-targets request encodes its texts once and writes them out per target; one target
+    alone is the plain translation, as before."""
+    model = load(trained_model, "cpu")
+    calls: list[tuple[str, str | None]] = []
+    represent, generate = model.represent, model.generate
+
+    def counted_represent(texts, lang, *args, **kwargs):
+        calls.append(("represent", lang))
+        return represent(texts, lang, *args, **kwargs)
+
+    def counted_generate(rep, tgt, *args, **kwargs):
+        calls.append(("generate", tgt))
+        return generate(rep, tgt, *args, **kwargs)
+
+    model.represent, model.generate = counted_represent, counted_generate
+    with TestClient(build_app(model)) as test_client:
+        status, body = post(test_client, "/translate", {"texts": DE, "src": "de", "tgts": ["en", "de"], "beam": 2})
+        assert status == 200, body
+        assert calls == [("represent", "de"), ("generate", "en"), ("generate", "de")]
+        status, body = post(test_client, "/translate", {"texts": DE, "src": "de", "tgt": "en"})
+        assert status == 200 and len(calls) == 3 + 2
+
+
 def test_direction_not_trained_is_reported_as_zero_shot(trained_model):
     model = load(trained_model, "cpu")
     model.loaded = dataclasses.replace(model.loaded, directions=[("en", "de")])  # as if de->en had never been trained
@@ -178,6 +215,14 @@ BAD_BODIES = [
     ("/translate", {**TRANSLATE, "beam": True}, 422, "body.beam", ["integer"]),
     ("/translate", {**TRANSLATE, "beam": 2, "beam_stop": "first"}, 422, "body.beam_stop", ["'all' or 'top'"]),
     ("/translate", {"texts": ["a"], "tgt": "de"}, 422, "body.src", ["required"]),
+    ("/translate", {"texts": ["a"], "src": "en"}, 422, "body.tgt", ["`tgt`", "`tgts`"]),
+    ("/translate", {**TRANSLATE, "tgts": ["de"]}, 422, "body.tgts", ["either", "not both"]),
+    ("/translate", {"texts": ["a"], "src": "en", "tgts": []}, 422, "body.tgts", ["empty"]),
+    ("/translate", {"texts": ["a"], "src": "en", "tgts": ["de", "fr"]}, 422, "body.tgts.1", ["'fr'", "de, en"]),
+    ("/translate", {"texts": ["a"], "src": "en", "tgts": ["de", "en", "de"]}, 422, "body.tgts.2", ["'de'", "twice"]),
+    ("/translate", {"texts": ["a"], "src": "en", "tgts": "de"}, 422, "body.tgts", ["list"]),
+    ("/translate", {"texts": ["a"], "src": "en", "tgts": ["de", 5]}, 422, "body.tgts.1", ["string"]),
+    ("/translate", {"texts": ["a"], "src": "en", "tgts": ["de"], "pivot": "cs"}, 422, "body.pivot", ["'cs'"]),
     ("/translate", {**TRANSLATE, "bam": 3}, 422, "body.bam", ["unknown field"]),
     ("/translate", ["A dog runs."], 422, "body", ["dictionary"]),
     ("/embed", {**EMBED, "pooling": "max"}, 422, "body.pooling", ["'mean' or 'heads'"]),

@@ -36,11 +36,17 @@ def length_sorted_batches(seqs: list[np.ndarray], batch_size: int, prefix: int |
     """Yield (original indices, padded ids, lengths) over the non-empty sequences, longest first:
     `batch_size` sequences a batch, fewer where `max_tokens` caps the padded batch (rows x longest
     row), so that a few very long inputs (documents) do not make one huge batch."""
-    order = sorted((i for i, s in enumerate(seqs) if len(s)), key=lambda i: -len(seqs[i]))
-    start = 0
-    while start < len(order):
-        size = batch_size if max_tokens is None else max(1, min(batch_size, max_tokens // len(seqs[order[start]])))
-        idx = order[start:start + size]
-        start += size
+    for idx in length_sorted_groups([len(s) for s in seqs], batch_size, max_tokens):
         src, lengths = pad_sources([seqs[i] for i in idx], prefix)
         yield idx, src, lengths
+
+
+def length_sorted_groups(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> Iterator[list[int]]:
+    """The indices of each of `length_sorted_batches`' batches, from the sequences' lengths alone (0: empty,
+    left out): what lets a decoder re-form exactly the batches its encoder ran (`Model.generate`)."""
+    order = sorted((i for i, n in enumerate(lengths) if n), key=lambda i: -lengths[i])
+    start = 0
+    while start < len(order):
+        size = batch_size if max_tokens is None else max(1, min(batch_size, max_tokens // lengths[order[start]]))
+        yield order[start:start + size]
+        start += size

@@ -4,14 +4,17 @@
 >>> model = interlingua.load("runs/demo/best.pt")            # device="cpu" | "auto" | "cuda" | "cuda:1" | ...
 >>> model.languages.trained, model.languages.zero_shot      # which directions were trained, which are zero-shot
 >>> model.translate(["ein hund läuft."], src="de", tgt="fr", beam=5)
+>>> rep = model.represent(["ein hund läuft."], lang="de")  # encoded once (the bridge's output) ...
+>>> model.generate(rep, tgt="fr"), model.generate(rep, tgt="en", beam=5)  # ... written out in any target
 >>> model.encode(["a dog runs."], lang="en").shape           # (1, d) float32 sentence vectors
 (1, 512)
 >>> model.attention_maps(["a dog runs."], lang="en")[0].tokens  # what the bridge and the encoder attend to
 
 The command line, the evaluations and the analyses only call this; each step inside (tokenising
 user text, the language-tag prefix, encode -> search -> detokenise, pooling) lives once, below
-(`interlingua.data.inputs`, `interlingua.data.vocab.source_prefix`, `interlingua.modules.search.translate_ids`,
-`Bridge.pooled`). It runs on torch's current thread count; setting that is the caller's choice.
+(`interlingua.data.inputs`, `interlingua.data.vocab.source_prefix`, `interlingua.modules.search`'s
+`encoded_batches` and `decode_batch`, `Bridge.pooled`). It runs on torch's current thread count; setting
+that is the caller's choice.
 """
 from __future__ import annotations
 
@@ -28,12 +31,13 @@ import torch
 
 from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
 from interlingua.data.vocab import Vocab, source_prefix
-from interlingua.errors import InterlinguaError
+from interlingua.errors import InterlinguaError, LanguageError
 from interlingua.inference.decoding_probe import decoding_bf16_speedup
+from interlingua.inference.representation import Representation, generate_text, represent_ids
 from interlingua.modules.base import BridgeOutput, Encoder
 from interlingua.modules.checkpoint import LoadedModel, load_model
 from interlingua.modules.model import TranslationModel
-from interlingua.modules.search import BEAM_STOPS, translate_ids
+from interlingua.modules.search import BEAM_STOPS
 from interlingua.precision import model_workload
 from interlingua.runtime import Runtime, resolve_device, resolve_device_precision
 
@@ -107,6 +111,20 @@ def load(path: str | Path, device: str | torch.device = "auto", precision: str =
     return Model.load(path, device, precision)
 
 
+def _check_search(beam: int, length_penalty: float, max_len: int | None, batch_size: int, beam_stop: str) -> None:
+    """The search settings `translate` and `generate` take, checked before any work."""
+    if beam < 1:
+        raise ValueError(f"beam must be at least 1, got {beam}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if max_len is not None and max_len < 1:
+        raise ValueError(f"max_len must be at least 1 (or None for the default), got {max_len}")
+    if length_penalty < 0 or not math.isfinite(length_penalty):
+        raise ValueError(f"length_penalty must be a finite number >= 0, got {length_penalty}")
+    if beam_stop not in BEAM_STOPS:
+        raise ValueError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
+
+
 class Model:
     """A trained (or freshly initialised) translation model with its vocabularies, for inference."""
 
@@ -173,7 +191,7 @@ class Model:
                   length_penalty: float = 1.0, max_len: int | None = None, batch_size: int = 64,
                   progress: bool = False, beam_stop: str = "all") -> list[str]:
         """Translate `texts` from `src` to `tgt`; one output line per input line, in order (an
-        empty input line gives an empty output line).
+        empty input line gives an empty output line): `represent`, then `generate`.
 
         With `pivot`, translate src -> pivot, then the pivot text -> tgt with the same settings.
         A pivot equal to `src` or `tgt` leaves nothing to go through: the translation is the
@@ -185,16 +203,7 @@ class Model:
         finished hypotheses; `top`, also once the best candidate of a step is finished (OpenNMT-py's
         rule: faster, and on Multi30k dev 0.2-0.4 BLEU lower with length_penalty 1).
         """
-        if beam < 1:
-            raise ValueError(f"beam must be at least 1, got {beam}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if max_len is not None and max_len < 1:
-            raise ValueError(f"max_len must be at least 1 (or None for the default), got {max_len}")
-        if length_penalty < 0 or not math.isfinite(length_penalty):
-            raise ValueError(f"length_penalty must be a finite number >= 0, got {length_penalty}")
-        if beam_stop not in BEAM_STOPS:
-            raise ValueError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
+        _check_search(beam, length_penalty, max_len, batch_size, beam_stop)
         settings = dict(beam=beam, length_penalty=length_penalty, max_len=max_len, batch_size=batch_size,
                         progress=progress, beam_stop=beam_stop)
         if pivot is not None:
@@ -205,11 +214,54 @@ class Model:
             log.info("pivot '%s' is the %s language: translating %s->%s directly", pivot,
                      "source" if pivot == src else "target", src, tgt)
         self._check(src, tgt)
-        seqs = tokenize_inputs(texts, self.vocabs[src], self.pre)
+        return self.generate(self.represent(texts, src, batch_size, tgt=tgt), tgt, **settings)
+
+    @property
+    def target_in_source(self) -> bool:
+        """Whether the encoder reads the target language (a shared model with `model.tag_position:
+        source_prefix` puts its <2xx> tag before the source): then a representation serves one target."""
+        return self.model.cfg.shared and self.model.cfg.tag_position == "source_prefix"
+
+    @torch.inference_mode()
+    def represent(self, texts: Sequence[str], lang: str, batch_size: int = 64, *,
+                  tgt: str | None = None) -> Representation:
+        """What the decoders read for each of `texts` (in `lang`), to write it out in any target with
+        `generate` without encoding it again: the bridge's output (the attention bridge's M, NTDV's
+        memory; the encoder states without a bridge) and its mask, per text, on the model's device.
+
+        A model whose source carries the target's tag (`target_in_source`) encodes for one target:
+        give it as `tgt` (the representation then refuses any other). Elsewhere `tgt` is optional and
+        the representation serves every target. An empty text gets an empty memory (and "" from
+        `generate`)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.model.encoder_for(lang)
+        if tgt is not None:
+            self.model.decoder_for(tgt)
+        elif self.target_in_source:
+            raise LanguageError("this model puts the target language's tag before the source (model.tag_position: "
+                                "source_prefix), so what it encodes depends on the target: give represent(..., "
+                                "tgt=...)")
+        seqs = tokenize_inputs(texts, self.vocabs[lang], self.pre, empty_output="their representation and "
+                                                                                "translation are empty")
         with self.runtime.autocast():
-            return translate_ids(self.model, self.vocabs, seqs, src, tgt, batch_size=batch_size, beam=beam,
+            return represent_ids(self.model, self.vocabs, seqs, lang, tgt if self.target_in_source else None,
+                                 batch_size)
+
+    @torch.inference_mode()
+    def generate(self, representation: Representation, tgt: str, beam: int = 1, length_penalty: float = 1.0,
+                 max_len: int | None = None, batch_size: int = 64, beam_stop: str = "all",
+                 progress: bool = False) -> list[str]:
+        """`representation` (from `represent`) written out in `tgt`, one line per text, in order, with
+        the same search and settings as `translate` (which is `represent` then this): the same output,
+        byte for byte, where `batch_size` is the one `represent` ran with. A representation of a
+        `target_in_source` model made for another target raises `TargetMismatchError`."""
+        _check_search(beam, length_penalty, max_len, batch_size, beam_stop)
+        self.model.decoder_for(tgt)
+        with self.runtime.autocast():
+            return generate_text(self.model, self.vocabs, representation, tgt, batch_size=batch_size, beam=beam,
                                  length_penalty=length_penalty, max_len=max_len, max_len_cap=4 * self.pre.max_len,
-                                 progress=progress, beam_stop=beam_stop)
+                                 beam_stop=beam_stop, progress=progress)
 
     def _check(self, src: str, tgt: str) -> None:
         self.model.encoder_for(src)

@@ -2,8 +2,9 @@
 
 The handlers only check the request (limits, languages: before anything is queued, so every
 bad request is a cheap 4xx naming its field), hand the texts to the dynamic batcher and shape
-the answer; translation, embedding and attention are the library's (`Model.translate`,
-`Model.encode`, `Model.attention_maps`; similarities `evaluation.cosine.cosine_matrix`), so the
+the answer; translation, embedding and attention are the library's (`Model.translate`; into several
+targets `Model.represent` once, then `Model.generate` per target; `Model.encode`, `Model.attention_maps`;
+similarities `evaluation.cosine.cosine_matrix`), so the
 service answers exactly what the Python API and the CLI do. The web page at `/` (`page_routes.py`)
 is a client of these endpoints like any other.
 """
@@ -28,7 +29,7 @@ from interlingua.serving.batcher import BatcherClosed, DynamicBatcher
 from interlingua.serving.error_responses import RequestFieldError, install_error_handlers
 from interlingua.serving.limits import ServiceLimits, check_texts, check_written
 from interlingua.serving.model_calls import (AttentionCall, EncodeCall, EncodedText, ModelCall, TranslateCall,
-                                             run_model_call)
+                                             TranslateTargetsCall, run_model_call)
 from interlingua.serving.page_routes import install_page
 from interlingua.serving.schemas import (
     AttentionRequest,
@@ -49,6 +50,7 @@ from interlingua.serving.schemas import (
     SimilarityResponse,
     TranslateRequest,
     TranslateResponse,
+    TranslateTargetsResponse,
     Usage,
 )
 
@@ -93,6 +95,23 @@ class _LanguageCheck:
         if lang not in self.languages.targets:
             raise RequestFieldError(field, f"unknown target language '{lang}': this model translates into "
                                            f"{', '.join(self.languages.targets)}")
+
+    def targets(self, tgt: str | None, tgts: list[str] | None) -> list[str]:
+        """The request's targets: `tgt` alone, or the list `tgts` (not empty, each known, none twice)."""
+        if (tgt is None) == (tgts is None):
+            raise RequestFieldError("body.tgts" if tgts is not None else "body.tgt",
+                                    "give either `tgt` (one target language) or `tgts` (a list of them)"
+                                    + (", not both" if tgts is not None else ""))
+        if tgts is None:
+            self.target(tgt, "body.tgt")  # type: ignore[arg-type]  (not None here)
+            return [tgt]  # type: ignore[list-item]
+        if not tgts:
+            raise RequestFieldError("body.tgts", "the list of target languages is empty; send at least one")
+        for index, lang in enumerate(tgts):
+            self.target(lang, f"body.tgts.{index}")
+            if lang in tgts[:index]:
+                raise RequestFieldError(f"body.tgts.{index}", f"target language '{lang}' is in `tgts` twice")
+        return tgts
 
     def direction(self, call: TranslateCall) -> Direction:
         return "pivot" if call.pivot is not None else self.languages.kind(call.src, call.tgt)
@@ -173,6 +192,12 @@ async def _encode_each(request: Request, texts: list[str], langs: list[str], cou
     return encoded  # type: ignore[return-value]  (every index belongs to one group)
 
 
+def _translated(call: TranslateCall, translations: list[str], check: _LanguageCheck) -> TranslateResponse:
+    """One target's answer: what a request with that `tgt` gets."""
+    return TranslateResponse(translations=translations, src=call.src, tgt=call.tgt, pivot=call.pivot,
+                             direction=check.direction(call))
+
+
 def _base64_float32(vector: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
@@ -183,9 +208,9 @@ def _rounded(weights: np.ndarray) -> list[Any]:
 
 
 def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str | None = None) -> FastAPI:
-    """The HTTP service over `model`: POST /translate, /embed, /v1/embeddings, /attention, /similarity;
-    GET /health, /languages, /directions, /model, /docs, and the web page at /. `model_name` is what
-    /health and /model report (default: the checkpoint's path)."""
+    """The HTTP service over `model`: POST /translate (one target, or several from one encoding), /embed,
+    /v1/embeddings, /attention, /similarity; GET /health, /languages, /directions, /model, /docs, and the
+    web page at /. `model_name` is what /health and /model report (default: the checkpoint's path)."""
     limits = limits or ServiceLimits()
     name = model_name or str(model.loaded.payload_path or "interlingua")
     check = _LanguageCheck(model)
@@ -206,19 +231,25 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
     install_error_handlers(app)
     post: dict[str, Any] = {"dependencies": [Depends(require_json)], "responses": ERROR_RESPONSES}
 
-    @app.post("/translate", response_model=TranslateResponse, **post)
-    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
-        """Translate `texts` from `src` to `tgt`, greedy (beam 1) or with beam search, optionally through `pivot`."""
+    @app.post("/translate", response_model=TranslateResponse | TranslateTargetsResponse, **post)
+    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse | TranslateTargetsResponse:
+        """Translate `texts` from `src` to `tgt`, greedy (beam 1) or with beam search, optionally through `pivot`;
+        with `tgts` instead of `tgt`, into each of several targets from one encoding of the texts."""
         check_texts(body.texts, "body.texts", limits)
         check.source(body.src, "body.src")
-        check.target(body.tgt, "body.tgt")
-        call = TranslateCall.normalised(body.src, body.tgt, body.beam, body.pivot, body.beam_stop)
-        if call.pivot is not None:
-            check.target(call.pivot, "body.pivot")
-            check.source(call.pivot, "body.pivot")
-        translations = await _submit(request, call, body.texts)
-        return TranslateResponse(translations=translations, src=body.src, tgt=body.tgt, pivot=call.pivot,
-                                 direction=check.direction(call))
+        tgts = check.targets(body.tgt, body.tgts)
+        calls = [TranslateCall.normalised(body.src, tgt, body.beam, body.pivot, body.beam_stop) for tgt in tgts]
+        pivot = next((call.pivot for call in calls if call.pivot is not None), None)
+        if pivot is not None:
+            check.target(pivot, "body.pivot")
+            check.source(pivot, "body.pivot")
+        if body.tgts is None:
+            translations = await _submit(request, calls[0], body.texts)
+            return _translated(calls[0], translations, check)
+        many = TranslateTargetsCall.normalised(body.src, tuple(tgts), body.beam, body.pivot, body.beam_stop)
+        rows: list[tuple[str, ...]] = await _submit(request, many, body.texts)
+        return TranslateTargetsResponse(src=body.src, results=[
+            _translated(call, [row[j] for row in rows], check) for j, call in enumerate(calls)])
 
     @app.post("/embed", response_model=EmbedResponse, **post)
     async def embed(body: EmbedRequest, request: Request) -> EmbedResponse:

@@ -6,12 +6,14 @@ equivalent requests share a key) and knows how to run itself on a `Model` for a 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from interlingua.inference.api import AttentionMaps, Model
+from interlingua.inference.representation import Representation
 
 Pooling = Literal["mean", "heads"]
 """The poolings `Model.encode` supports."""
@@ -38,6 +40,51 @@ class TranslateCall:
 
     def run(self, model: Model, texts: list[str]) -> list[str]:
         return model.translate(texts, self.src, self.tgt, beam=self.beam, pivot=self.pivot, beam_stop=self.beam_stop)
+
+
+@dataclass(frozen=True)
+class TranslateTargetsCall:
+    """The texts into each of `tgts`, as `TranslateCall(src, tgt, beam, pivot, beam_stop)` would answer per target,
+    but encoded once: `Model.represent`, then `Model.generate` per target (a model whose source carries the
+    target's tag, `Model.target_in_source`, is encoded once per target). With a third-language `pivot`, the
+    first leg (src -> pivot) runs once and its output is encoded once for every other target; a target equal
+    to the pivot gets that first leg, its direct translation. Each text's result: one translation per target."""
+
+    src: str
+    tgts: tuple[str, ...]
+    beam: int
+    pivot: str | None
+    beam_stop: str = "all"
+
+    @classmethod
+    def normalised(cls, src: str, tgts: tuple[str, ...], beam: int, pivot: str | None,
+                   beam_stop: str = "all") -> "TranslateTargetsCall":
+        """As `TranslateCall.normalised`; a pivot no target goes through (the source, or every target) is none."""
+        through = pivot is not None and pivot != src and any(t != pivot for t in tgts)
+        return cls(src, tuple(tgts), beam, pivot if through else None, beam_stop if beam > 1 else "all")
+
+    def run(self, model: Model, texts: list[str]) -> list[tuple[str, ...]]:
+        settings = {"beam": self.beam, "beam_stop": self.beam_stop}
+        if self.pivot is None:
+            out = translate_into(model, texts, self.src, self.tgts, **settings)
+        else:
+            middle = translate_into(model, texts, self.src, (self.pivot,), **settings)[self.pivot]
+            out = translate_into(model, middle, self.pivot, [t for t in self.tgts if t != self.pivot], **settings)
+            out[self.pivot] = middle
+        return list(zip(*(out[t] for t in self.tgts)))
+
+
+def translate_into(model: Model, texts: list[str], src: str, tgts: Sequence[str], **settings: Any
+                   ) -> dict[str, list[str]]:
+    """Each target's translations of `texts`, from one representation where it serves every target."""
+    out: dict[str, list[str]] = {}
+    shared: Representation | None = None
+    for tgt in dict.fromkeys(tgts):
+        rep = shared if shared is not None else model.represent(texts, src, tgt=tgt)
+        if rep.tgt is None:
+            shared = rep
+        out[tgt] = model.generate(rep, tgt, **settings)
+    return out
 
 
 @dataclass(frozen=True)
@@ -80,10 +127,10 @@ class AttentionCall:
         return model.attention_maps(texts, self.lang)
 
 
-ModelCall = TranslateCall | EncodeCall | AttentionCall
+ModelCall = TranslateCall | TranslateTargetsCall | EncodeCall | AttentionCall
 
 
 def run_model_call(model: Model, call: ModelCall, texts: list[str]
-                   ) -> list[str] | list[EncodedText] | list[AttentionMaps]:
+                   ) -> list[str] | list[tuple[str, ...]] | list[EncodedText] | list[AttentionMaps]:
     """The batcher's `run_batch`: one call on `model` for the texts of every request in the batch."""
     return call.run(model, texts)

@@ -23,13 +23,17 @@ class TranslateRequest(_Request):
     texts: list[str] = Field(description="Sentences to translate; an empty string gives an empty translation.",
                              examples=[["A man is riding a bicycle."]])
     src: str = Field(description="Source language code (GET /languages).", examples=["en"])
-    tgt: str = Field(description="Target language code.", examples=["de"])
+    tgt: str | None = Field(None, description="Target language code (give `tgt` or `tgts`).", examples=["de"])
+    tgts: list[str] | None = Field(
+        None, description="Several target languages instead of `tgt`: each text is encoded once and written out "
+                          "in every one of them; the answer holds one result per target, in this order.",
+        examples=[["de", "fr"]])
     beam: int = Field(1, ge=1, le=10, description="Beam size; 1 is greedy search.")
     beam_stop: Literal["all", "top"] = Field(
         "all", description="When beam search is done with a sentence: all (once it has `beam` finished hypotheses) or "
                            "top (also once a step's best candidate is finished: faster, slightly lower BLEU).")
     pivot: str | None = Field(None, description="Translate src -> pivot -> tgt (a pivot equal to src or tgt: "
-                                                "the direct translation).")
+                                                "the direct translation); with `tgts`, for every target.")
 
 
 class TranslateResponse(BaseModel):
@@ -39,6 +43,14 @@ class TranslateResponse(BaseModel):
     pivot: str | None = Field(description="The language translated through, or null for a direct translation.")
     direction: Direction = Field(description="supervised: a trained direction; zero-shot: never trained "
                                              "together; pivot: through `pivot`.")
+
+
+class TranslateTargetsResponse(BaseModel):
+    """The answer to a request with `tgts`."""
+
+    src: str
+    results: list[TranslateResponse] = Field(description="Per target of `tgts`, in order: what the same request "
+                                                         "with that one `tgt` answers.")
 
 
 class EmbedRequest(_Request):

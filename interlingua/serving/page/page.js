@@ -180,41 +180,61 @@ async function translateAll(event) {
   }
   const button = $("translate-button");
   busy(button, true);
-  const jobs = [];
-  for (const [tgt, { info, output, pivotCell }] of cells) {
-    jobs.push(call("translate", { texts: [text], src, tgt, beam }).then((answer) => {
-      const translation = answer.translations[0];
-      sentence.translations.set(tgt, translation);
-      output.textContent = translation || "(empty)";
-      output.classList.remove("pending");
-    }, (err) => {
-      output.textContent = "no translation";
-      output.classList.replace("pending", "failed");
-      showError("translate-messages", err);
-    }));
+  // One request for every target (the sentence is encoded once), and one per pivot language for the
+  // zero-shot targets translated through it.
+  const jobs = targets.length ? [translateDirect(text, src, targets, beam, cells, sentence)] : [];
+  const throughPivot = new Map();  // pivot -> the zero-shot targets that go through it
+  for (const [tgt, { info, pivotCell }] of cells) {
     if (info.kind !== "zero-shot") {
       pivotCell.textContent = "";
     } else if (!info.pivot) {
       pivotCell.append(el("span", { class: "muted", text: "no language has both legs trained" }));
     } else if (showPivot) {
       pivotCell.append(el("span", { class: "pending", text: "translating…" }));
-      jobs.push(call("translate", { texts: [text], src, tgt, beam, pivot: info.pivot }).then((answer) => {
-        const path = el("span", { class: "path" }, [
-          badge("pivot"), ` ${src} → ${info.pivot} → ${tgt}`]);
-        const final = el("span", { class: "output", text: answer.translations[0] || "(empty)" });
-        final.lang = tgt;
-        pivotCell.replaceChildren(path, final);
-      }, (err) => {
-        pivotCell.replaceChildren(el("span", { class: "failed", text: "no translation" }));
-        showError("translate-messages", err);
-      }));
+      if (!throughPivot.has(info.pivot)) throughPivot.set(info.pivot, []);
+      throughPivot.get(info.pivot).push(tgt);
     }
   }
+  for (const [pivot, tgts] of throughPivot) jobs.push(translateThrough(text, src, pivot, tgts, beam, cells));
   jobs.push(showAttention(text, src));
   await Promise.allSettled(jobs);
   busy(button, false);
   const failed = body.querySelectorAll(".failed").length;
   if (!failed) showMessage("translate-messages", `Translated into ${targets.length} languages.`);
+}
+
+// POST /translate with `tgts`: the answer has one result per target, in the order asked.
+function translateDirect(text, src, targets, beam, cells, sentence) {
+  return call("translate", { texts: [text], src, tgts: targets, beam }).then((answer) => {
+    for (const result of answer.results) {
+      const { output } = cells.get(result.tgt);
+      const translation = result.translations[0];
+      sentence.translations.set(result.tgt, translation);
+      output.textContent = translation || "(empty)";
+      output.classList.remove("pending");
+    }
+  }, (err) => {
+    for (const tgt of targets) {
+      const { output } = cells.get(tgt);
+      output.textContent = "no translation";
+      output.classList.replace("pending", "failed");
+    }
+    showError("translate-messages", err);
+  });
+}
+
+function translateThrough(text, src, pivot, targets, beam, cells) {
+  return call("translate", { texts: [text], src, tgts: targets, beam, pivot }).then((answer) => {
+    for (const result of answer.results) {
+      const path = el("span", { class: "path" }, [badge("pivot"), ` ${src} → ${pivot} → ${result.tgt}`]);
+      const final = el("span", { class: "output", text: result.translations[0] || "(empty)" });
+      final.lang = result.tgt;
+      cells.get(result.tgt).pivotCell.replaceChildren(path, final);
+    }
+  }, (err) => {
+    for (const tgt of targets) cells.get(tgt).pivotCell.replaceChildren(el("span", { class: "failed", text: "no translation" }));
+    showError("translate-messages", err);
+  });
 }
 
 // --- 2. inside the bridge -------------------------------------------------------------------------

@@ -1,0 +1,135 @@
+"""Text -> interlingua -> any language: what the decoders read for a list of sentences, kept between
+the encoder and the search (`Model.represent`, `Model.generate`).
+
+Translating one text into several languages costs one encoding instead of one per target, and a
+caller can keep, slice and decode the representation as often as it likes. `generate` puts each
+batch back together exactly as `translate_ids` ran it (same length-sorted batches, same padding:
+the memory's padding is zero, as the encoders leave it), so generating from a representation gives
+the very bytes a translation does.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from tqdm import tqdm
+
+from interlingua.data.inputs import length_sorted_groups
+from interlingua.data.vocab import Vocab
+from interlingua.errors import TargetMismatchError
+from interlingua.modules.base import BridgeOutput
+from interlingua.modules.model import TranslationModel
+from interlingua.modules.search import batches_total, decode_batch, encoded_batches
+
+
+@dataclass(frozen=True, eq=False, repr=False)  # tensors: no element-wise ==, no pages of numbers in a repr
+class Representation:
+    """Per input sentence, in the order of the inputs: the memory the decoders attend to (the
+    attention bridge's M (k, d), the encoder states H (n, d) without a bridge, NTDV's memory) and its
+    mask, on the model's device. An empty text has an empty memory (0 rows) and translates to "".
+
+    Light to keep: each row is a view of its encoder batch's output (no copy; a slice keeps those
+    batches alive). Index or slice it (`rep[3]`, `rep[2:5]`, `rep[[0, 4]]`) for a representation of
+    those sentences."""
+
+    memory: tuple[torch.Tensor, ...]
+    """(m_i, d) per sentence, trimmed to its last attendable row."""
+    mask: tuple[torch.Tensor, ...]
+    """(m_i,) bool per sentence: True where the decoder may attend."""
+    lengths: tuple[int, ...]
+    """Each source's length as the encoder read it (a <2xx> prefix included; 0: empty): the base of the
+    output limit, so that a sentence's translation never depends on what it is decoded with."""
+    src: str
+    """The language the texts were read in."""
+    tgt: str | None
+    """The one target this representation can be written in, for a model that puts the target's tag
+    before the source (`model.tag_position: source_prefix`); None: any target."""
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    def __repr__(self) -> str:
+        rows = [m.shape[0] for m in self.memory if m.shape[0]]
+        size = (f"{min(rows)}" if min(rows) == max(rows) else f"{min(rows)}-{max(rows)}") if rows else "0"
+        width = self.memory[0].shape[-1] if self.memory else 0
+        return f"Representation({len(self)} texts, src={self.src!r}, tgt={self.tgt!r}, memory {size} x {width})"
+
+    def __getitem__(self, index: int | slice | Sequence[int]) -> "Representation":
+        if isinstance(index, slice):
+            picked = list(range(len(self)))[index]
+        elif isinstance(index, (int, np.integer)):
+            picked = [list(range(len(self)))[index]]  # negative indices and IndexError as a list has them
+        else:
+            picked = [int(i) for i in index]
+        return Representation(tuple(self.memory[i] for i in picked), tuple(self.mask[i] for i in picked),
+                              tuple(self.lengths[i] for i in picked), self.src, self.tgt)
+
+
+def represent_ids(model: TranslationModel, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src: str,
+                  tgt: str | None, batch_size: int) -> Representation:
+    """The encode half of `translate_ids`, kept: the memory of every batch split into its sentences.
+    `tgt` is only read by a `source_prefix` model (whose encoding it changes); pass None otherwise."""
+    model.eval()
+    memory: list[torch.Tensor | None] = [None] * len(seqs)
+    mask: list[torch.Tensor | None] = [None] * len(seqs)
+    lengths = [0] * len(seqs)
+    for idx, batch_lengths, bridged in encoded_batches(model, vocabs, seqs, src, tgt or src, batch_size):
+        rows = _attended_rows(bridged.memory_mask)
+        for row, i in enumerate(idx):
+            memory[i] = bridged.memory[row, :rows[row]]
+            mask[i] = bridged.memory_mask[row, :rows[row]]
+            lengths[i] = int(batch_lengths[row])
+    empty_memory, empty_mask = _empty_rows(model, next((m for m in memory if m is not None), None))
+    return Representation(tuple(empty_memory if m is None else m for m in memory),
+                          tuple(empty_mask if m is None else m for m in mask), tuple(lengths), src, tgt)
+
+
+def _attended_rows(mask: torch.Tensor) -> list[int]:
+    """Per sentence of a batch, the rows of memory up to its last attendable one (what it keeps)."""
+    positions = torch.arange(1, mask.size(1) + 1, device=mask.device)
+    return (mask * positions).amax(dim=1).tolist() if mask.size(1) else [0] * mask.size(0)
+
+
+def _empty_rows(model: TranslationModel, like: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A memory and mask with no rows, for the empty texts (like the others' dtype where there are any)."""
+    if like is not None:
+        return like.new_zeros((0, like.size(-1))), torch.zeros(0, dtype=torch.bool, device=like.device)
+    device = model.device
+    return (torch.zeros((0, model.bridge.output_dim), device=device),
+            torch.zeros(0, dtype=torch.bool, device=device))
+
+
+def generate_text(model: TranslationModel, vocabs: dict[str, Vocab], rep: Representation, tgt: str, *,
+                  batch_size: int, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
+                  max_len_cap: int = 100, beam_stop: str = "all", progress: bool = False) -> list[str]:
+    """The decode half of `translate_ids` over a kept representation: the sentences in the same
+    length-sorted batches, each batch's memory padded back as the encoder gave it."""
+    if rep.tgt is not None and rep.tgt != tgt:
+        raise TargetMismatchError(
+            f"this representation was encoded for target '{rep.tgt}': the model puts the target's tag before the "
+            f"source (model.tag_position: source_prefix), so it cannot be written in '{tgt}'; "
+            f"call represent(..., tgt='{tgt}') for that target")
+    model.eval()
+    out = [""] * len(rep)
+    groups = length_sorted_groups(rep.lengths, batch_size)
+    for idx in tqdm(groups, total=batches_total(rep.lengths, batch_size), desc=f"{rep.src}->{tgt}", unit="batch",
+                    disable=not progress, leave=False):
+        bridged, lengths = _batch(rep, idx)
+        texts = decode_batch(model, vocabs, bridged, lengths, tgt, beam=beam, length_penalty=length_penalty,
+                             max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop)
+        for i, text in zip(idx, texts):
+            out[i] = text
+    return out
+
+
+def _batch(rep: Representation, idx: list[int]) -> tuple[BridgeOutput, torch.Tensor]:
+    """The sentences `idx` as one decoder batch: memory and mask padded (zeros, False) to the longest,
+    and the source lengths (on the CPU, as the encoder's batches have them)."""
+    memory = pad_sequence([rep.memory[i] for i in idx], batch_first=True)
+    mask = pad_sequence([rep.mask[i] for i in idx], batch_first=True, padding_value=False)
+    no_penalty = torch.zeros(len(idx), dtype=torch.float32, device=memory.device)
+    lengths = torch.tensor([rep.lengths[i] for i in idx], dtype=torch.long)
+    return BridgeOutput(memory, mask, None, no_penalty), lengths
