@@ -78,7 +78,8 @@ def agreement(name: str) -> str:
     a = cfg["train"].get("agreement", {})
     if not a or a.get("weight", 0) == 0:
         return "none"
-    extra = "" if a.get("loss") != "contrastive" else f", T {a['temperature']:g}"
+    extra = "" if a.get("loss") != "contrastive" else f", T {a['temperature']:g}" + (
+        ", own-language negatives" if a.get("negatives") == "both" else "")
     layer = "" if a.get("layer") is None else f", layer {a['layer']}"
     return f"{a['loss']} w {a['weight']:g}{extra}{layer}{', seed ' + str(cfg['train']['seed']) if cfg['train']['seed'] != 1234 else ''}"
 

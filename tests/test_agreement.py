@@ -190,3 +190,18 @@ def test_contrastive_with_both_languages_as_negatives_penalises_a_language_offse
     assert both.mean() > plain.mean() and both.mean() > centred.mean()
     one = agreement_losses(x[:1], x[:1].clone(), "contrastive", negatives="both")
     assert torch.isfinite(one).all() and float(one) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_agreement_with_a_frozen_translation_model_sampled_softmax_and_bf16():
+    """NTDV's `trainable: bridge`: only the bridge learns from it; with the sampled softmax and under
+    bf16 autocast the term is still computed (in fp32) and finite."""
+    model = _model(bridge={"type": "ntdv", "heads": 2, "hidden": 8})
+    model.freeze_translation()
+    model.train()
+    agree = AgreementConfig(weight=1.0, negatives="both")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(_batch(), softmax_sample=10, agreement=agree)
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and out.agreement > 0
+    assert all(p.grad is None for p in model.encoders.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.bridge.parameters())
