@@ -158,7 +158,7 @@ def test_both_directions_sum_the_two_costs_of_the_same_pairs(trained_model, mult
                for m, b in zip(micro, (forward, backward)))
     assert ntok == 2 * (forward.n_src_tokens + forward.n_tgt_tokens)
     trainer.optimizer.zero_grad(set_to_none=True)
-    nll, n_tgt, _, _ = trainer._forward_backward(micro)
+    nll, n_tgt, *_ = trainer._forward_backward(micro)
     one, two = trainer.model(forward), trainer.model(backward)
     assert nll == pytest.approx(one.nll_sum + two.nll_sum, rel=1e-5) and n_tgt == one.n_tokens + two.n_tokens
     got = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
