@@ -1,7 +1,8 @@
 """The interlingua study (docs/results/interlingua.md): each model family without and with `train.agreement`.
 
 For every trained run of recipes/multi30k/cpu/interlingua/ given on the command line this scores the
-run's selected checkpoint (averaged.pt where the run made one, else best.pt) on test_2016_flickr with
+run's selected checkpoint (best.pt, the best dev BLEU; 15-minute Transformer runs validate 4 times,
+too few for their 5-checkpoint average) on test_2016_flickr with
 `interlingua evaluate crosslingual` (retrieval, margins, language probe, supervised / zero-shot / pivot
 BLEU, off-target) and the SentEval-style `downstream` suite, both cached in the run's eval/ folder, reads
 its training log (steps, training seconds, the dev BLEU it was selected on), and writes one table
@@ -33,7 +34,8 @@ def family(name: str) -> str:
 
 
 def checkpoint(run: Path) -> Path:
-    for name in ("averaged.pt", "best.pt", "last.pt"):
+    """The checkpoint selected on dev: best.pt (last.pt for a run that never validated)."""
+    for name in ("best.pt", "last.pt"):
         if (run / name).exists():
             return run / name
     raise SystemExit(f"{run} holds no checkpoint: train it first")
