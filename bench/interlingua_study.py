@@ -5,8 +5,9 @@ run's selected checkpoint (best.pt, the best dev BLEU; 15-minute Transformer run
 too few for their 5-checkpoint average) on test_2016_flickr with
 `interlingua evaluate crosslingual` (retrieval, margins, language probe, supervised / zero-shot / pivot
 BLEU, off-target) and the SentEval-style `downstream` suite, both cached in the run's eval/ folder, reads
-its training log (steps, training seconds, the dev BLEU it was selected on), and writes one table
-(markdown + JSON) and the dev-BLEU curves over training time, one panel per family.
+its training log (steps, training seconds, the dev BLEU it was selected on), prints one markdown
+table (the one docs/results/interlingua.md quotes), and writes the rows as JSON and the dev-BLEU
+curves over training time, one panel per family.
 
     python bench/interlingua_study.py demo_none demo_contrastive_w16 ... --out docs/results/interlingua
 
@@ -78,12 +79,13 @@ def agreement(name: str) -> str:
     """The agreement settings of a run, from its config.json (what it was trained with)."""
     cfg = json.loads((RUNS / name / "config.json").read_text())
     a = cfg["train"].get("agreement", {})
+    seed = f", seed {cfg['train']['seed']}" if cfg["train"]["seed"] != 1234 else ""
     if not a or a.get("weight", 0) == 0:
-        return "none"
+        return "none" + seed
     extra = "" if a.get("loss") != "contrastive" else f", T {a['temperature']:g}" + (
         ", own-language negatives" if a.get("negatives") == "both" else "")
     layer = "" if a.get("layer") is None else f", layer {a['layer']}"
-    return f"{a['loss']} w {a['weight']:g}{extra}{layer}{', seed ' + str(cfg['train']['seed']) if cfg['train']['seed'] != 1234 else ''}"
+    return f"{a['loss']} w {a['weight']:g}{extra}{layer}{seed}"
 
 
 def row(name: str, data_root: Path) -> dict[str, Any]:
@@ -147,13 +149,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run names under runs/multi30k/cpu/interlingua")
     parser.add_argument("--data-root", default="../shared/data")
-    parser.add_argument("--out", default="docs/results/interlingua", help="stem of the .md / .json / _curves.png files")
+    parser.add_argument("--out", default="docs/results/interlingua", help="stem of the .json and _curves.png files")
     args = parser.parse_args()
     rows = [row(name, Path(args.data_root)) for name in args.runs]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    out.with_name(out.name + "_table.md").write_text(markdown(rows) + "\n")
     plot_curves(rows, out.with_name(out.name + "_curves.png"))
     print(markdown(rows))
 
