@@ -1,7 +1,7 @@
 """The agreement term of `train.agreement`: how far apart a sentence and its translation lie in the
 shared layer, per sentence of a batch.
 
-The vectors come from `TranslationModel.agreement_vectors` (the sentence vector, one vector per bridge
+The vectors come from `TranslationModel._agreement_vector` (the sentence vector, one vector per bridge
 head, or a chosen encoder layer's masked mean); this module only compares them. Contrastive loss takes
 its negatives from the whole step batch: under torchrun every process's rows are gathered (with their
 gradients, `torch.distributed.nn.functional.all_gather`), so two processes compute what one would.
@@ -44,7 +44,7 @@ def _info_nce(src: torch.Tensor, tgt: torch.Tensor, temperature: float, gather: 
         logits = _cosines(rows, other) / temperature
         if same_language:  # the sentence itself is no candidate: -inf on its own column
             own = _cosines(rows, same) / temperature
-            own = own.masked_fill(torch.nn.functional.one_hot(labels, len(same)).bool(), float("-inf"))
+            own = own.masked_fill(F.one_hot(labels, len(same)).bool(), float("-inf"))
             logits = torch.cat([logits, own], 1)
         ways.append(F.cross_entropy(logits, labels, reduction="none"))
     return (ways[0] + ways[1]) / 2

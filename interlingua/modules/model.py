@@ -161,12 +161,7 @@ class TranslationModel(nn.Module):
         their vectors pulled towards the sources' (`interlingua.modules.agreement`); `filler`: this
         batch only stands in for a process without sentences and gives contrastive no negatives."""
         use_agreement = agreement is not None and agreement.weight > 0 and src_lang != tgt_lang
-        layers: tuple[list[torch.Tensor], torch.Tensor] | None = None
-        if use_agreement and agreement.layer is not None:
-            layers = self.encoder_for(src_lang).layer_states(src, src_lengths)
-            bridged = self.bridge(layers[0][-1], layers[1], src_lang)
-        else:
-            bridged = self.run_encoder(src, src_lengths, src_lang)
+        bridged, layers = self._encode(src, src_lengths, src_lang, agreement.layer if use_agreement else None)
         decoder = self.decoder_for(tgt_lang)
         att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask))
         real = tgt_out != PAD
@@ -210,6 +205,15 @@ class TranslationModel(nn.Module):
         return LossOutput(train_loss, float(nll_sum.detach()), n, float(penalty.detach()), agreement_sum, agreed)
 
     # -- agreement (train.agreement) -----------------------------------------------------------
+    def _encode(self, ids: torch.Tensor, lengths: torch.Tensor, lang: str, layer: int | None
+                ) -> tuple[BridgeOutput, tuple[list[torch.Tensor], torch.Tensor] | None]:
+        """`run_encoder`, and with `layer` also every encoder layer's states and the mask (the
+        agreement term then pools one of them); the bridge output is the same either way."""
+        if layer is None:
+            return self.run_encoder(ids, lengths, lang), None
+        layers = self.encoder_for(lang).layer_states(ids, lengths)
+        return self.bridge(layers[0][-1], layers[1], lang), layers
+
     def check_agreement(self, agreement: AgreementConfig, directions: list[tuple[str, str]]) -> None:
         """Fail before training where `agreement` cannot be computed for this model and these directions."""
         if agreement.weight <= 0:
@@ -262,12 +266,7 @@ class TranslationModel(nn.Module):
             lengths = lengths + 1
         ids = ids[:, :max(int(lengths.max()), 1)]
         with torch.set_grad_enabled(torch.is_grad_enabled() and not agreement.detach_target):
-            layers = None
-            if agreement.layer is not None:
-                layers = self.encoder_for(tgt_lang).layer_states(ids, lengths)
-                bridged = self.bridge(layers[0][-1], layers[1], tgt_lang)
-            else:
-                bridged = self.run_encoder(ids, lengths, tgt_lang)
+            bridged, layers = self._encode(ids, lengths, tgt_lang, agreement.layer)
             return self._agreement_vector(bridged, layers, agreement)
 
 
