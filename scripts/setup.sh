@@ -7,4 +7,4 @@ PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[test,probing]"  # probing: spaCy parser for Tense/SubjNum
+.venv/bin/pip install -q -e ".[test,probing,tensorboard]"  # probing: spaCy parser for Tense/SubjNum
