@@ -15,11 +15,43 @@ from interlingua.data.vocab import Vocab
 log = logging.getLogger(__name__)
 
 
+def text_problem(text: object) -> str | None:
+    """Why `text` cannot be read as one input text, or None when it can. Python strings may hold
+    lone UTF-16 surrogates (from `"\\ud800"` in JSON, or `surrogateescape` decoding), which no
+    tokenizer or file can take; they are refused here, by name, before they reach sentencepiece."""
+    if not isinstance(text, str):
+        return f"is of type {type(text).__name__}, not a string"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return (f"is not valid Unicode text: U+{ord(text[err.start]):04X} at character {err.start} is a lone "
+                "UTF-16 surrogate, which cannot be encoded as UTF-8")
+    return None
+
+
+def check_input_texts(texts: object, name: str = "texts") -> Sequence[str]:
+    """`texts` itself when it is a sequence of valid strings. A bare string is refused (iterating it
+    would give one text per character), and so is any item that is not valid text, by its index:
+    `TypeError` for the wrong types, `ValueError` for strings that are not valid Unicode."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"{name} must be a list of strings, got a single {type(texts).__name__}: "
+                        f"pass [{name[:-1] if name.endswith('s') else name}] for one text")
+    if not isinstance(texts, Sequence):
+        raise TypeError(f"{name} must be a list of strings, got {type(texts).__name__}")
+    for index, text in enumerate(texts):
+        problem = text_problem(text)
+        if problem is not None:
+            error = TypeError if not isinstance(text, str) else ValueError
+            raise error(f"{name}[{index}] {problem}")
+    return texts
+
+
 def tokenize_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig,
                   empty_output: str = "their output is empty") -> list[np.ndarray]:
     """Normalise and tokenise; over-long inputs are truncated to `max_len` with one warning, and
     empty ones (nothing left after normalisation) are counted in one warning that ends with
-    `empty_output`, what the caller gives them."""
+    `empty_output`, what the caller gives them. Invalid texts raise (`check_input_texts`)."""
+    check_input_texts(sentences)
     texts = [normalize_line(s, pre.lowercase, pre.normalize) for s in sentences]
     ids = vocab.tokenize_batch(texts)
     too_long = sum(len(x) > pre.max_len for x in ids)
