@@ -1,0 +1,73 @@
+"""Files that appear whole or not at all: written under a temporary name in the same folder,
+flushed to disk, then renamed over the target.
+
+Why: a kill, a full disk or an exception halfway through must never leave a truncated output
+or destroy the file that was there before (a translation, a checkpoint, a results table). The
+rename is atomic on POSIX and Windows within one file system, which the same folder guarantees.
+The name is used exactly as given: nothing appends `.npy` or `.npz` behind the caller's back.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+
+def disk_full(err: BaseException) -> bool:
+    """Whether `err` (or what it wraps: `torch.save` hides ENOSPC in a RuntimeError) is a full disk."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(current) or "file write failed" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file to write `path`'s new content into; on a clean exit it replaces `path`, on any
+    error the temporary file is removed and `path` is left as it was. A full disk is raised as an
+    `OSError(ENOSPC)` naming `path`, whatever wrapped it."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():  # keep the old file's permissions (mkstemp creates 0600)
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException as err:
+        Path(tmp).unlink(missing_ok=True)
+        if disk_full(err) and not (isinstance(err, OSError) and err.filename):
+            raise OSError(errno.ENOSPC, "no space left on device while writing it (the previous file, if any, "
+                                        "is untouched)", str(path)) from None
+        raise
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """`path` holds exactly `data`, or is unchanged."""
+    with atomic_output(path) as f:
+        f.write(data)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """`path` holds exactly `text` as UTF-8, or is unchanged."""
+    write_bytes_atomic(path, text.encode("utf-8"))
