@@ -39,6 +39,8 @@ def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+    if path.exists() and not path.stat().st_mode & 0o222:  # a rename would replace it, even for root
+        raise PermissionError(errno.EACCES, "is read-only: not replacing it", str(path))
     folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")

@@ -40,6 +40,16 @@ def positive_int(text: str) -> int:
     return _number(text, int, 1, strict=False)
 
 
+def beam_size(text: str) -> int:
+    """argparse type: a beam size, 1 (greedy search) to `MAX_BEAM`."""
+    from interlingua.modules.search import MAX_BEAM
+    beam = _number(text, int, 1, strict=False)
+    if beam > MAX_BEAM:
+        raise argparse.ArgumentTypeError(f"must be <= {MAX_BEAM} (larger beams cost time and memory and do not "
+                                         f"translate better), got {text}")
+    return beam
+
+
 def non_negative_int(text: str) -> int:
     """argparse type: a whole number >= 0 (seeds)."""
     return _number(text, int, 0, strict=False)
@@ -176,7 +186,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
                           progress=True, beam_stop=args.beam_stop)
     text = "".join(s + "\n" for s in out)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        from interlingua.atomic_files import write_text_atomic
+        write_text_atomic(args.output, text)
     else:
         sys.stdout.write(text)
 
@@ -184,6 +195,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
 def cmd_embed(args: argparse.Namespace) -> None:
     import numpy as np
 
+    from interlingua.atomic_files import atomic_output
     from interlingua.inference.api import load
     if args.other and not args.documents:
         raise InterlinguaError("--other goes with --documents (document vectors on both language sides)")
@@ -197,7 +209,8 @@ def cmd_embed(args: argparse.Namespace) -> None:
         docs = embed_documents(model, _read_lines(args.input), args.lang, unit=args.unit, other=args.other,
                                batch_size=args.batch_size, progress=True)
         if args.other:
-            np.savez(args.output, **docs.vectors)
+            with atomic_output(args.output) as f:  # a file object: numpy adds no `.npz` to the name
+                np.savez(f, **docs.vectors)
             log.info("wrote %s to %s", ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in docs.vectors.items()),
                      args.output)
             return
@@ -205,7 +218,8 @@ def cmd_embed(args: argparse.Namespace) -> None:
     else:
         vecs = model.encode(_read_lines(args.input), args.lang, pooling=args.pooling, batch_size=args.batch_size)
     if args.output:
-        np.save(args.output, vecs)
+        with atomic_output(args.output) as f:  # a file object: numpy adds no `.npy` to the name
+            np.save(f, vecs)
     else:
         np.save(sys.stdout.buffer, vecs)
     log.info("wrote %s float32 vectors", "x".join(map(str, vecs.shape)))
@@ -431,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tgt", required=True)
     t.add_argument("--pivot", default=None, help="translate through this language (src -> pivot -> tgt); "
                    "a pivot equal to --src or --tgt means the direct translation (a note says so)")
-    t.add_argument("--beam", type=positive_int, default=5, help="beam size (1: greedy search)")
+    t.add_argument("--beam", type=beam_size, default=5, help="beam size (1: greedy search; at most 64)")
     t.add_argument("--length-penalty", type=non_negative_float, default=1.0,
                    help="beam search ranks log p(y) / length**X (0: by log-probability alone)")
     t.add_argument("--beam-stop", choices=("all", "top"), default="all",
@@ -474,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--model", required=True)
     v.add_argument("--split", default="test_2016_flickr")
     v.add_argument("--corpus", default=None, help="corpus YAML (default: the one the model was trained on)")
-    v.add_argument("--beam", type=positive_int, default=1)
+    v.add_argument("--beam", type=beam_size, default=1)
     v.add_argument("--pivot", default=None, help="translate through this language (directions from or into it: directly); "
                    "crosslingual: the zero-shot directions' pivot where both legs were trained (default en; "
                    "else the model's own choice)")
@@ -533,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--corpus", default=None, help="corpus YAML (default: the first model's)")
     y.add_argument("-i", "--input", default=None, help="heads: sentences from this file instead of the corpus split")
     y.add_argument("--sentence", default=None, help="heads: the sentence to draw (default: the first one)")
-    y.add_argument("--beam", type=positive_int, default=1)
+    y.add_argument("--beam", type=beam_size, default=1)
     y.add_argument("--out", default=None, help="output folder (default: <first model folder>/analysis)")
     _add_device(y)
     y.set_defaults(func=cmd_analyze)
@@ -548,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every recipe")
     _add_device(x, overrides_config=True)
     x.add_argument("--out", default="docs/results/multi30k.md")
-    x.add_argument("--beam", type=positive_int, default=1)
+    x.add_argument("--beam", type=beam_size, default=1)
     x.add_argument("--max-test-sentences", type=positive_int, default=None)
     x.add_argument("--jobs", type=positive_int, default=1, help="recipes trained at once, one thread each (e.g. one per core)")
     x.add_argument("--threads", type=positive_int, default=None,

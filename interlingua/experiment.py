@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.config import TrainConfig, load_config
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
 from interlingua.evaluation.paper_numbers import paper_bleu
@@ -100,7 +101,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
         if cached.get("key") == key:
             if "directions" not in cached["run"]["compute"]:  # scored before runs recorded it: add, don't rescore
                 cached["run"]["compute"]["directions"] = len(read_checkpoint(work / "last.pt")["directions"])
-                cache.write_text(json.dumps(cached, indent=1))
+                write_text_atomic(cache, json.dumps(cached, indent=1))
             return cached["run"]
     last = read_checkpoint(work / "last.pt")  # its config is the one the last training session ran with
     state = last["training"]
@@ -125,7 +126,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
                     "eval_seconds": round(time.perf_counter() - t0, 1), "threads": last["config"]["train"].get("threads") or torch.get_num_threads(),
                     "machine": f"{platform.machine()} {platform.processor() or ''}".strip()},
     }
-    cache.write_text(json.dumps({"key": key, "run": run}, indent=1))
+    write_text_atomic(cache, json.dumps({"key": key, "run": run}, indent=1))
     return run
 
 
@@ -296,8 +297,8 @@ def _write(runs: list[dict[str, Any]], out: Path, notes: Path | None = None) -> 
                                                    + added_language_markdown(runs))
     if notes is not None and notes.is_file():
         text += "\n" + notes.read_text()
-    out.write_text(text)
-    out.with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    write_text_atomic(out, text)
+    write_text_atomic(out.with_suffix(".json"), json.dumps(runs, indent=1))
 
 
 def _run_one_thread(recipe: Path, overrides: list[str], beam: int, max_test: int | None,

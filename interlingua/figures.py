@@ -13,14 +13,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from interlingua.atomic_files import atomic_output  # noqa: E402
+
 
 def save_figure(fig, out_png: Path) -> Path:
     """Lay out, write (creating the folder) and close a figure; returns the PNG's path."""
     fig.tight_layout()
     out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_output(out_png) as f:
+            fig.savefig(f, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return out_png
 
 

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from interlingua.cli import (build_parser, main, non_negative_float, non_negative_int, port_number, positive_float,
-                             positive_int)
+from interlingua.cli import (beam_size, build_parser, main, non_negative_float, non_negative_int, port_number,
+                             positive_float, positive_int)
 
 from test_decoding import random_checkpoint
 
@@ -27,15 +27,15 @@ REQUIRED = {
 }
 # (command, option, range-checking type): every numeric option the parser has
 NUMERIC = [
-    ("translate", "--beam", positive_int), ("translate", "--length-penalty", non_negative_float),
+    ("translate", "--beam", beam_size), ("translate", "--length-penalty", non_negative_float),
     ("translate", "--max-len", positive_int), ("translate", "--batch-size", positive_int),
     ("translate", "--threads", positive_int),
     ("embed", "--batch-size", positive_int),
-    ("evaluate", "--beam", positive_int), ("evaluate", "--batch-size", positive_int),
+    ("evaluate", "--beam", beam_size), ("evaluate", "--batch-size", positive_int),
     ("evaluate", "--max-sentences", positive_int), ("evaluate", "--max-documents", positive_int), ("evaluate", "--threads", positive_int),
     ("evaluate", "--jobs", positive_int),
-    ("analyze", "--beam", positive_int), ("analyze", "--max-sentences", positive_int),
-    ("experiment", "--beam", positive_int), ("experiment", "--max-test-sentences", positive_int),
+    ("analyze", "--beam", beam_size), ("analyze", "--max-sentences", positive_int),
+    ("experiment", "--beam", beam_size), ("experiment", "--max-test-sentences", positive_int),
     ("experiment", "--jobs", positive_int), ("experiment", "--threads", positive_int),
     ("demo", "--minutes", positive_float),
     ("extend", "--vocab-size", positive_int), ("extend", "--noise", non_negative_float),
@@ -44,9 +44,9 @@ NUMERIC = [
     ("serve", "--max-wait-ms", non_negative_float), ("serve", "--max-batch-texts", positive_int),
     ("serve", "--threads", positive_int),
 ]
-BAD = {positive_int: ["0", "-3", "2.5", "two", ""], non_negative_int: ["-1", "2.5", "x"], non_negative_float: ["-0.5", "nan", "inf", "x"],
+BAD = {positive_int: ["0", "-3", "2.5", "two", ""], beam_size: ["0", "65", "1000", "2.5", "wide"], non_negative_int: ["-1", "2.5", "x"], non_negative_float: ["-0.5", "nan", "inf", "x"],
        positive_float: ["0", "-1", "nan", "inf", "soon"], port_number: ["-1", "65536", "80.5", "http"]}
-GOOD = {positive_int: ("1", 1), non_negative_int: ("0", 0), non_negative_float: ("0", 0.0), positive_float: ("0.5", 0.5),
+GOOD = {positive_int: ("1", 1), beam_size: ("64", 64), non_negative_int: ("0", 0), non_negative_float: ("0", 0.0), positive_float: ("0.5", 0.5),
         port_number: ("0", 0)}
 
 
@@ -59,7 +59,7 @@ def test_every_numeric_option_is_listed_and_range_checked():
     found = set()
     for command, sub in _subparsers(build_parser()).items():
         for action in sub._actions:
-            numeric = action.type in (int, float, positive_int, non_negative_float, positive_float) or \
+            numeric = action.type in (int, float, positive_int, non_negative_float, positive_float, beam_size) or \
                 (isinstance(action.default, (int, float)) and not isinstance(action.default, bool))
             if numeric and action.option_strings:
                 found.add((command, action.option_strings[-1], action.type))
@@ -89,7 +89,7 @@ def test_messages_say_what_is_expected(capsys):
         assert needle in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kwargs, needle", [({"beam": 0}, "beam must"), ({"batch_size": 0}, "batch_size"),
+@pytest.mark.parametrize("kwargs, needle", [({"beam": 0}, "beam must"), ({"beam": 65}, "beam must be from 1 to 64"), ({"batch_size": 0}, "batch_size"),
                                             ({"max_len": 0}, "max_len"), ({"length_penalty": -1.0}, "length_penalty")])
 def test_the_library_checks_the_same_ranges(tmp_path, kwargs, needle):
     from interlingua.inference.api import load

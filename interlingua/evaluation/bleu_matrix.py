@@ -17,6 +17,7 @@ from typing import Callable
 
 from sacrebleu.metrics import BLEU, CHRF
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.errors import DataError
 from interlingua.data import language_id
@@ -162,8 +163,8 @@ def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, js = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
-    md.write_text(result.to_markdown(title))
-    js.write_text(json.dumps(result.to_json(), indent=1))
+    write_text_atomic(md, result.to_markdown(title))
+    write_text_atomic(js, json.dumps(result.to_json(), indent=1))
     zs = set(result.zero_shot)
     pngs = []
     for name, table in (("bleu", result.bleu), ("chrf", result.chrf), ("off_target", result.off_target)):

@@ -25,6 +25,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.svm import LinearSVC
 from tqdm import tqdm
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.data.webis import DOMAINS, DomainData, LabelledDocuments, load_domain
 from interlingua.errors import InterlinguaError
 from interlingua.figures import save_figure
@@ -105,8 +106,7 @@ class _Translations:
         self.seconds += time.perf_counter() - start
         self.documents += len(docs)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": self.key, "documents": digest, "sentences": out}, ensure_ascii=False),
-                        encoding="utf-8")
+        write_text_atomic(path, json.dumps({"key": self.key, "documents": digest, "sentences": out}, ensure_ascii=False))
         return out
 
 
@@ -297,8 +297,8 @@ def _row_of_pair(row: str, a: str, b: str) -> bool:
 def write_report(result: CLDCResult, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     md, js = out / "cldc.md", out / "cldc.json"
-    md.write_text(markdown(result), encoding="utf-8")
-    js.write_text(json.dumps(asdict(result), indent=1), encoding="utf-8")
+    write_text_atomic(md, markdown(result))
+    write_text_atomic(js, json.dumps(asdict(result), indent=1))
     return [md, js, plot_accuracy(result, out / "cldc.png")]
 
 

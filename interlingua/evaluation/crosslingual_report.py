@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.errors import DataError, LanguageError
 from interlingua.evaluation.bleu_matrix import load_split_texts
 from interlingua.evaluation.crosslingual_scores import MIN_SENTENCES, RETRIEVAL_KEYS, language_probe, pair_vector_scores
@@ -221,6 +222,6 @@ def write_crosslingual(report: CrosslingualReport, out_dir: str | Path, stem: st
     out.mkdir(parents=True, exist_ok=True)
     stem = stem or f"crosslingual_report_{report.split}"
     md, js = out / f"{stem}.md", out / f"{stem}.json"
-    md.write_text(report.to_markdown(), encoding="utf-8")
-    js.write_text(json.dumps(report.to_json(), indent=1), encoding="utf-8")
+    write_text_atomic(md, report.to_markdown())
+    write_text_atomic(js, json.dumps(report.to_json(), indent=1))
     return [md, js, *plot_heat_maps(report, out, stem)]

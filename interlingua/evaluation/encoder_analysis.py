@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.errors import DataError, LanguageError
 from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.evaluation.svcca import random_svcca, svcca
@@ -279,8 +280,8 @@ def write_encoder_analysis(result: EncoderAnalysis, out_dir: str | Path) -> list
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "encoder_analysis.md", out / "encoder_analysis.json"]
-    files[0].write_text(result.to_markdown(), encoding="utf-8")
-    files[1].write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
+    write_text_atomic(files[0], result.to_markdown())
+    write_text_atomic(files[1], json.dumps(result.to_json(), indent=1))
     files.append(plot_layers(result, out / "encoder_layers.png"))
     if result.confusion:
         files.append(plot_confusion(result, out / "language_id.png"))

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from sacrebleu.metrics import BLEU  # noqa: E402
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.figures import save_figure  # noqa: E402
 from interlingua.inference.api import Model, load  # noqa: E402
 
@@ -68,8 +69,8 @@ def write_length_report(result: LengthResult, out_dir: Path, title: str) -> list
           "|---" * (len(result.buckets) + 1) + "|"]
     for name, row in result.bleu.items():
         md.append(f"| {name} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in row) + " |")
-    (out_dir / "length_buckets.md").write_text("\n".join(md) + "\n")
-    (out_dir / "length_buckets.json").write_text(json.dumps(result.__dict__, indent=1))
+    write_text_atomic(out_dir / "length_buckets.md", "\n".join(md) + "\n")
+    write_text_atomic(out_dir / "length_buckets.json", json.dumps(result.__dict__, indent=1))
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, row in result.bleu.items():
         ax.plot(result.buckets, [float("nan") if v is None else v for v in row], marker="o", label=name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.evaluation.sentence.heads import head_entropy_stats, plot_head_heatmap, plot_head_heatmaps
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Model, load
@@ -55,8 +56,9 @@ def penalty_analysis(models: dict[str, Model], sentences: list[str], lang: str, 
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = head_entropy_table(models, sentences, lang, max_tokens)
     n_used = max(s["sentences"] for s in stats.values())
-    (out_dir / "heads.md").write_text(table_markdown(stats, lang, n_used))
-    (out_dir / "heads.json").write_text(json.dumps({"lang": lang, "stats": stats, "paper_table13": PAPER_TABLE13}, indent=1))
+    write_text_atomic(out_dir / "heads.md", table_markdown(stats, lang, n_used))
+    write_text_atomic(out_dir / "heads.json", json.dumps({"lang": lang, "stats": stats, "paper_table13": PAPER_TABLE13},
+                                                         indent=1))
     attentions = {name: emb.attention(example, lang) for name, emb in models.items()}
     pngs = []
     for name, (att, pieces) in attentions.items():

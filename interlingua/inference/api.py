@@ -37,7 +37,7 @@ from interlingua.inference.representation import Representation, generate_text, 
 from interlingua.modules.base import BridgeOutput, Encoder
 from interlingua.modules.checkpoint import LoadedModel, load_model
 from interlingua.modules.model import TranslationModel
-from interlingua.modules.search import BEAM_STOPS
+from interlingua.modules.search import BEAM_STOPS, MAX_BEAM
 from interlingua.precision import model_workload
 from interlingua.runtime import Runtime, resolve_device, resolve_device_precision
 
@@ -113,8 +113,8 @@ def load(path: str | Path, device: str | torch.device = "auto", precision: str =
 
 def _check_search(beam: int, length_penalty: float, max_len: int | None, batch_size: int, beam_stop: str) -> None:
     """The search settings `translate` and `generate` take, checked before any work."""
-    if beam < 1:
-        raise ValueError(f"beam must be at least 1, got {beam}")
+    if not 1 <= beam <= MAX_BEAM:
+        raise ValueError(f"beam must be from 1 to {MAX_BEAM}, got {beam}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     if max_len is not None and max_len < 1:

@@ -69,6 +69,9 @@ def beam_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | tor
 
 
 BEAM_STOPS = ("all", "top")
+MAX_BEAM = 64
+"""The largest beam the library and the CLI take. Beyond a few dozen hypotheses BLEU stops improving (it
+often falls) while time and memory grow linearly: a beam of 1000 took 17 s and 1.35 GB for 16 sentences."""
 
 
 def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor, beam_size: int,

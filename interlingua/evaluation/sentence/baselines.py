@@ -20,6 +20,7 @@ import sentencepiece as spm
 from sklearn.utils.extmath import randomized_svd
 from tqdm import tqdm
 
+from interlingua.atomic_files import atomic_output, write_bytes_atomic, write_text_atomic
 from interlingua.evaluation.sentence.compute import single_thread
 from interlingua.evaluation.sentence.protocol import EvaluationError
 from interlingua.evaluation.sentence.tasks import MULTI30K_LANGS, load_multi30k
@@ -112,9 +113,10 @@ class BagOfSubwords:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         for lang in self.languages:
-            (folder / f"{lang}.model").write_bytes(self._protos[lang])
-            np.save(folder / f"{lang}.npy", self._vectors[lang])
-        (folder / "bag_of_subwords.json").write_text(json.dumps({"languages": self.languages, "info": self.info}))
+            write_bytes_atomic(folder / f"{lang}.model", self._protos[lang])
+            with atomic_output(folder / f"{lang}.npy") as f:
+                np.save(f, self._vectors[lang])
+        write_text_atomic(folder / "bag_of_subwords.json", json.dumps({"languages": self.languages, "info": self.info}))
         return folder
 
     @classmethod

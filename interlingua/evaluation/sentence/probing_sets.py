@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.evaluation.sentence.protocol import EvaluationError
 from interlingua.evaluation.sentence.tasks import Labelled, MissingDataError
 from interlingua.workers import InlineExecutor
@@ -76,12 +77,9 @@ class ProbingTask:
     def write(self, path: Path) -> Path:
         """Save in SentEval's probing format, so a built set can be inspected or rerun like an official one."""
         inverse = {v: k for k, v in FILE_SPLITS.items()}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            for split in SPLITS:
-                part = getattr(self, split)
-                for text, label in zip(part.texts, part.labels):
-                    f.write(f"{inverse[split]}\t{label}\t{text}\n")
+        lines = [f"{inverse[split]}\t{label}\t{text}\n" for split in SPLITS
+                 for text, label in zip(getattr(self, split).texts, getattr(self, split).labels)]
+        write_text_atomic(path, "".join(lines))
         return path
 
 

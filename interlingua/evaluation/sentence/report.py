@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.evaluation.sentence.paper_numbers import CAPTION as PAPER_CAPTION
 
 
@@ -125,10 +126,8 @@ def write_report(result: dict, out_dir: Path) -> tuple[Path, Path]:
     json_path = out_dir / f"{result['suite']}.json"
     md_path = out_dir / f"{result['suite']}.md"
     data = jsonable(result)
-    tmp = json_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False))
-    tmp.replace(json_path)
-    md_path.write_text(render_markdown(result), encoding="utf-8")
+    write_text_atomic(json_path, json.dumps(data, indent=1, ensure_ascii=False))
+    write_text_atomic(md_path, render_markdown(result))
     return md_path, json_path
 
 
@@ -136,8 +135,8 @@ def write_all_report(result: dict, out_dir: Path) -> tuple[Path, Path]:
     """`all.json` holds every suite's result; `all.md` joins their reports. Returns both paths."""
     out_dir = Path(out_dir)
     json_path, md_path = out_dir / "all.json", out_dir / "all.md"
-    json_path.write_text(json.dumps(jsonable(result), indent=1, ensure_ascii=False))
+    write_text_atomic(json_path, json.dumps(jsonable(result), indent=1, ensure_ascii=False))
     parts = [render_markdown(r) for r in result["suites"].values()]
-    md_path.write_text(f"# Sentence-vector evaluation: all suites ({result['total_elapsed_s']:.0f} s)\n\n"
-                       + "\n\n".join(parts), encoding="utf-8")
+    write_text_atomic(md_path, f"# Sentence-vector evaluation: all suites ({result['total_elapsed_s']:.0f} s)\n\n"
+                      + "\n\n".join(parts))
     return md_path, json_path
