@@ -13,6 +13,7 @@ from interlingua.atomic_files import atomic_output, disk_full, write_text_atomic
 from interlingua.cli import main
 from interlingua.data.inputs import check_input_texts, text_problem
 from interlingua.inference.api import load
+from interlingua.inference.documents import embed_documents
 
 from test_decoding import random_checkpoint
 
@@ -35,18 +36,19 @@ CALLS = {
     "represent": lambda m, texts: m.represent(texts, "en"),
     "attention_maps": lambda m, texts: m.attention_maps(texts, "en"),
     "token_ids": lambda m, texts: m.token_ids(texts, "en"),
+    "embed_documents": lambda m, texts: embed_documents(m, texts, "en"),
 }
 
 
 @pytest.mark.parametrize("call", CALLS)
 def test_a_bare_string_is_refused_not_read_character_by_character(model, call):
-    with pytest.raises(TypeError, match=r"a list of strings, got a single str: pass \[text\]"):
+    with pytest.raises(TypeError, match=r"a list of strings, got a single str: pass \[(text|doc)\]"):
         CALLS[call](model, "ein hund rennt")
 
 
 @pytest.mark.parametrize("call", CALLS)
 def test_a_lone_surrogate_is_a_value_error_naming_the_item(model, call):
-    with pytest.raises(ValueError, match=r"texts\[1\] is not valid Unicode text: U\+D800 at character 2"):
+    with pytest.raises(ValueError, match=r"(texts|docs)\[1\] is not valid Unicode text: U\+D800 at character 2"):
         CALLS[call](model, ["a dog", "ok\ud800", "a cat"])
 
 

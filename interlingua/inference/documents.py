@@ -23,6 +23,7 @@ import numpy as np
 
 from interlingua.data.documents import (DOCUMENT_TOKENS, SENTENCE_TOKENS, name_items, split_sentences,
                                         tokenize_documents)
+from interlingua.data.inputs import check_input_texts
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Model
 
@@ -54,6 +55,7 @@ def variant_names(lang: str, other: str | None) -> list[str]:
 def translate_documents(model: Model, docs: Sequence[str], src: str, tgt: str, batch_size: int = 64,
                         progress: bool = False) -> list[list[str]]:
     """Each document's sentences translated greedily from `src` into `tgt` (one list per document)."""
+    check_input_texts(docs, "docs")
     sentences = [split_sentences(d, src) for d in docs]
     flat = [s for doc in sentences for s in doc]
     out = iter(model.translate(flat, src, tgt, beam=1, batch_size=batch_size, progress=progress)) if flat else iter([])
@@ -66,6 +68,7 @@ def embed_documents(model: Model, docs: Sequence[str], lang: str, unit: Unit = "
     """Vectors of `docs` (written in `lang`) as DV or SV, on `lang`'s side and, with `other`, on
     `other`'s side and both combined. `translations` (per document, its sentences in `other`)
     saves translating again. Empty documents get zero vectors and a warning naming them."""
+    check_input_texts(docs, "docs")
     if unit not in ("document", "sentences"):
         raise InterlinguaError(f"unknown document unit '{unit}' (use 'document' or 'sentences')")
     if batch_size < 1:
