@@ -18,6 +18,7 @@ that is the caller's choice.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import Counter
@@ -104,7 +105,8 @@ class AttentionMaps:
 
 
 def load(path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> "Model":
-    """A checkpoint ready to translate and embed on `device` ("auto" = CUDA when available, else
+    """A checkpoint (a `.pt` file, or a model folder from `interlingua export folder` / `Model.save`, read
+    without unpickling anything) ready to translate and embed on `device` ("auto" = CUDA when available, else
     MPS, else the CPU; "cpu", "cuda", "cuda:N", "mps"); no optimizer or training state is kept in memory.
     `precision` of translation and sentence vectors: `fp32` (default), `bf16`, `fp16` (CUDA only) or
     `auto` (see `Model.load`)."""
@@ -153,6 +155,14 @@ class Model:
         probe = lambda: decoding_bf16_speedup(loaded.model, len(loaded.vocabs[first]))  # noqa: E731
         return cls(loaded, resolve_device_precision(precision, dev, probe, workload))
 
+    def save(self, folder: str | Path) -> Path:
+        """Write this model as a model folder (what `interlingua export folder` writes): config.json,
+        model.safetensors, one sentencepiece model per language and a README.md model card; `load(folder)`
+        reads it back without unpickling anything, for the same translations and vectors. Written whole or
+        not at all; `folder` must be new, empty or a previous export (which it replaces). Returns `folder`."""
+        from interlingua.modules.model_folder import write_folder
+        return write_folder(self.loaded, folder)
+
     def untrained_like(self, seed: int = 0) -> "Model":
         """The same architecture, vocabularies and device with freshly initialised weights: the
         reference point that shows what training bought."""
@@ -163,7 +173,8 @@ class Model:
                 module.reset_parameters()
         if fresh.model.cfg.param_init:
             fresh.model.reset_uniform(fresh.model.cfg.param_init)
-        return Model(fresh, self.runtime.precision)
+        # what the trained weights were (step, dev BLEU, the files beside them) does not describe these
+        return Model(dataclasses.replace(fresh, step=None, training=None, payload_path=None), self.runtime.precision)
 
     @property
     def device(self) -> torch.device:

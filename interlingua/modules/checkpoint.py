@@ -6,14 +6,15 @@ destroys the previous checkpoint.
 """
 from __future__ import annotations
 
-import os
-import tempfile
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from interlingua.atomic_files import atomic_output
 from interlingua.config import ExperimentConfig, parse_config
 from interlingua.data.vocab import Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError
@@ -26,18 +27,11 @@ model, `interlingua extend`) and is written only by such checkpoints; all others
 PLAIN_VERSION = 1
 
 
-def save_atomic(obj: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def save_atomic(obj: dict[str, Any], path: str | Path) -> None:
+    """`torch.save` whole or not at all (`atomic_output`): the previous file stays until the new one is
+    complete, and a full disk is an `OSError(ENOSPC)` naming `path`, not torch's RuntimeError."""
+    with atomic_output(path) as f:
+        torch.save(obj, f)
 
 
 def build_payload(cfg: ExperimentConfig, model: TranslationModel, vocabs: dict[str, Vocab],
@@ -73,6 +67,9 @@ def restrict_to_vocabs(model: TranslationModel, vocabs: dict[str, Vocab]) -> Non
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder: this needs a .pt checkpoint (a model folder written by "
+                              f"`interlingua export folder` is for translation and embedding only)")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
@@ -101,7 +98,8 @@ def stored_config(payload: dict[str, Any], path: str | Path) -> ExperimentConfig
 class LoadedModel:
     """A checkpoint rebuilt for use: the model (eval mode), its vocabularies and config, the trained
     directions and the payload's small metadata; the optimizer and the rest of the training state are
-    not kept (`step` is all that is read from it)."""
+    not kept (`step` and the `training_summary` a model card reports are all that is read from it).
+    A model folder loads into the same (`payload`: its config.json, `payload_path`: the folder)."""
 
     model: TranslationModel
     vocabs: dict[str, Vocab]
@@ -112,16 +110,54 @@ class LoadedModel:
     payload_path: Path | None = None
     step: int | None = None
     """The training step the checkpoint was written at (None where it holds no training state)."""
+    training: dict[str, Any] | None = None
+    """What a model card reports of the training state (`training_summary`), plain JSON; None without one."""
+
+
+def training_summary(training: Any) -> dict[str, Any] | None:
+    """The small, plain-JSON part of a training state that describes the weights (for model cards):
+    the step, the steps planned, the training time, the best dev mean BLEU so far and the dev
+    validation recorded at this very step (None where the history has none). Non-finite numbers
+    become None, so the result is valid JSON."""
+    if not isinstance(training, dict):
+        return None
+    step = training.get("step")
+    try:
+        history = json.loads(training.get("history") or "[]")
+    except (TypeError, ValueError):
+        history = []
+    dev = next((r for r in reversed(history) if isinstance(r, dict) and r.get("type", "valid") == "valid"
+                and r.get("step") == step), None) if isinstance(history, list) else None
+    summary = {"step": step, "max_steps": training.get("max_steps"), "elapsed_s": training.get("elapsed"),
+               "best_dev_bleu": training.get("best_bleu"), "dev": dev, "init": training.get("init")}
+    return finite_json(summary)
+
+
+def finite_json(value: Any) -> Any:
+    """`value` with NaN and infinities replaced by None (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value if value is None or isinstance(value, (str, int, bool)) else str(value)
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
     """Rebuild the model and vocabularies of a checkpoint, in eval mode, on `device`.
 
-    The training state (optimizer moments, RNG, counters) is dropped as soon as the file is read,
-    and the payload's weights once they are in the model, so that a loaded model holds its weights once."""
+    The training state (optimizer moments, RNG, counters) is dropped as soon as the file is read (but
+    for its `training_summary`), and the payload's weights once they are in the model, so that a loaded
+    model holds its weights once. A folder is a model folder (`interlingua.modules.model_folder`),
+    read without unpickling anything."""
+    if Path(path).is_dir():
+        from interlingua.modules.model_folder import load_folder  # it builds on this module
+        return load_folder(path, device)
     payload = read_checkpoint(path)
     training = payload.pop("training", None)
     step = training.get("step") if isinstance(training, dict) else None
+    summary = training_summary(training)
     del training
     try:
         cfg = stored_config(payload, path)
@@ -135,7 +171,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedMo
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
     model.to(device).eval()
     return LoadedModel(model, vocabs, cfg, [tuple(d) for d in payload["directions"]], payload, Path(path),
-                       int(step) if isinstance(step, int) else None)
+                       int(step) if isinstance(step, int) else None, summary)
 
 
 _SAME_RUN = ("format", "version", "vocabs", "vocab_offsets", "encoder_langs", "decoder_langs", "directions")

@@ -1,0 +1,377 @@
+"""Model folders: a trained model as plain files to ship, read without unpickling anything.
+
+    OUT/
+      config.json          the experiment config (model, preprocessing, ...), the languages and
+                           directions, `vocab_offsets` where a language was added, the tokenizer
+                           files per language, the format name and version, and what the model
+                           card reports (training step, dev and test BLEU as recorded)
+      model.safetensors    the weights; a tied weight (one tensor under two names) is stored once,
+                           under its first name (config.json's `tied_weights` names the others)
+      <lang>.spm.model     the sentencepiece model of each language the model reads or writes;
+                           languages that share one (a joint vocabulary) share one file,
+                           `joint.spm.model`
+      README.md            the model card (`interlingua.modules.model_card`)
+
+Why: a `.pt` checkpoint is a pickle, and unpickling a file runs whatever it says; a folder of
+JSON, safetensors and sentencepiece protos is data only, so a model can be handed to anyone.
+`load_folder` never calls `torch.load`. A folder is written whole or not at all: into a temporary
+sibling folder, flushed, then renamed into place. An existing OUT is replaced only when it is
+empty or a previous export holding nothing but an export's files; anything else is refused, so
+an export never deletes files it did not write.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from interlingua.config import parse_config
+from interlingua.data.vocab import EOS, Vocab, vocab_offsets, vocabs_from_protos
+from interlingua.errors import CheckpointError, InterlinguaError
+from interlingua.modules.checkpoint import LoadedModel, finite_json, load_model, restrict_to_vocabs
+from interlingua.modules.model import TranslationModel
+from interlingua.modules.model_card import render_card
+
+log = logging.getLogger(__name__)
+
+FOLDER_FORMAT = "interlingua-model-folder"
+FOLDER_VERSION = 1
+"""The newest folder format this version reads (and the one it writes)."""
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+CARD = "README.md"
+TOKENIZER_SUFFIX = ".spm.model"
+_EXTRAS = ("extended", "averaged_from")
+"""Checkpoint entries about the weights' history that a folder keeps (and its card shows)."""
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+def export_folder(model: str | Path, out: str | Path) -> Path:
+    """`interlingua export folder MODEL OUT`: the checkpoint (or model folder) `model` written as a
+    model folder at `out`; returns `out`."""
+    out = Path(out)
+    check_target(out)  # before a possibly long load
+    return write_folder(load_model(model, "cpu"), out)
+
+
+def write_folder(loaded: LoadedModel, out: str | Path) -> Path:
+    """Write `loaded` as a model folder at `out` (see the module's docstring); returns `out`."""
+    out = Path(out)
+    check_target(out)
+    tensors, tied = stored_tensors(loaded.model)
+    meta, protos = folder_config(loaded, tied)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        save_file(tensors, tmp / WEIGHTS, metadata={"format": "pt"})
+        for name, proto in protos.items():
+            (tmp / name).write_bytes(proto)
+        (tmp / CONFIG).write_text(json.dumps(meta, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        (tmp / CARD).write_text(render_card(meta), encoding="utf-8")
+        _flush_folder(tmp)
+        _replace_folder(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def stored_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors model.safetensors holds, and the tied names left out (name -> the stored name it is).
+
+    safetensors refuses tensors that share memory: a weight under two names (tied embeddings) is
+    stored once, under its first name, and the model ties it again when it is built; a tensor that
+    is only a view of another's memory is stored as a copy of its own."""
+    tensors: dict[str, torch.Tensor] = {}
+    tied: dict[str, str] = {}
+    seen: dict[tuple[Any, ...], str] = {}
+    storages: set[int] = set()
+    for name, t in model.state_dict().items():
+        ptr = t.untyped_storage().data_ptr()
+        key = (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if t.numel() and key in seen:
+            tied[name] = seen[key]
+            continue
+        seen[key] = name
+        tensors[name] = t.detach().clone().contiguous() if t.numel() and ptr in storages else t.detach().contiguous()
+        storages.add(ptr)
+    return tensors, tied
+
+
+def folder_config(loaded: LoadedModel, tied: dict[str, str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """config.json's content for `loaded` (`tied`: see `stored_tensors`), and the tokenizer files
+    (name -> sentencepiece proto)."""
+    model, payload = loaded.model, loaded.payload
+    from_folder = payload.get("format") == FOLDER_FORMAT
+    used = set(model.encoder_langs) | set(model.decoder_langs)  # a corpus's other languages are not shipped
+    vocabs = {lang: v for lang, v in loaded.vocabs.items() if lang in used}
+    files, protos = tokenizer_files(vocabs)
+    offsets = vocab_offsets(vocabs)
+    meta: dict[str, Any] = {
+        "format": FOLDER_FORMAT,
+        "version": FOLDER_VERSION,
+        "config": loaded.config.model_dump(mode="json"),
+        "encoder_langs": list(model.encoder_langs),
+        "decoder_langs": list(model.decoder_langs),
+        "directions": [list(d) for d in loaded.directions],
+        **({"vocab_offsets": offsets} if offsets else {}),
+        "tokenizers": files,
+        "weights": WEIGHTS,
+        **({"tied_weights": tied} if tied else {}),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "exported_from": payload.get("exported_from") if from_folder else
+        (loaded.payload_path.name if loaded.payload_path else None),
+        **{k: payload[k] for k in _EXTRAS if k in payload},
+        "record": (payload.get("record") or {}) if from_folder else recorded_results(loaded),
+    }
+    return json.loads(json.dumps(meta, allow_nan=False)), protos
+
+
+def tokenizer_files(vocabs: dict[str, Vocab]) -> tuple[dict[str, str], dict[str, bytes]]:
+    """Language -> file name, and file name -> sentencepiece proto: `<lang>.spm.model` for a model of
+    one language, `joint.spm.model` for one several languages share (`joint-<first lang>` if there
+    are more such); a language code that is no safe file name gets `lang-<n>.spm.model`."""
+    groups: dict[bytes, list[str]] = {}
+    for lang in sorted(vocabs):
+        groups.setdefault(vocabs[lang].proto, []).append(lang)
+    joint = sum(len(langs) > 1 for langs in groups.values())
+    files: dict[str, str] = {}
+    protos: dict[str, bytes] = {}
+    for n, (proto, langs) in enumerate(groups.items()):
+        if len(langs) > 1:
+            stem = "joint" if joint == 1 else f"joint-{langs[0]}"
+        else:
+            stem = langs[0]
+        name = stem + TOKENIZER_SUFFIX
+        if not _SAFE_NAME.fullmatch(name) or name in protos:
+            name = f"lang-{n}{TOKENIZER_SUFFIX}"
+        protos[name] = proto
+        files.update({lang: name for lang in langs})
+    return files, protos
+
+
+def recorded_results(loaded: LoadedModel) -> dict[str, Any]:
+    """What the model card reports of a checkpoint's history, as recorded, never recomputed: its
+    training summary (dev BLEU of its own step from the training state, else from metrics.jsonl
+    beside it) and the test BLEU results in `eval/` beside it."""
+    training = dict(loaded.training) if loaded.training else None
+    source = loaded.payload_path if loaded.payload_path and loaded.payload_path.is_file() else None
+    dev_from = "checkpoint" if training and training.get("dev") else None
+    if training and not training.get("dev") and source is not None:
+        training["dev"] = metrics_record(source.parent / "metrics.jsonl", training.get("step"))
+        dev_from = "metrics.jsonl" if training["dev"] else None
+    return {"training": training, "dev_from": dev_from, "test": test_results(source) if source else []}
+
+
+def metrics_record(path: Path, step: Any) -> dict[str, Any] | None:
+    """The last validation record of `step` in a metrics.jsonl (None: no file, no step, no record)."""
+    if not isinstance(step, int) or not path.is_file():
+        return None
+    found = None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("type") == "valid" and rec.get("step") == step:
+            found = rec
+    return finite_json(found) if found else None
+
+
+def test_results(checkpoint: Path) -> list[dict[str, Any]]:
+    """The BLEU matrices in `eval/bleu_*.json` beside `checkpoint` that can be its own: written after
+    it, and not titled with another checkpoint's name (`evaluate bleu` titles its report
+    `<checkpoint> on <split>`)."""
+    found = []
+    written = checkpoint.stat().st_mtime
+    for path in sorted((checkpoint.parent / "eval").glob("bleu_*.json")):
+        md = path.with_suffix(".md")
+        title = md.read_text(encoding="utf-8", errors="replace").partition("\n")[0] if md.is_file() else ""
+        named = re.match(r"# (\S+\.pt) on ", title)
+        if path.stat().st_mtime < written or (named and named.group(1) != checkpoint.name):
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            entry = {"file": f"eval/{path.name}", "split": str(data["split"]), "beam_size": data.get("beam_size"),
+                     "pivot": data.get("pivot"), "signature": data.get("signature", ""), "bleu": data["bleu"],
+                     "bleu_cased": data.get("bleu_cased") or {}, "zero_shot": data.get("zero_shot", [])}
+            found.append(finite_json(entry))
+        except (ValueError, KeyError, TypeError) as err:
+            log.warning("left out %s from the model card: not a BLEU matrix (%s)", path, err)
+    return found
+
+
+def check_target(out: Path) -> None:
+    """Refuse an `out` an export must not replace: a file, or a folder with anything but a previous
+    export's files in it."""
+    if out.exists() and not out.is_dir():
+        raise InterlinguaError(f"{out} exists and is not a folder: give a new or empty folder for the export")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    try:
+        meta = json.loads((out / CONFIG).read_text(encoding="utf-8"))
+        ours = {CONFIG, CARD, str(meta.get("weights", WEIGHTS)), *map(str, (meta.get("tokenizers") or {}).values())}
+        is_export = meta.get("format") == FOLDER_FORMAT
+    except (OSError, ValueError, AttributeError, TypeError):
+        is_export, ours = False, set()
+    if not is_export:
+        raise InterlinguaError(f"{out} is not empty and is not a model folder from `interlingua export folder`: "
+                               f"give a new or empty folder (an export replaces only a previous export)")
+    others = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    if others:
+        raise InterlinguaError(f"{out} is a previous export but also holds {', '.join(others[:5])}"
+                               f"{' ...' if len(others) > 5 else ''}, which an export does not write: move "
+                               f"{'it' if len(others) == 1 else 'them'} away or give another folder")
+
+
+def _flush_folder(folder: Path) -> None:
+    """Every file of `folder` on disk, and all of it readable as the umask allows (mkdtemp makes the
+    folder 0700, and safetensors its file 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.iterdir():
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(path, 0o666 & ~umask)
+    os.chmod(folder, 0o777 & ~umask)
+
+
+def _replace_folder(new: Path, out: Path) -> None:
+    """Put the finished folder `new` at `out`: a rename; a previous export is moved aside first and
+    removed once the new one is in place (put back if the rename fails)."""
+    if not out.exists():
+        os.rename(new, out)
+        return
+    aside = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.old"
+    os.rename(out, aside)
+    try:
+        os.rename(new, out)
+    except BaseException:
+        os.rename(aside, out)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
+    """Rebuild a model folder's model (eval mode, on `device`) and vocabularies from JSON, safetensors
+    and sentencepiece files: nothing is unpickled. A missing or unreadable file is a
+    `CheckpointError` that names it."""
+    folder = Path(path)
+    meta = read_folder_config(folder)
+    where = folder / CONFIG
+    cfg = parse_config(meta.get("config"), source=f"stored in {where}")
+    try:
+        enc, dec = [str(x) for x in meta["encoder_langs"]], [str(x) for x in meta["decoder_langs"]]
+        directions = [(str(s), str(t)) for s, t in meta["directions"]]
+        offsets = {str(k): int(v) for k, v in (meta.get("vocab_offsets") or {}).items()}
+        files = {str(k): str(v) for k, v in meta["tokenizers"].items()}
+        weights = str(meta.get("weights", WEIGHTS))
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise CheckpointError(f"{where} is incomplete or malformed (missing or mistyped: {err})") from None
+    vocabs = vocabs_from_protos(read_tokenizers(folder, files), offsets)
+    missing = sorted((set(enc) | set(dec)) - set(vocabs))
+    if missing:
+        raise CheckpointError(f"{where} names no tokenizer for {', '.join(missing)}")
+    try:
+        model = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, enc, dec)
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{where} does not describe a model this version builds: {err}") from None
+    read_weights(model, folder / _plain_name(weights, where))
+    restrict_to_vocabs(model, vocabs)
+    model.to(device).eval()
+    training = (meta.get("record") or {}).get("training")
+    step = training.get("step") if isinstance(training, dict) else None
+    return LoadedModel(model, vocabs, cfg, directions, meta, folder, step if isinstance(step, int) else None,
+                       training if isinstance(training, dict) else None)
+
+
+def read_folder_config(folder: Path) -> dict[str, Any]:
+    """config.json of a model folder, checked to be one this version reads."""
+    where = folder / CONFIG
+    hint = ""
+    found = sorted(p.name for p in folder.glob("*.pt"))
+    if found:
+        hint = f"; for a training run's folder give one of its checkpoints ({folder / found[0]})"
+    if not where.is_file():
+        raise CheckpointError(f"{folder} is not a model folder: {CONFIG} is missing{hint}")
+    try:
+        meta = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{where} is not readable JSON (truncated or corrupt?): {err}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FOLDER_FORMAT:
+        raise CheckpointError(f"{where} is not the config of a model folder from `interlingua export folder`{hint}")
+    version = meta.get("version")
+    if not isinstance(version, int):
+        raise CheckpointError(f"{where} is not readable (folder format version {version!r})")
+    if version > FOLDER_VERSION:
+        raise CheckpointError(f"{folder} was written by a newer interlingua (model folder format {version}, this "
+                              f"version reads up to {FOLDER_VERSION}): upgrade interlingua to load it")
+    return meta
+
+
+def read_tokenizers(folder: Path, files: dict[str, str]) -> dict[str, bytes]:
+    """Language -> sentencepiece proto, each file read once and checked to be a sentencepiece model."""
+    protos: dict[str, bytes] = {}
+    read: dict[str, bytes] = {}
+    for lang, name in files.items():
+        path = folder / _plain_name(name, folder / CONFIG)
+        if name not in read:
+            if not path.is_file():
+                raise CheckpointError(f"{path} is missing: it is the sentencepiece model of '{lang}'")
+            data = path.read_bytes()
+            try:
+                pieces = Vocab(data).sp.get_piece_size()
+            except RuntimeError:
+                pieces = 0
+            if pieces <= EOS:
+                raise CheckpointError(f"{path} is not a readable sentencepiece model (truncated or corrupt?)")
+            read[name] = data
+        protos[lang] = read[name]
+    return protos
+
+
+def read_weights(model: TranslationModel, path: Path) -> None:
+    """Load `path` (safetensors) into `model`; the names `stored_tensors` left out because they are a
+    stored tensor under another name (tied weights) are filled by it, since the model ties them itself."""
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: it holds the model's weights")
+    try:
+        tensors = load_file(path)
+    except Exception as err:  # safetensors raises its own error type, and others for odd files
+        detail = " ".join(str(err).split())[:200] or type(err).__name__
+        raise CheckpointError(f"{path} is not a readable safetensors file (truncated or corrupt?): {detail}") from None
+    state = model.state_dict()
+    try:
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
+    except RuntimeError as err:
+        detail = " ".join(str(err).split())[:300]
+        raise CheckpointError(f"{path} does not match config.json and the tokenizers: {detail}") from None
+    stored = {state[k].untyped_storage().data_ptr() for k in tensors if k in state and state[k].numel()}
+    missing = [k for k in missing if not (state[k].numel() and state[k].untyped_storage().data_ptr() in stored)]
+    what = []
+    if missing:
+        what.append(f"lacks {len(missing)} weight(s) the model has ({', '.join(missing[:3])})")
+    if unexpected:
+        what.append(f"has {len(unexpected)} it does not ({', '.join(unexpected[:3])})")
+    if what:
+        raise CheckpointError(f"{path} does not match config.json: it {' and '.join(what)}")
+
+
+def _plain_name(name: str, where: Path) -> str:
+    """A file name config.json gives, refused where it would leave the folder."""
+    if not name or name != Path(name).name or name in (".", ".."):
+        raise CheckpointError(f"{where} names a file outside the folder: {name!r}")
+    return name
