@@ -333,6 +333,9 @@ class TrainConfig(_Strict):
     """`bridge`: train the bridge only, on top of the frozen translation model given with `train
     --init` (paper 003's NTDV layers): every encoder and decoder parameter keeps its value and its
     modules run without dropout; the bridge is new (the checkpoint's own bridge, if any, is dropped)."""
+    tensorboard: bool = False
+    """Also write metrics.jsonl's scalars as TensorBoard event files in `<work_dir>/tensorboard/`
+    (needs the `tensorboard` extra: pip install "interlingua[tensorboard]")."""
 
 
 class ExperimentConfig(_Strict):

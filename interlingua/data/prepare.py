@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from interlingua.atomic_files import write_bytes_atomic, write_text_atomic
 from interlingua.config import ExperimentConfig, PreprocessConfig
 from interlingua.data.chunk_encoder import ChunkEncoder
 from interlingua.data.cleaning import LineFilter
@@ -210,15 +211,15 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     shutil.rmtree(final, ignore_errors=True)
     work.rename(final)
     (cache_dir / "encoded.npz").unlink(missing_ok=True)  # a cache of an older layout
-    (cache_dir / "cleaning.json").write_text(json.dumps(cleaning, indent=1))
+    write_text_atomic(cache_dir / "cleaning.json", json.dumps(cleaning, indent=1))
     for line in cleaning_summary(cleaning):
         log.info("%s", line)
     distinct = {id(v): v for v in vocabs.values()}
     if not given and pre.joint_vocab:
-        (cache_dir / "joint.model").write_bytes(next(iter(vocabs.values())).proto)
+        write_bytes_atomic(cache_dir / "joint.model", next(iter(vocabs.values())).proto)
     elif not given:
         for lang, v in vocabs.items():
-            (cache_dir / f"{lang}.model").write_bytes(v.proto)
+            write_bytes_atomic(cache_dir / f"{lang}.model", v.proto)
     meta = {
         "fingerprint": fp, "languages": langs, "joint_vocab": pre.joint_vocab,
         "groups": groups_meta, "group_langs": group_langs,
@@ -226,7 +227,7 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
         "vocab_sizes": {lang: len(v) for lang, v in vocabs.items()},
         "n_vocabs": len(distinct),
     }
-    meta_path.write_text(json.dumps(meta, indent=1))
+    write_text_atomic(meta_path, json.dumps(meta, indent=1))  # last: it marks the cache complete
     return _attach_texts(_load_cache(cache_dir, meta, vocabs), corpus)
 
 

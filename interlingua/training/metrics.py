@@ -3,14 +3,21 @@
 Train records average a window of steps (loss per target token, penalty per step, tokens/s);
 the window's running sums are part of the training state, so a resumed run writes the same
 lines an uninterrupted one would. Validation records come from `validation.validate`.
+
+Every line is strict JSON: a number that is not finite (a diverged loss; a mean over no dev
+sentences) is written as null, never as `NaN`, which most JSON readers refuse. Records are
+appended; whole rewrites (a fresh start, trimming on resume) are atomic, and a last line cut short
+by a kill or a full disk is dropped on resume (its step is redone).
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.figures import plot_training_curves
 
 log = logging.getLogger(__name__)
@@ -49,17 +56,34 @@ class MetricsLog:
 
     def start_fresh(self) -> None:
         """A new run: a log left by one stopped before its first checkpoint is stale."""
-        self.path.write_text("", encoding="utf-8")
+        write_text_atomic(self.path, "")
 
     def append(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        line = json.dumps(finite(record), allow_nan=False) + "\n"
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError as err:
+            if err.filename is None:  # a full disk says nothing of which file
+                raise OSError(err.errno, err.strerror, str(self.path)) from None
+            raise
 
     def records(self) -> list[dict[str, Any]]:
         """Every record logged so far (none when there is no log yet)."""
+        return [json.loads(line) for line in self._lines()]
+
+    def _lines(self) -> list[str]:
+        """The log's lines, but for a last one cut short (a kill or a full disk mid-append)."""
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines()]
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        if lines:
+            try:
+                json.loads(lines[-1])
+            except ValueError:
+                log.warning("%s: dropping its last line, cut short: %r", self.path, lines[-1][:80])
+                lines.pop()
+        return lines
 
     def reconcile(self, step: int, validated: bool, window_open: bool) -> None:
         """Make the log match a state resumed at `step`: drop the lines written after it, and
@@ -68,7 +92,7 @@ class MetricsLog:
         if not self.path.exists():
             return
         kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in self._lines():
             rec = json.loads(line)
             if rec["step"] > step:
                 continue
@@ -76,11 +100,22 @@ class MetricsLog:
                                         or rec.get("type") == "train" and window_open):
                 continue
             kept.append(line)
-        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def plot(self) -> None:
         """Redraw the training curves; a log that cannot be drawn yet only warns."""
         try:
             plot_training_curves(self.path, self.curves)
-        except (ValueError, KeyError) as err:
+        except (ValueError, KeyError, TypeError) as err:
             log.warning("could not plot curves: %s", err)
+
+
+def finite(value: Any) -> Any:
+    """`value` with NaN and infinities replaced by None, in nested dicts and lists (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value

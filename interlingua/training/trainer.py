@@ -17,6 +17,9 @@ each trains on its own part of it (`shard`); DDP adds the parts' gradients, whic
 that they equal the whole batch's. The training state is therefore the same for any number of
 processes: a run resumes with more or fewer of them. Rank 0 alone prepares the corpus first,
 validates, writes checkpoints, metrics and the progress bar.
+
+A run holds the work_dir's lock (`work_dir_lock`, rank 0's) from before the data preparation until
+`train()` ends, so a second run on the same work_dir is refused instead of overwriting this one's files.
 """
 from __future__ import annotations
 
@@ -31,10 +34,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.config import ExperimentConfig
 from interlingua.data.batching import Batch, DirectionBatches, shard
 from interlingua.data.directions import (Direction, DirectionScheduler, build_directions, pair_shares,
@@ -42,7 +45,7 @@ from interlingua.data.directions import (Direction, DirectionScheduler, build_di
 from interlingua.data.prepare import PreparedData, direction_pairs, prepare
 from interlingua.data.vocab import decoder_start, source_prefix
 from interlingua.distributed import Distributed, no_sync, process_group
-from interlingua.errors import CheckpointError, ConfigError, DataError
+from interlingua.errors import CheckpointError, ConfigError, DataError, InterlinguaError
 from interlingua.modules.checkpoint import (average_checkpoints, build_payload, checkpoint_vocabs, read_checkpoint,
                                             restrict_to_vocabs, save_atomic, stored_config)
 from interlingua.modules.model import TranslationModel
@@ -50,7 +53,9 @@ from interlingua.precision import model_workload
 from interlingua.runtime import Runtime, resolve_device_precision
 from interlingua.training.metrics import MetricsLog, add_step, empty_window, train_record
 from interlingua.training.precision_probe import model_bf16_probe
-from interlingua.training.validation import build_devsets, validate
+from interlingua.training.tensorboard_log import TensorBoardLog, require_tensorboard
+from interlingua.training.validation import build_devsets, check_dev_files, validate
+from interlingua.training.work_dir_lock import WorkDirLock
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +108,19 @@ class Trainer:
         self.init = str(init) if init is not None else None
         self.work_dir = Path(cfg.work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.tensorboard: TensorBoardLog | None = None
+        if cfg.train.tensorboard:
+            require_tensorboard()
+        self._lock = self._lock_work_dir()
+        try:
+            self._setup(resume, data, init, device)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, resume: bool, data: PreparedData | None, init: str | Path | None, device: str | None) -> None:
+        """Everything but the work_dir lock: config checks, data, model, optimizer, resumed state."""
+        cfg = self.cfg
         tc = cfg.train
         parts = self.dist.world_size * tc.accumulate
         if tc.batch_size < parts:
@@ -123,6 +141,7 @@ class Trainer:
         given_vocabs = checkpoint_vocabs(init_from) if init_from is not None else None
         self.data = data or self.dist.in_turn(lambda: prepare(cfg, vocabs=given_vocabs))
         self._check_same_data()
+        check_dev_files(self.data, cfg.corpus)
         self.directions = build_directions(cfg.directions, self.data.languages)
         self.encoder_langs = sorted({s for s, _ in self.directions})
         self.decoder_langs = sorted({t for _, t in self.directions})
@@ -175,6 +194,29 @@ class Trainer:
             torch.manual_seed(tc.seed * 1_000_003 + self.dist.rank * 7919 + self.step)
         self.trained = self.dist.wrap(self.model, some_unused=len(self.step_directions) > 1)
         """The module the steps run through: the model, or DDP around it (which shares its weights)."""
+
+    def _lock_work_dir(self) -> WorkDirLock | None:
+        """Rank 0 locks the work_dir for the run (the other processes share its files, on a filesystem
+        every node sees); its success or refusal is every process's, so none waits for a partner that stopped."""
+        lock, refused = None, None
+        if self.dist.is_main:
+            lock = WorkDirLock(self.work_dir)
+            try:
+                lock.acquire()
+            except (InterlinguaError, OSError) as err:
+                refused = err
+        refused = self.dist.broadcast(refused)
+        if refused is not None:
+            raise refused
+        return lock
+
+    def close(self) -> None:
+        """Give back the work_dir lock and close the TensorBoard writer (`train` does it when it ends)."""
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
+        if self._lock is not None:
+            self._lock.release()
 
     def _check_same_data(self) -> None:
         """Every process must have prepared the same vocabularies: a node that cannot see rank 0's
@@ -262,6 +304,8 @@ class Trainer:
         path = self.work_dir / name
         if not self.dist.is_main:
             return path
+        if self.tensorboard is not None:  # what is logged up to this state is on disk with it
+            self.tensorboard.flush()
         state = None if weights_only else self._training_state(history, best_bleu)
         save_atomic(build_payload(self.cfg, self.model, self.data.vocabs, self.directions, state), path)
         return path
@@ -342,6 +386,8 @@ class Trainer:
     def _log(self, record: dict[str, Any]) -> None:
         if self.dist.is_main:
             self.metrics.append(record)
+            if self.tensorboard is not None:
+                self.tensorboard.write(record)
 
     def _budget_spent(self) -> bool:
         mm = self.cfg.train.max_minutes
@@ -392,10 +438,19 @@ class Trainer:
 
     def train(self) -> TrainResult:
         tc = self.cfg.train
-        if self.dist.is_main:
-            (self.work_dir / "config.json").write_text(json.dumps(self.cfg.model_dump(mode="json"), indent=1))
-            if self.step == 0:
-                self.metrics.start_fresh()
+        try:
+            if self.dist.is_main:
+                write_text_atomic(self.work_dir / "config.json", json.dumps(self.cfg.model_dump(mode="json"), indent=1))
+                if self.step == 0:
+                    self.metrics.start_fresh()
+                if tc.tensorboard:
+                    self.tensorboard = TensorBoardLog(self.work_dir, self.step, self.metrics)
+            return self._train()
+        finally:
+            self.close()
+
+    def _train(self) -> TrainResult:
+        tc = self.cfg.train
         self.model.train()
         trained_params = [p for p in self.model.parameters() if p.requires_grad]
         total_tokens, total_time = 0, 0.0
@@ -530,16 +585,16 @@ class Trainer:
         rec = None
         if self.dist.is_main:
             rec = (self.validate() if self.devsets
-                   else {"type": "valid", "step": self.step, "mean_bleu": float("nan"), "directions": {}})
+                   else {"type": "valid", "step": self.step, "mean_bleu": None, "directions": {}})
             rec["elapsed_s"] = round(self.elapsed, 2)
         rec = self.dist.broadcast(rec)
-        score = rec["mean_bleu"]
-        improved = not np.isnan(score) and (self.best_bleu is None or score > self.best_bleu)
+        score = _score(rec["mean_bleu"])
+        improved = score is not None and (self.best_bleu is None or score > self.best_bleu)
         history, best_bleu = self.history + [rec], (score if improved else self.best_bleu)
         # The files first, the state last: stopped in between, the state still owes this
         # validation, and redoing it rewrites the same metrics line and best.pt.
         self._log(rec)
-        if improved or not self.devsets:
+        if improved or score is None:  # nothing to select on: the last checkpoint is also the best
             self._save("best.pt", history, best_bleu)
         self._keep_lowest_loss(history, best_bleu)
         self._save("last.pt", history, best_bleu)
@@ -547,7 +602,8 @@ class Trainer:
         if not self.dist.is_main:
             return
         summary = " ".join(f"{n}={r['bleu']:.1f}{'*' if r['zero_shot'] else ''}" for n, r in rec["directions"].items())
-        tqdm.write(f"step {self.step}: dev mean BLEU {score:.2f} {'(best)' if improved else ''} | {summary}")
+        mean = "n/a" if score is None else f"{score:.2f}"
+        tqdm.write(f"step {self.step}: dev mean BLEU {mean} {'(best)' if improved else ''} | {summary}")
         self.metrics.plot()
 
 
@@ -583,8 +639,14 @@ class Trainer:
 
 def lowest_loss_steps(history: list[dict[str, Any]], n: int) -> list[int]:
     """The steps of the `n` validations with the lowest mean dev loss (ties: the later step), lowest first."""
-    scored = [(r["mean_loss"], -r["step"]) for r in history if not np.isnan(r.get("mean_loss", float("nan")))]
+    scored = [(loss, -r["step"]) for r in history if (loss := _score(r.get("mean_loss"))) is not None]
     return [-neg for _, neg in sorted(scored)[:n]]
+
+
+def _score(value: Any) -> float | None:
+    """A validation mean as a number to compare, or None where there is none (logged as null; NaN in
+    histories saved before null was used)."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def lr_factor(schedule: str, warmup: int) -> Callable[[int], float]:

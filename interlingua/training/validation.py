@@ -1,10 +1,17 @@
-"""Dev-set evaluation during training: teacher-forced loss and greedy BLEU per direction."""
+"""Dev-set evaluation during training: teacher-forced loss and greedy BLEU per direction.
+
+An empty dev file is refused before training (`check_dev_files`): it is a failed download or a
+wrong path far more often than a wish to train without validation, which leaving out the 'val'
+split says. A direction the dev files give no sentence pair for is warned about once and left
+out of the records; where no trained direction is left, the mean BLEU and loss are null.
+"""
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,9 +19,11 @@ from sacrebleu.metrics import BLEU, CHRF
 import torch
 
 from interlingua.data.batching import make_batch
+from interlingua.data.corpus import load_corpus
 from interlingua.data.directions import Direction
 from interlingua.data.prepare import PreparedData, direction_pairs, direction_references
 from interlingua.data.vocab import Vocab, decoder_start, source_prefix
+from interlingua.errors import DataError
 from interlingua.modules.model import TranslationModel
 from interlingua.modules.search import translate_ids
 
@@ -73,12 +82,13 @@ def build_devsets(data: PreparedData, directions: list[Direction], zero_shot: li
     if "val" not in data.splits:
         log.warning("the corpus has no 'val' split: no dev evaluation, the last checkpoint is also the best")
         return {}
-    dev, rebuilt = {}, []
+    dev, rebuilt, without = {}, [], []
     for d in directions + zero_shot:
         if d[0] == d[1]:
             continue
         src, tgt = direction_pairs(data, "val", *d, limit=limit)
         if not src:
+            without.append(f"{d[0]}->{d[1]}{' (zero-shot)' if d in zero_shot else ''}")
             continue
         refs = direction_references(data, "val", *d, limit=limit)
         if refs is None:
@@ -88,14 +98,32 @@ def build_devsets(data: PreparedData, directions: list[Direction], zero_shot: li
     if rebuilt:
         log.warning("the prepared data keeps no raw validation text: dev BLEU of %s is computed on references "
                     "rebuilt from subword ids cut to max_len=%d", ", ".join(rebuilt), max_len)
+    if without:
+        trained = any(d[0] != d[1] and d not in zero_shot for d in dev)
+        log.warning("the 'val' split has no sentence pair (both sides non-empty) for %s: not validated%s",
+                    ", ".join(without), "" if trained else "; with no trained direction validated, the mean dev "
+                    "BLEU is logged as null and the last checkpoint is also the best")
     return dev
+
+
+def check_dev_files(data: PreparedData, corpus_path: str | Path) -> None:
+    """Refuse a 'val' file group of the run's languages that has no lines, naming its files."""
+    empty = [g.name for g in data.splits.get("val", []) if len(g) == 0]
+    if not empty:
+        return
+    corpus = load_corpus(corpus_path)
+    files = [str(path) for g in corpus.splits.get("val", []) if g.name in empty
+             for lang, path in sorted(g.files.items()) if lang in data.languages]
+    raise DataError(f"empty dev file(s) in corpus {corpus.source}: {', '.join(files) or ', '.join(empty)}; put the "
+                    "dev sentences there, or remove the 'val' split to train without validation")
 
 
 def validate(model: TranslationModel, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
              zero_shot: list[Direction], step: int, autocast: Callable[[], AbstractContextManager], *,
              beam: int, max_len: int) -> dict[str, Any]:
     """The validation record of `step`: per-direction dev scores; the mean BLEU and mean loss of the
-    trained directions (zero-shot ones are reported, never selected on). Leaves the model in train mode."""
+    trained directions (zero-shot ones are reported, never selected on; None where no trained
+    direction has dev sentences). Leaves the model in train mode."""
     results = {}
     for d, dev in devsets.items():
         with autocast():
@@ -103,7 +131,7 @@ def validate(model: TranslationModel, devsets: dict[Direction, DevSet], vocabs: 
         r["zero_shot"] = d in zero_shot
         results[f"{d[0]}-{d[1]}"] = r
     supervised = [r for r in results.values() if not r["zero_shot"]]
-    mean_bleu = float(np.mean([r["bleu"] for r in supervised])) if supervised else float("nan")
-    mean_loss = float(np.mean([r["loss"] for r in supervised])) if supervised else float("nan")
+    mean_bleu = float(np.mean([r["bleu"] for r in supervised])) if supervised else None
+    mean_loss = float(np.mean([r["loss"] for r in supervised])) if supervised else None
     model.train()
     return {"type": "valid", "step": step, "mean_bleu": mean_bleu, "mean_loss": mean_loss, "directions": results}
