@@ -1,10 +1,19 @@
-"""Load test of `interlingua serve` over loopback: requests/s and latency under concurrent clients, and
-what dynamic batching buys.
+"""Load test of `interlingua serve` over loopback: requests/s and latency under concurrent clients, what
+dynamic batching buys, what the service's bounds do under overload, and what a huge body costs it.
 
 Run: python bench/serve_load.py --model runs/multi30k/cpu/ntdv/lstm_bridge_en_de_fr_ntdv/best.pt
      [--src en --tgt de (default: the first trained direction)] [--clients 1 8 32] [--seconds 20]
      [--requests N] [--threads 1] [--batching off on] [--soak MINUTES] [--sentences FILE]
-     [--out bench/results/serve_load.jsonl]
+     [--max-concurrent-requests N] [--payload-test] [--out bench/results/serve_load.jsonl]
+
+Overload: `--clients 32 200 --max-concurrent-requests 64 --batching on` shows the bound at work: below
+it (32 clients) every request is answered; above it (200) the service answers 429 (with Retry-After)
+to what it cannot take at once, and the latency of the answered ones stays bounded. A 429 is counted
+apart from errors (`refused_429`, with its own latency), and the client that got it waits the
+Retry-After seconds before its next request, as a well-behaved client does.
+`--payload-test`: after the levels, a 100 MB body to POST /translate, once with Content-Length and
+once chunked, streamed in 1 MiB writes while the client watches for the answer: the time to the 413,
+how much had been sent by then, and the server's RSS before and after (a line each).
 
 The real server (`python -m interlingua.cli serve --port 0`, a child process in its own session) is
 started once per batching mode and stopped with SIGTERM at the end, on errors and on Ctrl-C alike:
@@ -37,7 +46,9 @@ import json
 import math
 import os
 import re
+import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -151,15 +162,18 @@ def get_json(port: int, path: str, body: dict | None = None, timeout: float = 10
 
 @contextmanager
 def running_server(model: str, threads: int, max_wait_ms: float, max_batch_texts: int, startup_s: float,
-                   stop_s: float) -> Iterator[Server]:
+                   stop_s: float, max_concurrent_requests: int | None = None) -> Iterator[Server]:
     """Start the real server on a free port (`--port 0`, read back from its 'serving ... on' line), wait
     for GET /health, and stop it with SIGTERM on the way out whatever happened (SIGKILL after `stop_s`)."""
     settings = {"max_wait_ms": max_wait_ms, "max_batch_texts": max_batch_texts, "threads": threads,
-                "max_texts": 64, "max_chars": 2000, "host": HOST}
+                "max_texts": 64, "max_chars": 2000, "host": HOST,
+                "max_concurrent_requests": max_concurrent_requests or "default (512)"}
     log_fd, log_name = tempfile.mkstemp(prefix=f"serve_load_b{max_batch_texts}_", suffix=".log")
     log = Path(log_name)
     cmd = [sys.executable, "-m", "interlingua.cli", "serve", "--model", model, "--host", HOST, "--port", "0",
            "--threads", str(threads), "--max-wait-ms", f"{max_wait_ms:g}", "--max-batch-texts", str(max_batch_texts)]
+    if max_concurrent_requests is not None:
+        cmd += ["--max-concurrent-requests", str(max_concurrent_requests)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     # Own session: a Ctrl-C in the terminal reaches only this script, which then stops the server itself.
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT, env=env,
@@ -214,6 +228,8 @@ class Tally:
 
     latencies_s: list[float] = field(default_factory=list)
     errors: Counter = field(default_factory=Counter)
+    refused_s: list[float] = field(default_factory=list)
+    """Latencies of 429 answers (over --max-concurrent-requests): refused, not failed."""
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -223,13 +239,16 @@ def percentile(sorted_values: list[float], p: float) -> float:
 
 def summary(tally: Tally, seconds: float) -> dict:
     lat = sorted(tally.latencies_s)
+    refused = sorted(tally.refused_s)
     ok, errors = len(lat), sum(tally.errors.values())
-    out = {"rps": round(ok / seconds, 2) if seconds > 0 else None, "requests": ok + errors, "answered": ok,
-           "errors": errors, "error_kinds": dict(tally.errors)}
+    out = {"rps": round(ok / seconds, 2) if seconds > 0 else None, "requests": ok + len(refused) + errors,
+           "answered": ok, "refused_429": len(refused), "errors": errors, "error_kinds": dict(tally.errors)}
     for p in (50, 95, 99):
         out[f"p{p}_ms"] = round(1000 * percentile(lat, p), 1) if lat else None
     out["mean_ms"] = round(1000 * sum(lat) / ok, 1) if ok else None
     out["max_ms"] = round(1000 * lat[-1], 1) if lat else None
+    out["refused_p50_ms"] = round(1000 * percentile(refused, 50), 1) if refused else None
+    out["refused_p99_ms"] = round(1000 * percentile(refused, 99), 1) if refused else None
     return out
 
 
@@ -278,6 +297,7 @@ class Load:
             body = job.bodies[(ticket // len(self.jobs)) % len(job.bodies)]
             tally = self.tallies[job.name]
             t0 = time.perf_counter()
+            retry_after = 0.0
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection(HOST, self.port, timeout=self.timeout_s)
@@ -285,7 +305,10 @@ class Load:
                 response = conn.getresponse()
                 data = response.read()
                 elapsed = time.perf_counter() - t0
-                if response.status != 200:
+                if response.status == 429:
+                    error = "refused"
+                    retry_after = float(response.getheader("Retry-After") or 1)
+                elif response.status != 200:
                     error = f"HTTP {response.status}"
                 else:
                     answer = json.loads(data).get(job.answer_field)
@@ -298,8 +321,12 @@ class Load:
             with self._lock:
                 if error is None:
                     tally.latencies_s.append(elapsed)
+                elif error == "refused":
+                    tally.refused_s.append(elapsed)
                 else:
                     tally.errors[error] += 1
+            if retry_after:  # as the answer asks, but not past the end of the run
+                self._stop.wait(max(0.0, min(retry_after, self._deadline - time.perf_counter())))
         if conn is not None:
             conn.close()
 
@@ -414,6 +441,70 @@ def soak(server: Server, jobs: dict[str, Job], minutes: float,
     return context, tallies, elapsed
 
 
+# --- a 100 MB body ------------------------------------------------------------------------------------
+
+PAYLOAD_BYTES = 100 * 2**20
+WRITE_BYTES = 2**20
+
+
+def send_huge_body(server: Server, chunked: bool, timeout_s: float = 60.0) -> dict:
+    """POST a PAYLOAD_BYTES body of spaces to /translate in WRITE_BYTES writes, watching after each for the
+    answer; stop sending once it comes. The status, the time from the first byte sent to the answer's
+    first byte, and the bytes sent by then."""
+    head = (f"POST /translate HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+            + ("Transfer-Encoding: chunked\r\n" if chunked else f"Content-Length: {PAYLOAD_BYTES}\r\n") + "\r\n")
+    piece = b" " * WRITE_BYTES
+    if chunked:
+        piece = f"{WRITE_BYTES:x}\r\n".encode() + piece + b"\r\n"
+    sock = socket.create_connection((HOST, server.port), timeout=timeout_s)
+    sent = 0
+    answer = b""
+    t0 = time.perf_counter()
+    first_byte = None
+    try:
+        sock.sendall(head.encode("ascii"))
+        sock.setblocking(False)
+        view = memoryview(piece)
+        while sent < PAYLOAD_BYTES and not answer and time.perf_counter() - t0 < timeout_s:
+            readable, writable, _ = select.select([sock], [sock], [], 1.0)
+            if readable:
+                answer = sock.recv(65536)
+                first_byte = time.perf_counter()
+                break
+            if writable:
+                written = sock.send(view[sent % len(piece):])
+                sent += written
+        sock.setblocking(True)
+        if not answer:
+            answer = sock.recv(65536)
+            first_byte = time.perf_counter()
+        while b"\r\n\r\n" not in answer and (more := sock.recv(65536)):
+            answer += more
+    except OSError as err:
+        return {"status": None, "error": f"{type(err).__name__}: {err}", "sent_mib": round(sent / 2**20, 1)}
+    finally:
+        sock.close()
+    status_line = answer.split(b"\r\n", 1)[0].decode("latin-1")
+    return {"status": int(status_line.split()[1]) if status_line.startswith("HTTP/") else None,
+            "time_to_answer_ms": round(1000 * (first_byte - t0), 1) if first_byte else None,
+            "sent_mib_before_answer": round(sent / 2**20, 1), "answer_head": status_line}
+
+
+def payload_test(server: Server) -> list[dict]:
+    """The 100 MB body declared and chunked, with the server's RSS around each."""
+    lines = []
+    for chunked in (False, True):
+        rss_before = server.rss_mib()
+        result = send_huge_body(server, chunked)
+        time.sleep(1.0)  # whatever the server took in has been dealt with
+        healthy = get_json(server.port, "/health", timeout=10)[0] == 200
+        lines.append({"endpoint": "payload: 100 MB body to /translate", "body": "chunked" if chunked else
+                      "Content-Length", "body_mib": PAYLOAD_BYTES / 2**20, **result,
+                      "server_rss_mib_before": rss_before, "server_rss_mib_after": server.rss_mib(),
+                      "server_vmhwm_mib": _status_mib(server.process.pid, "VmHWM"), "health_after": healthy})
+    return lines
+
+
 # --- the command ---------------------------------------------------------------------------------------
 
 
@@ -443,6 +534,12 @@ def main() -> None:
     ap.add_argument("--soak", type=non_negative_float, default=0.0, metavar="MINUTES",
                     help=f"after the levels, {SOAK_CLIENTS} clients mixing translate and embed this long (0: no soak)")
     ap.add_argument("--warmup", type=positive_int, default=5, help="untimed requests per endpoint after start-up")
+    ap.add_argument("--max-concurrent-requests", type=positive_int, default=None,
+                    help="the server's --max-concurrent-requests (default: the server's, 512); set it below the "
+                         "largest --clients to see 429s")
+    ap.add_argument("--payload-test", action="store_true",
+                    help="after the levels of the last mode, send a 100 MB body (declared, then chunked): time to "
+                         "the 413 and the server's RSS")
     ap.add_argument("--timeout", type=positive_float, default=60.0, help="seconds a client waits for one answer")
     ap.add_argument("--startup-timeout", type=positive_float, default=300.0,
                     help="seconds to wait for the server to load the model and answer /health")
@@ -459,9 +556,11 @@ def main() -> None:
         max_batch_texts = BATCHING_SETTINGS[mode]["max_batch_texts"]
         print(f"starting the server (batching {mode}: --max-batch-texts {max_batch_texts})", file=sys.stderr)
         with running_server(model, args.threads, args.max_wait_ms, max_batch_texts, args.startup_timeout,
-                            stop_s=45.0) as server:
+                            stop_s=45.0, max_concurrent_requests=args.max_concurrent_requests) as server:
             workload = workload or choose_workload(server, args)  # needs a server that answers /languages
-            run_mode(server, mode, model, *workload, args, soak_too=args.soak > 0 and index == len(modes) - 1)
+            last = index == len(modes) - 1
+            run_mode(server, mode, model, *workload, args, soak_too=args.soak > 0 and last,
+                     payload_too=args.payload_test and last)
 
 
 def choose_workload(server: Server, args: argparse.Namespace) -> tuple[list[str], str]:
@@ -478,8 +577,9 @@ def choose_workload(server: Server, args: argparse.Namespace) -> tuple[list[str]
 
 
 def run_mode(server: Server, mode: str, model: str, sentences: list[str], sentences_from: str,
-             args: argparse.Namespace, soak_too: bool) -> None:
-    """Every endpoint at every level against one server, then the soak if `soak_too`; a line each."""
+             args: argparse.Namespace, soak_too: bool, payload_too: bool = False) -> None:
+    """Every endpoint at every level against one server, then the soak if `soak_too` and the 100 MB bodies
+    if `payload_too`; a line each."""
     jobs = make_jobs(sentences, args.src, args.tgt)
     warm_up(server, jobs, args.warmup)
     common = {"bench": "serve_load", "batching": mode, "model": model, "torch_threads": args.threads,
@@ -503,6 +603,10 @@ def run_mode(server: Server, mode: str, model: str, sentences: list[str], senten
                                  "seconds": round(elapsed, 2), **summary(total, elapsed),
                                  "by_endpoint": {name: summary(tally, elapsed) for name, tally in tallies.items()},
                                  **context})
+    if payload_too:
+        for line in payload_test(server):
+            append_result(args.out, {"bench": "serve_load", "model": model, "server": common["server"],
+                                     "cpu_count": os.cpu_count(), **line})
 
 if __name__ == "__main__":
     try:

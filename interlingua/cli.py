@@ -129,8 +129,10 @@ def _webis_monolingual(args: argparse.Namespace) -> None:
 def cmd_prepare(args: argparse.Namespace) -> None:
     from interlingua.config import load_config
     from interlingua.data.prepare import cleaning_summary, prepare
+    from interlingua.training.work_dir_lock import WorkDirLock
     cfg = load_config(args.config, args.set)
-    data = prepare(cfg, force=args.force)
+    with WorkDirLock(cfg.work_dir):  # the same lock as `train`: one process writes a work_dir at a time
+        data = prepare(cfg, force=args.force)
     sizes = {lang: len(v) for lang, v in data.vocabs.items()}
     counts = {split: sum(len(g) for g in groups) for split, groups in data.splits.items()}
     print(f"prepared {cfg.work_dir / 'data'}: vocabularies {sizes}; lines per split {counts}")
@@ -351,6 +353,14 @@ def cmd_average(args: argparse.Namespace) -> None:
     print(f"averaged {len(args.checkpoints)} checkpoint(s) into {out}")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from interlingua.modules.model_folder import export_folder
+    out = export_folder(args.model, args.out)
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    print(f"wrote {out} ({size / 2**20:.1f} MiB: config.json, model.safetensors, sentencepiece models, README.md); "
+          f"use it with: interlingua translate --model {out} ...")
+
+
 def cmd_experiment(args: argparse.Namespace) -> None:
     from interlingua.experiment import run_experiments
     _use_threads(args.threads)
@@ -369,12 +379,18 @@ def port_number(text: str) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    import os
+
     from interlingua.serving.limits import ServiceLimits
     from interlingua.serving.server import serve
     _use_threads(args.threads)
-    serve(args.model, host=args.host, port=args.port, device=args.device, precision=args.precision,
-          limits=ServiceLimits(max_texts=args.max_texts, max_chars=args.max_chars, max_wait_ms=args.max_wait_ms,
-                               max_batch_texts=args.max_batch_texts))
+    limits = ServiceLimits(max_texts=args.max_texts, max_chars=args.max_chars, max_wait_ms=args.max_wait_ms,
+                           max_batch_texts=args.max_batch_texts, max_batch_tokens=args.max_batch_tokens,
+                           payload_limit=args.payload_limit, max_concurrent_requests=args.max_concurrent_requests,
+                           request_timeout_s=args.request_timeout, read_timeout_s=args.read_timeout,
+                           keep_alive_timeout_s=args.keep_alive_timeout, max_connections=args.max_connections)
+    serve(args.model, host=args.host, port=args.port, device=args.device, precision=args.precision, limits=limits,
+          api_key=args.api_key or os.environ.get("INTERLINGUA_API_KEY") or None)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -557,6 +573,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True, help="checkpoint to write")
     g.set_defaults(func=cmd_average)
 
+    o = sub.add_parser("export", help="write a model as a folder to ship: config.json, model.safetensors, "
+                                      "sentencepiece models, README.md model card (loads without unpickling)")
+    o.add_argument("format", choices=["folder"], help="folder: the only format so far")
+    o.add_argument("model", metavar="MODEL", help="a .pt checkpoint, or a model folder")
+    o.add_argument("out", metavar="OUT", help="the folder to write: new, empty, or a previous export (replaced whole)")
+    o.set_defaults(func=cmd_export)
+
     x = sub.add_parser("experiment", help="train recipes, evaluate on test, write a paper-style results table")
     x.add_argument("recipes", nargs="+", help="recipe YAML files, e.g. recipes/multi30k/cpu/*.yaml")
     x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every recipe")
@@ -573,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_experiment)
 
     s = sub.add_parser("serve", help="HTTP service: translate, embed, OpenAI-style /v1/embeddings (docs at /docs)")
-    s.add_argument("--model", required=True, metavar="CKPT")
+    s.add_argument("--model", required=True, metavar="MODEL", help="a .pt checkpoint or a model folder (`export folder`)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     s.add_argument("--port", type=port_number, default=8080, help="TCP port (default: 8080; 0: any free port)")
     s.add_argument("--max-texts", type=positive_int, default=64, help="texts in one request (default: 64)")
@@ -583,6 +606,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: 0; while the model is busy, requests gather anyway)")
     s.add_argument("--max-batch-texts", type=positive_int, default=64,
                    help="texts in one model call (default: 64; 1: no batching, each request is its own call)")
+    s.add_argument("--max-batch-tokens", type=positive_int, default=8192,
+                   help="subwords in one model call, estimated as characters capped at the model's max_len per "
+                        "text (default: 8192; a single request with more runs alone)")
+    s.add_argument("--payload-limit", type=positive_int, default=2_000_000,
+                   help="bytes of one request body; more is a 413 before the body is read (default: 2000000)")
+    s.add_argument("--max-concurrent-requests", type=positive_int, default=512,
+                   help="model requests answered at once; one more is a 429 with Retry-After (default: 512)")
+    s.add_argument("--request-timeout", type=positive_float, default=60.0, metavar="SECONDS",
+                   help="a request without its answer this long after it came is a 503 and leaves the queue "
+                        "(default: 60)")
+    s.add_argument("--read-timeout", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="time a client has to send a request's head, and between parts of its body; a stalled "
+                        "client gets a 408 and its connection closes (default: 30)")
+    s.add_argument("--keep-alive-timeout", type=positive_float, default=5.0, metavar="SECONDS",
+                   help="an idle keep-alive connection closes this long after its last answer (default: 5)")
+    s.add_argument("--max-connections", type=positive_int, default=2048,
+                   help="open connections; one more is answered 503 and closed (default: 2048)")
+    s.add_argument("--api-key", default=None,
+                   help="require Authorization: Bearer KEY on every endpoint but /health, the page and the docs "
+                        "(default: the environment variable INTERLINGUA_API_KEY, else no key)")
     s.add_argument("--threads", type=positive_int, default=None, help="torch threads of the model (default: torch's)")
     _add_device(s)
     _add_precision(s)

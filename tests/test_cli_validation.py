@@ -42,7 +42,10 @@ NUMERIC = [
     ("extend", "--seed", non_negative_int),
     ("serve", "--port", port_number), ("serve", "--max-texts", positive_int), ("serve", "--max-chars", positive_int),
     ("serve", "--max-wait-ms", non_negative_float), ("serve", "--max-batch-texts", positive_int),
-    ("serve", "--threads", positive_int),
+    ("serve", "--threads", positive_int), ("serve", "--max-batch-tokens", positive_int),
+    ("serve", "--payload-limit", positive_int), ("serve", "--max-concurrent-requests", positive_int),
+    ("serve", "--request-timeout", positive_float), ("serve", "--read-timeout", positive_float),
+    ("serve", "--keep-alive-timeout", positive_float), ("serve", "--max-connections", positive_int),
 ]
 BAD = {positive_int: ["0", "-3", "2.5", "two", ""], beam_size: ["0", "65", "1000", "2.5", "wide"], non_negative_int: ["-1", "2.5", "x"], non_negative_float: ["-0.5", "nan", "inf", "x"],
        positive_float: ["0", "-1", "nan", "inf", "soon"], port_number: ["-1", "65536", "80.5", "http"]}

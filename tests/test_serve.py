@@ -276,6 +276,83 @@ def test_limits_are_configurable(model):
         assert (status, body["error"]["field"]) == (422, "body.texts.1") and "at most 10" in body["error"]["message"]
 
 
+# JSON may carry a lone UTF-16 surrogate ("\ud800"); Python decodes it into a str that no tokenizer (and
+# no UTF-8 encoder) takes. The raw bodies below hold the escape itself.
+LONE_SURROGATES = [
+    ("/translate", '{"texts": ["a", "b", "c", "\\ud800"], "src": "en", "tgt": "de"}', "body.texts.3", "U+D800"),
+    ("/translate", '{"texts": ["x\\udfff"], "src": "en", "tgts": ["de", "en"]}', "body.texts.0", "U+DFFF"),
+    ("/embed", '{"texts": ["a dog", "\\ud800 runs"], "lang": "en"}', "body.texts.1", "U+D800"),
+    ("/v1/embeddings", '{"input": ["a dog", "\\ud800"], "model": "m"}', "body.input.1", "U+D800"),
+    ("/v1/embeddings", '{"input": "\\ud800", "model": "m"}', "body.input", "U+D800"),
+    ("/v1/embeddings", '{"input": ["\\ud800"], "model": "m", "language": "en"}', "body.input.0", "U+D800"),
+    ("/attention", '{"text": "a \\ud800", "lang": "en"}', "body.text", "U+D800"),
+    ("/similarity", '{"texts": ["a dog", "\\ud800x"], "langs": ["en", "de"]}', "body.texts.1", "U+D800"),
+]
+
+
+@pytest.mark.parametrize("path, raw, field, code", LONE_SURROGATES,
+                         ids=[f"{p}-{f}" for p, _, f, _ in LONE_SURROGATES])
+def test_a_text_that_is_not_valid_unicode_is_a_422_naming_it(client, path, raw, field, code):
+    response = client.post(path, content=raw.encode("ascii"), headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == field and code in error["message"] and "surrogate" in error["message"]
+
+
+def ask_at_once(test_client: TestClient, bodies: list[bytes]) -> list[tuple[int, dict]]:
+    """POST /translate with each raw body from its own thread, all released together."""
+    start = threading.Barrier(len(bodies))
+    answers: list[tuple[int, dict]] = [(0, {})] * len(bodies)
+
+    def ask(i: int) -> None:
+        start.wait()
+        response = test_client.post("/translate", content=bodies[i], headers={"content-type": "application/json"})
+        answers[i] = (response.status_code, response.json())
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return answers
+
+
+def test_an_invalid_text_fails_only_its_own_request(trained_model, model):
+    """Five valid requests sent together with one holding a lone surrogate: the five are answered."""
+    valid = [json.dumps({**TRANSLATE, "texts": [EN[i % 3]]}).encode() for i in range(5)]
+    bad = b'{"texts": ["a dog \\ud800"], "src": "en", "tgt": "de"}'
+    with TestClient(build_app(load(trained_model, "cpu"), ServiceLimits(max_wait_ms=300))) as test_client:
+        answers = ask_at_once(test_client, [*valid[:3], bad, *valid[3:]])
+    assert [status for status, _ in answers] == [200, 200, 200, 422, 200, 200], answers
+    assert answers[3][1]["error"]["field"] == "body.texts.0"
+    for i, (_, body) in enumerate(answers[:3] + answers[4:]):
+        assert body["translations"] == model.translate([EN[i % 3]], "en", "de")
+
+
+def test_a_shared_model_call_that_fails_is_run_again_per_request(trained_model, model):
+    """A text the library refuses inside a shared model call (a ValueError, the caller's fault): the call
+    runs again for each request alone, the others get their answers, and the refused one a 422."""
+    refusing = load(trained_model, "cpu")
+    translate = refusing.translate
+    calls: list[int] = []
+
+    def picky_translate(texts, *args, **kwargs):
+        calls.append(len(texts))
+        if any("poison" in text for text in texts):
+            raise ValueError("texts[0] is poison")
+        return translate(texts, *args, **kwargs)
+
+    refusing.translate = picky_translate
+    bodies = [json.dumps({**TRANSLATE, "texts": [text]}).encode() for text in [*EN, "poison", *EN[:2]]]
+    with TestClient(build_app(refusing, ServiceLimits(max_wait_ms=300))) as test_client:
+        answers = ask_at_once(test_client, bodies)
+    assert [status for status, _ in answers] == [200, 200, 200, 422, 200, 200], answers
+    assert answers[3][1]["error"] == {"message": "texts[0] is poison", "field": None}
+    for (_, body), text in zip(answers[:3] + answers[4:], [*EN, *EN[:2]]):
+        assert body["translations"] == model.translate([text], "en", "de")
+    assert sum(calls) > 6 and calls.count(1) >= 6  # a shared call failed, then one call per request
+
+
 def test_a_bug_is_a_json_500_and_other_requests_go_on(trained_model):
     model = load(trained_model, "cpu")
 
@@ -422,6 +499,23 @@ def test_batcher_error_goes_to_its_own_batch_only():
     bad_1, bad_2, good = run_async(scenario())
     assert isinstance(bad_1, ValueError) and isinstance(bad_2, ValueError) and "cannot run bad" in str(bad_1)
     assert good == ["good:3"]
+
+
+def test_batcher_isolates_the_request_at_fault_in_a_shared_call():
+    def run(key: str, texts: list[str]) -> list[str]:
+        if "bad" in texts:
+            raise ValueError("cannot run bad")
+        return [text.upper() for text in texts]
+
+    async def scenario():
+        async with DynamicBatcher(run, max_wait_ms=100) as batcher:
+            asks = [batcher.submit("a", [f"ok{i}"]) for i in range(3)] + [batcher.submit("a", ["x", "bad"])] + \
+                   [batcher.submit("a", [f"ok{i}"]) for i in range(3, 5)]
+            return await asyncio.gather(*asks, return_exceptions=True)
+
+    answers = run_async(scenario())
+    assert isinstance(answers[3], ValueError)
+    assert answers[:3] + answers[4:] == [[f"OK{i}"] for i in range(5)]
 
 
 def test_batcher_runs_one_model_call_at_a_time_and_drains_on_stop():

@@ -7,11 +7,17 @@ targets `Model.represent` once, then `Model.generate` per target; `Model.encode`
 similarities `evaluation.cosine.cosine_matrix`), so the
 service answers exactly what the Python API and the CLI do. The web page at `/` (`page_routes.py`)
 is a client of these endpoints like any other.
+
+Around the endpoints, pure ASGI middleware, outermost first (each acts before the body is read):
+`timing.Measured` (timing headers, /metrics), `auth.ApiKey` (401), `admission.AdmissionLimit` (429),
+`request_body.BodyGuard` (413, 408).
 """
 from __future__ import annotations
 
 import asyncio
 import base64
+import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -21,16 +27,22 @@ from typing import Any
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
 
 from interlingua.data.language_id import identify, supported
+from interlingua.errors import InterlinguaError
 from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.inference.api import AttentionMaps, Model
+from interlingua.serving.admission import RETRY_AFTER_S, AdmissionLimit, InFlight
+from interlingua.serving.auth import ApiKey
 from interlingua.serving.batcher import BatcherClosed, DynamicBatcher
 from interlingua.serving.error_responses import RequestFieldError, install_error_handlers
-from interlingua.serving.limits import ServiceLimits, check_texts, check_written
+from interlingua.serving.limits import ServiceLimits, check_texts, check_written, estimated_subwords
+from interlingua.serving.metrics import CONTENT_TYPE, ServiceMetrics
 from interlingua.serving.model_calls import (AttentionCall, EncodeCall, EncodedText, ModelCall, TranslateCall,
                                              TranslateTargetsCall, run_model_call)
 from interlingua.serving.page_routes import install_page
+from interlingua.serving.request_body import BodyGuard
 from interlingua.serving.schemas import (
     AttentionRequest,
     AttentionResponse,
@@ -53,13 +65,27 @@ from interlingua.serving.schemas import (
     TranslateTargetsResponse,
     Usage,
 )
+from interlingua.serving.timing import Measured, request_timing
+
+log = logging.getLogger(__name__)
+
+MODEL_PATHS = ("/translate", "/embed", "/v1/embeddings", "/attention", "/similarity")
+"""The POST endpoints that queue model work: bounded by --max-concurrent-requests, timed in headers."""
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "The body is not valid JSON."},
+    401: {"model": ErrorResponse, "description": "The service has an API key and the request did not send it as "
+                                                 "`Authorization: Bearer KEY`."},
+    408: {"model": ErrorResponse, "description": "The body stalled for --read-timeout seconds."},
+    413: {"model": ErrorResponse, "description": "The body is over --payload-limit bytes."},
     415: {"model": ErrorResponse, "description": "The body is not sent as application/json."},
-    422: {"model": ErrorResponse, "description": "A field is missing, of the wrong type, over a limit, or names a "
-                                                 "language the model does not have; `field` says which."},
-    503: {"model": ErrorResponse, "description": "The service is shutting down."},
+    422: {"model": ErrorResponse, "description": "A field is missing, of the wrong type, over a limit, not valid "
+                                                 "Unicode, or names a language the model does not have; `field` "
+                                                 "says which."},
+    429: {"model": ErrorResponse, "description": "--max-concurrent-requests requests are being answered; retry "
+                                                 "after Retry-After seconds."},
+    503: {"model": ErrorResponse, "description": "No answer within --request-timeout seconds (overloaded; see "
+                                                 "Retry-After), or the service is shutting down."},
 }
 
 
@@ -171,10 +197,25 @@ def _batcher(request: Request) -> DynamicBatcher[ModelCall, Any]:
 
 
 async def _submit(request: Request, call: ModelCall, texts: list[str]) -> list[Any]:
+    """The model's results for `texts`, within what is left of the request's --request-timeout (a request
+    that runs out leaves the queue: 503). A library error that the texts caused is the client's (422)."""
+    limits: ServiceLimits = request.app.state.limits
+    timing = request_timing(request)
+    submitted = time.perf_counter()
     try:
-        return await _batcher(request).submit(call, texts)
+        answer = await asyncio.wait_for(_batcher(request).answer(call, texts),
+                                        max(0.0, timing.left_s(limits.request_timeout_s)))
     except BatcherClosed as err:
         raise RequestFieldError(None, str(err), status=503) from None
+    except asyncio.TimeoutError:
+        raise RequestFieldError(None, f"no answer within {limits.request_timeout_s:g} s (--request-timeout): the "
+                                      f"service is overloaded; retry in {RETRY_AFTER_S} s", status=503,
+                                headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+    except (InterlinguaError, ValueError) as err:
+        log.warning("the model refused a request's texts (%s: %s): answered 422", type(err).__name__, err)
+        raise RequestFieldError(None, str(err)) from None
+    timing.model_call(submitted, time.perf_counter(), answer.model_s)
+    return answer.results
 
 
 async def _encode_each(request: Request, texts: list[str], langs: list[str], count_tokens: bool = False
@@ -207,27 +248,41 @@ def _rounded(weights: np.ndarray) -> list[Any]:
     return np.round(weights.astype(np.float64), 6).tolist()
 
 
-def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str | None = None) -> FastAPI:
+def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str | None = None,
+              api_key: str | None = None) -> FastAPI:
     """The HTTP service over `model`: POST /translate (one target, or several from one encoding), /embed,
-    /v1/embeddings, /attention, /similarity; GET /health, /languages, /directions, /model, /docs, and the
-    web page at /. `model_name` is what /health and /model report (default: the checkpoint's path)."""
+    /v1/embeddings, /attention, /similarity; GET /health, /languages, /directions, /model, /metrics, /docs,
+    and the web page at /. `model_name` is what /health and /model report (default: the checkpoint's
+    path); with `api_key`, every request but /health, the page and the docs needs it (`auth.py`)."""
     limits = limits or ServiceLimits()
     name = model_name or str(model.loaded.payload_path or "interlingua")
     check = _LanguageCheck(model)
     attention_check = _AttentionCheck(model)
     guess_languages = _LanguageGuess(check.languages.sources)
+    metrics = ServiceMetrics()
+    in_flight = InFlight()
+    max_len = model.pre.max_len
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Draining on the way out: whatever is queued or in the model when the server stops is answered.
         async with DynamicBatcher(partial(run_model_call, model), max_wait_ms=limits.max_wait_ms,
-                                  max_batch_texts=limits.max_batch_texts) as batcher:
+                                  max_batch_texts=limits.max_batch_texts, max_batch_tokens=limits.max_batch_tokens,
+                                  count_tokens=lambda text: estimated_subwords(text, max_len),
+                                  on_batch=metrics.batch) as batcher:
             app.state.batcher = batcher
+            metrics.watch(lambda: batcher.queued, lambda: in_flight.count)
             yield
 
+    auth = (" With an API key (--api-key), every endpoint but /health, the page and these docs needs the header "
+            "`Authorization: Bearer KEY`.") if api_key else ""
     app = FastAPI(title="interlingua", version=_package_version(), lifespan=lifespan,
+                  docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None,  # /docs: page_routes.py
                   description="Translation and language-agnostic sentence vectors from an interlingua checkpoint "
-                              f"({name}). Errors: `{{\"error\": {{\"message\", \"field\"}}}}`.")
+                              f"({name}). Errors: `{{\"error\": {{\"message\", \"field\"}}}}`. Answers of "
+                              "the POST endpoints carry X-Total-Time, X-Queue-Time and X-Inference-Time "
+                              "(milliseconds)." + auth)
+    app.state.limits = limits
     install_error_handlers(app)
     post: dict[str, Any] = {"dependencies": [Depends(require_json)], "responses": ERROR_RESPONSES}
 
@@ -342,5 +397,18 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
         vectors = np.stack([e.vector for e in encoded])
         return SimilarityResponse(similarity=_rounded(cosine_matrix(vectors, vectors)), langs=body.langs)
 
+    @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE: {}}}})
+    async def prometheus_metrics() -> Response:
+        """Prometheus metrics (text format): requests by endpoint and status, latency, queue and inference
+        time, queue depth, requests in flight, batch sizes in texts and in estimated subwords."""
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
     install_page(app)
+    endpoints = {path for route in app.routes if isinstance(path := getattr(route, "path", None), str)}
+    # add_middleware puts each outside the ones before it: the last added sees a request first.
+    app.add_middleware(BodyGuard, payload_limit=limits.payload_limit, read_timeout_s=limits.read_timeout_s)
+    app.add_middleware(AdmissionLimit, paths=MODEL_PATHS, limit=limits.max_concurrent_requests, in_flight=in_flight)
+    if api_key:
+        app.add_middleware(ApiKey, key=api_key)
+    app.add_middleware(Measured, metrics=metrics, endpoints=endpoints, model_paths=MODEL_PATHS)
     return app

@@ -21,13 +21,25 @@ log = logging.getLogger(__name__)
 
 
 class RequestFieldError(Exception):
-    """A request the service will not run, blamed on one field (422 unless `status` says otherwise)."""
+    """A request the service will not run, blamed on one field (422 unless `status` says otherwise);
+    `headers` go with the answer (Retry-After, WWW-Authenticate)."""
 
-    def __init__(self, field: str | None, message: str, status: int = 422):
+    def __init__(self, field: str | None, message: str, status: int = 422, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.field = field
         self.message = message
         self.status = status
+        self.headers = headers
+
+
+class BodyRejected(StarletteHTTPException):
+    """A request body refused while it is read (413 over the payload limit, 408 stalled). Raised from
+    the ASGI `receive` that FastAPI reads the body with, which lets Starlette's HTTP exceptions through
+    (any other exception there becomes a 400 "error parsing the body")."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(status_code=status, detail=message, headers=headers)
+        self.field = "body"
 
 
 def error_response(status: int, message: str, field: str | None, headers: dict[str, str] | None = None
@@ -89,7 +101,7 @@ def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
 
 
 def _field_error(_: Request, exc: RequestFieldError) -> JSONResponse:
-    return error_response(exc.status, exc.message, exc.field)
+    return error_response(exc.status, exc.message, exc.field, exc.headers)
 
 
 def _library_error(_: Request, exc: InterlinguaError) -> JSONResponse:
@@ -100,7 +112,8 @@ def _library_error(_: Request, exc: InterlinguaError) -> JSONResponse:
 def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     """404 (no such endpoint), 405 (wrong method) and the like, in the same shape as the rest."""
     headers = getattr(exc, "headers", None)
-    return error_response(exc.status_code, str(exc.detail), None, dict(headers) if headers else None)
+    return error_response(exc.status_code, str(exc.detail), getattr(exc, "field", None),
+                          dict(headers) if headers else None)
 
 
 def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

@@ -7,6 +7,7 @@ batcher finishes what is queued, and `serve` returns normally, so the command ex
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import socket
@@ -17,10 +18,12 @@ from pathlib import Path
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import load
 from interlingua.serving.app import build_app
+from interlingua.serving.connections import guarded_protocol
 from interlingua.serving.limits import ServiceLimits
 
 # uvicorn's own server logger: its configuration (made by uvicorn.Config) prints these lines beside
@@ -68,22 +71,44 @@ def _stop_signals_noted(received: list[int], server: uvicorn.Server) -> Iterator
             signal.signal(sig, handler)
 
 
+def server_config(app: FastAPI, limits: ServiceLimits, graceful_timeout_s: float = 30.0,
+                  log_level: str = "info") -> uvicorn.Config:
+    """uvicorn's settings for `app`: the connection limits of `limits` (idle keep-alive, the head's read
+    deadline, open connections: `connections.py`) and a graceful stop."""
+    return uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=graceful_timeout_s, lifespan="on",
+                          http=guarded_protocol(limits.read_timeout_s, limits.max_connections),
+                          timeout_keep_alive=limits.keep_alive_timeout_s)  # type: ignore[arg-type]  (a float works)
+
+
+def reachable_from_elsewhere(host: str) -> bool:
+    """Whether a socket bound to `host` (an address) takes connections from other machines."""
+    try:
+        return not ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:  # not an address (a name bound as given): assume so
+        return True
+
+
 def serve(model_path: str | Path, host: str = "127.0.0.1", port: int = 8080, device: str = "auto",
           precision: str = "fp32", limits: ServiceLimits | None = None, graceful_timeout_s: float = 30.0,
-          log_level: str = "info") -> None:
+          log_level: str = "info", api_key: str | None = None) -> None:
     """Serve the checkpoint at `model_path` over HTTP on host:port until SIGTERM or Ctrl-C (a second
-    Ctrl-C stops at once). Raises `CheckpointError` for a missing or corrupt checkpoint and
-    `InterlinguaError` when the address cannot be bound."""
+    Ctrl-C stops at once); with `api_key`, requests need `Authorization: Bearer <api_key>` (`auth.py`).
+    Raises `CheckpointError` for a missing or corrupt checkpoint and `InterlinguaError` when the
+    address cannot be bound."""
+    limits = limits or ServiceLimits()
     model = load(model_path, device, precision)
-    app = build_app(model, limits, model_name=str(model_path))
+    app = build_app(model, limits, model_name=str(model_path), api_key=api_key)
     sock = listening_socket(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
-    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=graceful_timeout_s, lifespan="on")
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(server_config(app, limits, graceful_timeout_s, log_level))
     langs = model.languages
     server_log.info("serving %s (%s; reads %s) on http://%s:%d (API docs: /docs); stop with Ctrl-C or SIGTERM",
                     model_path, model.device, ", ".join(langs.sources), shown_host, bound_port)
+    if not api_key and reachable_from_elsewhere(bound_host):
+        server_log.warning("listening on %s without an API key: anyone who reaches this address can use the "
+                           "service; set --api-key (or INTERLINGUA_API_KEY), or keep --host on 127.0.0.1",
+                           shown_host)
     received: list[int] = []
     try:
         with _stop_signals_noted(received, server):

@@ -14,6 +14,7 @@ const state = {
   directions: new Map(),  // "src>tgt" -> {kind, pivot}
   lastSentence: null,     // {text, lang, translations: Map(tgt -> text)}
   rows: 0,                // similarity rows made so far (ids stay unique)
+  key: "",                // the API key where sessionStorage is blocked
 };
 
 const $ = (id) => document.getElementById(id);
@@ -46,11 +47,47 @@ class ServiceError extends Error {
   }
 }
 
+// With `interlingua serve --api-key`, every call sends the key; the page asks for it on the first 401
+// and keeps it in this tab's sessionStorage only.
+const KEY_STORE = "interlingua-api-key";
+
+function storedKey() {
+  try {
+    return sessionStorage.getItem(KEY_STORE) || state.key;
+  } catch (err) {
+    return state.key;  // storage blocked: the key lives as long as the page
+  }
+}
+
+function askForKey() {
+  const form = $("key-form");
+  if (!form.hidden) return;
+  form.hidden = false;
+  $("api-key").focus();
+}
+
+function useKey(event) {
+  event.preventDefault();
+  const key = $("api-key").value.trim();
+  if (!key) return;
+  state.key = key;
+  try {
+    sessionStorage.setItem(KEY_STORE, key);
+  } catch (err) { /* kept in state.key */ }
+  $("api-key").value = "";
+  $("key-form").hidden = true;
+  clearMessages("page-messages");
+  if (!state.model) start();  // the model's languages could not be read without the key
+}
+
 async function call(path, body) {
   let response;
+  const headers = body === undefined ? {} : { "Content-Type": "application/json" };
+  const key = storedKey();
+  if (key) headers.Authorization = `Bearer ${key}`;
   try {
-    response = await fetch(path, body === undefined ? {} : {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    response = await fetch(path, body === undefined ? { headers } : {
+      method: "POST", headers, body: JSON.stringify(body),
     });
   } catch (err) {
     throw new ServiceError(`the service did not answer (${err.message}); is interlingua serve still running?`, null, 0);
@@ -61,6 +98,7 @@ async function call(path, body) {
   } catch (err) {
     throw new ServiceError(`the service answered ${response.status} without JSON`, null, response.status);
   }
+  if (response.status === 401) askForKey();
   if (!response.ok) {
     const error = (data && data.error) || {};
     throw new ServiceError(error.message || `HTTP ${response.status}`, error.field || null, response.status);
@@ -454,5 +492,6 @@ document.addEventListener("DOMContentLoaded", () => {
     addSimilarityRow(langs[state.rows % Math.max(1, langs.length)], "").focus();
   });
   $("use-translations").addEventListener("click", useTranslations);
+  $("key-form").addEventListener("submit", useKey);
   start();
 });
