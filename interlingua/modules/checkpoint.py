@@ -79,13 +79,17 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {detail}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an interlingua checkpoint")
-    version = payload.get("version", 0)
-    if not isinstance(version, int):
-        raise CheckpointError(f"{path} is not a readable checkpoint (format version {version!r})")
-    if version > VERSION:
-        raise CheckpointError(f"{path} was written by a newer interlingua (checkpoint format {version}, this version "
-                              f"reads up to {VERSION}): upgrade interlingua to load it")
+    check_format_version(payload.get("version", 0), VERSION, "checkpoint format", path)
     return payload
+
+
+def check_format_version(version: object, newest: int, kind: str, path: str | Path) -> None:
+    """A stored format `version` this interlingua reads (up to `newest`), or the error that says to upgrade."""
+    if not isinstance(version, int):
+        raise CheckpointError(f"{path} is not readable ({kind} version {version!r})")
+    if version > newest:
+        raise CheckpointError(f"{path} was written by a newer interlingua ({kind} {version}, this version reads up "
+                              f"to {newest}): upgrade interlingua to load it")
 
 
 def stored_config(payload: dict[str, Any], path: str | Path) -> ExperimentConfig:

@@ -37,7 +37,8 @@ from safetensors.torch import load_file, save_file
 from interlingua.config import parse_config
 from interlingua.data.vocab import EOS, Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError, InterlinguaError
-from interlingua.modules.checkpoint import LoadedModel, finite_json, load_model, restrict_to_vocabs
+from interlingua.modules.checkpoint import (LoadedModel, check_format_version, finite_json, load_model,
+                                          restrict_to_vocabs)
 from interlingua.modules.model import TranslationModel
 from interlingua.modules.model_card import render_card
 
@@ -313,12 +314,7 @@ def read_folder_config(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{where} is not readable JSON (truncated or corrupt?): {err}") from None
     if not isinstance(meta, dict) or meta.get("format") != FOLDER_FORMAT:
         raise CheckpointError(f"{where} is not the config of a model folder from `interlingua export folder`{hint}")
-    version = meta.get("version")
-    if not isinstance(version, int):
-        raise CheckpointError(f"{where} is not readable (folder format version {version!r})")
-    if version > FOLDER_VERSION:
-        raise CheckpointError(f"{folder} was written by a newer interlingua (model folder format {version}, this "
-                              f"version reads up to {FOLDER_VERSION}): upgrade interlingua to load it")
+    check_format_version(meta.get("version"), FOLDER_VERSION, "model folder format", folder)
     return meta
 
 
