@@ -26,8 +26,8 @@ ONMT_STEP = re.compile(r"^\[(\S+ \S+) INFO\] Step\s+(\d+)/\s*\d+;.*?bsz:\s*(\d+)
 class StampedTrainer(Trainer):
     """The trainer, unchanged, with the wall-clock time (`wall`, seconds since the epoch) on every metrics record."""
 
-    def _log(self, record: dict) -> None:
-        super()._log({**record, "wall": round(time.time(), 3)})
+    def log(self, record: dict) -> None:
+        super().log({**record, "wall": round(time.time(), 3)})
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,10 @@ SPEED_RUN = """
 import json, shutil, statistics, sys
 from pathlib import Path
 from interlingua.config import load_config
+try:
+    from interlingua.training.run import build_run
+except ImportError:  # commits before the run was built apart from its loop
+    build_run = None
 from interlingua.training.trainer import Trainer
 recipe, corpus, prepared, out = sys.argv[1:5]
 out = Path(out)
@@ -88,8 +92,13 @@ out.mkdir(parents=True)
 shutil.copytree(Path(prepared) / "data", out / "data")
 cfg = load_config(recipe, [f"corpus={corpus}", f"work_dir={out}", "train.max_steps=220", "train.max_minutes=null",
                            "train.threads=1", "train.valid_every=100000", "train.log_every=20"])
-trainer = Trainer(cfg)
-trainer.devsets = {}
+if build_run is None:
+    trainer = Trainer(cfg)
+    trainer.devsets = {}
+else:
+    run = build_run(cfg)
+    run.devsets = {}
+    trainer = Trainer(run)
 trainer.train()
 rates = [json.loads(l)["tokens_per_s"] for l in open(out / "metrics.jsonl") if '"train"' in l][1:]
 print(json.dumps(statistics.median(rates)))

@@ -79,7 +79,7 @@ def model_from_recipe(recipe: str, data: str) -> str:
     """A checkpoint of `recipe`'s architecture and vocabularies after one training step (built once)."""
     from interlingua.config import load_config
     from interlingua.data.download import get_multi30k
-    from interlingua.training.trainer import Trainer
+    from interlingua.training.trainer import train
     work = ROOT / "runs" / "bench_embed"
     name = Path(recipe).stem
     last = work / name / "last.pt"
@@ -87,7 +87,7 @@ def model_from_recipe(recipe: str, data: str) -> str:
         corpus = get_multi30k(work / "multi30k", data)
         cfg = load_config(recipe, [f"corpus={corpus}", f"work_dir={work / name}", "train.max_steps=1",
                                    "train.valid_every=2", "preprocess.max_valid_sentences=8"])
-        Trainer(cfg).train()
+        train(cfg)
     return str(last)
 
 

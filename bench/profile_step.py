@@ -39,18 +39,18 @@ def gemm_rate(n: int, dtype: torch.dtype, reps: int) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def training_step(trainer) -> None:
-    """One step as Trainer.train takes it (interlingua/training/trainer.py), without the bookkeeping."""
+def training_step(run) -> None:
+    """One step as the training loop takes it (interlingua/training/trainer.py), without the bookkeeping."""
     from interlingua.precision import autocast
-    tc = trainer.cfg.train
-    batch = trainer.batches[trainer.scheduler.next()].next()
-    with autocast(trainer.precision):
-        out = trainer.model.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang,
+    tc = run.cfg.train
+    batch = run.batches[run.scheduler.next()].next()
+    with autocast(run.precision):
+        out = run.model.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang,
                                  batch.tgt_lang, tc.penalty_weight, tc.label_smoothing, tc.softmax_sample)
-    trainer.optimizer.zero_grad(set_to_none=True)
+    run.optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
-    torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), tc.clip_norm)
-    trainer.optimizer.step()
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.clip_norm)
+    run.optimizer.step()
 
 
 def profile_steps(args: argparse.Namespace) -> dict:
@@ -58,7 +58,7 @@ def profile_steps(args: argparse.Namespace) -> dict:
 
     from interlingua.config import load_config
     from interlingua.data.download import get_multi30k
-    from interlingua.training.trainer import Trainer
+    from interlingua.training.run import build_run
     work = Path(args.work)
     corpus = get_multi30k(work / "multi30k", args.data)
     cfg = load_config(ROOT / "recipes" / "paper_bilingual_en_de.yaml", [
@@ -66,14 +66,14 @@ def profile_steps(args: argparse.Namespace) -> dict:
         f"train.softmax_sample={args.softmax_sample}", f"train.threads={args.threads}",
         "preprocess.max_valid_sentences=8"])
     (cfg.work_dir / "last.pt").unlink(missing_ok=True)
-    trainer = Trainer(cfg)
-    trainer.model.train()
+    run = build_run(cfg)
+    run.model.train()
     for _ in range(args.warmup):
-        training_step(trainer)
+        training_step(run)
     t0 = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
         for _ in range(args.steps):
-            training_step(trainer)
+            training_step(run)
     step_s = (time.perf_counter() - t0) / args.steps
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events) or 1.0
@@ -83,7 +83,7 @@ def profile_steps(args: argparse.Namespace) -> dict:
     gemm_flops = sum(e.flops for e in gemm)
     return {"kind": "step", "recipe": "paper_bilingual_en_de", "bridge": args.bridge,
             "softmax_sample": args.softmax_sample,
-            "threads": args.threads, "precision": trainer.precision, "steps_profiled": args.steps,
+            "threads": args.threads, "precision": run.precision, "steps_profiled": args.steps,
             "step_s_mean_under_profiler": round(step_s, 3),
             "top_self_cpu": [{"op": e.key, "self_s_per_step": round(e.self_cpu_time_total / 1e6 / args.steps, 4),
                               "share": round(e.self_cpu_time_total / total, 3), "calls_per_step": e.count // args.steps}

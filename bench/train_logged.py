@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from _timing import StampedTrainer  # noqa: E402
 from interlingua.config import load_config  # noqa: E402
+from interlingua.training.run import build_run  # noqa: E402
 
 
 def main() -> None:
@@ -26,7 +27,7 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
     cfg = load_config(args.config, args.set)
-    result = StampedTrainer(cfg, resume=args.resume).train()
+    result = StampedTrainer(build_run(cfg, resume=args.resume)).train()
     print(f"trained {result.steps} steps; checkpoints: {result.best_checkpoint}, {result.last_checkpoint}")
 
 

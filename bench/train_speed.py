@@ -29,6 +29,7 @@ import _peer  # noqa: E402
 from _results import append_result  # noqa: E402
 from _timing import StampedTrainer, onmt_marks, our_marks, window_rates  # noqa: E402
 from interlingua.config import load_config  # noqa: E402
+from interlingua.training.run import build_run  # noqa: E402
 from interlingua.data.download import get_multi30k  # noqa: E402
 
 THREADS = 2  # the peer's script runs on 2 threads; ours matches it
@@ -60,14 +61,14 @@ def run_ours(args: argparse.Namespace) -> dict:
         "preprocess.max_valid_sentences=8", f"train.threads={THREADS}"])
     for f in ("last.pt", "best.pt", "metrics.jsonl"):  # a fresh run; the prepared data stays cached
         (cfg.work_dir / f).unlink(missing_ok=True)
-    trainer = StampedTrainer(cfg)
+    trainer = StampedTrainer(build_run(cfg))
     t0 = time.time()
     trainer.train()
     wall = time.time() - t0
     rates = window_rates(our_marks(cfg.work_dir / "metrics.jsonl", cfg.train.batch_size), args.warmup)
     from interlingua import precision as precision_rule
     probe = precision_rule.bf16_speedup() if precision_rule.cpu_has_native_bf16() else None
-    rec = {"system": "interlingua", "config": tag, "precision": trainer.precision,
+    rec = {"system": "interlingua", "config": tag, "precision": trainer.run.precision,
            "auto_precision": precision_rule.resolve_precision("auto"), "bf16_probe_speedup": probe,
            "steps": args.steps,
            "warmup": args.warmup, "threads": THREADS, **rates,

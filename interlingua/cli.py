@@ -228,72 +228,16 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    if args.suite == "bleu":
-        from interlingua.evaluation.bleu_matrix import evaluate_bleu
-        _use_threads(args.threads)
-        report = evaluate_bleu(args.model, corpus=args.corpus, split=args.split, beam_size=args.beam,
-                               batch_size=args.batch_size, pivot=args.pivot, max_sentences=args.max_sentences,
-                               out_dir=args.out, device=args.device, precision=args.precision)
-        print(report.markdown)
-        print("\nwritten: " + ", ".join(str(f) for f in report.files))
-        return
-    if args.suite == "crosslingual":
-        return _crosslingual_report(args)
-    if args.suite == "cldc":
-        from interlingua.evaluation.cldc import evaluate_cldc, parse_pairs
-        _use_threads(args.threads)
-        out_dir = Path(args.out or Path(args.model).parent / "eval" / "cldc")
-        if args.train_docs or args.test_docs:
-            _cldc_files(args, out_dir)
-            return
-        root = Path(args.data_root)
-        root = root / "webis_cls10" if (root / "webis_cls10").is_dir() else root
-        evaluate_cldc(args.model, root, out_dir, pairs=parse_pairs(args.pairs), domains=args.domains,
-                      max_documents=args.max_documents, device=args.device, translator_path=args.translator)
-        print((out_dir / "cldc.md").read_text())
-        print(f"written: {out_dir / 'cldc.md'}, {out_dir / 'cldc.json'}, {out_dir / 'cldc.png'}")
-        return
-    from interlingua.evaluation.vectors import evaluate_sentence_vectors
-    out_dir = Path(args.out or Path(args.model).parent / "eval")
-    result = evaluate_sentence_vectors(args.suite, args.model, data_root=Path(args.data_root), out_dir=out_dir,
-                                       quick=args.quick, references=not args.no_references,
-                                       probing_dir=Path(args.probing_dir) if args.probing_dir else None, jobs=args.jobs,
-                                       device=args.device)
-    print((out_dir / f"{args.suite}.md").read_text())
-    print(f"written: {out_dir / (args.suite + '.md')}, {out_dir / (args.suite + '.json')}")
-    print(f"wall clock: suite {result.total_elapsed_s:.1f} s, loading model and references "
-          f"{result.setup_elapsed_s:.1f} s")
-
-
-def _crosslingual_report(args: argparse.Namespace) -> None:
-    """`evaluate crosslingual`: retrieval, margins, language probe and (unless --no-bleu) BLEU of one model."""
-    from interlingua.evaluation.crosslingual_report import evaluate_crosslingual, write_crosslingual
-    _use_threads(args.threads)
-    report = evaluate_crosslingual(args.model, corpus=args.corpus, split=args.split, beam=args.beam,
-                                   pivot=args.pivot or "en", limit=args.max_sentences, bleu=not args.no_bleu,
-                                   batch_size=args.batch_size, device=args.device, precision=args.precision)
-    files = write_crosslingual(report, args.out or Path(args.model).parent / "eval")
-    print(files[0].read_text())
-    print("written: " + ", ".join(str(f) for f in files))
-
-
-def _cldc_files(args: argparse.Namespace, out_dir: Path) -> None:
-    """`evaluate cldc` on the user's own documents and label files."""
-    from interlingua.data.documents import read_labelled_documents
-    from interlingua.data.webis import LabelledDocuments
-    from interlingua.evaluation.cldc import evaluate_cldc_files
-    needed = {"--train-docs": args.train_docs, "--train-labels": args.train_labels, "--train-lang": args.train_lang,
-              "--test-docs": args.test_docs, "--test-labels": args.test_labels, "--test-lang": args.test_lang}
-    missing = [k for k, v in needed.items() if not v]
-    if missing:
-        raise InterlinguaError(f"cldc on your own documents needs {', '.join(missing)} as well")
-    texts, labels, names = read_labelled_documents(Path(args.train_docs), Path(args.train_labels))
-    test_texts, test_labels, _ = read_labelled_documents(Path(args.test_docs), Path(args.test_labels), names)
-    evaluate_cldc_files(args.model, LabelledDocuments(texts, labels), args.train_lang,
-                        LabelledDocuments(test_texts, test_labels), args.test_lang, out_dir, device=args.device,
-                        translator_path=args.translator)
-    print((out_dir / "cldc.md").read_text())
-    print(f"written: {out_dir / 'cldc.md'}, {out_dir / 'cldc.json'}, {out_dir / 'cldc.png'}")
+    """`evaluate` and `analyze`: the chosen entry of `EVALUATIONS`, run with the options it declares."""
+    from interlingua.evaluation.registry import EVALUATIONS
+    entry = EVALUATIONS[args.evaluation]
+    process = {o.dest: getattr(args, o.dest) for o in entry.options if o.process_wide}
+    _use_threads(process.get("threads"))
+    report = entry.run(**{o.dest: getattr(args, o.dest) for o in entry.arguments})
+    print(report.markdown)
+    print("written: " + ", ".join(str(f) for f in report.files))
+    for note in report.notes:
+        print(note)
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
@@ -302,49 +246,6 @@ def cmd_attention(args: argparse.Namespace) -> None:
     att, pieces = load(args.model, args.device).attention(args.sentence, args.lang)
     plot_head_heatmap(att, pieces, Path(args.output), title=f"bridge attention ({args.lang}): {args.sentence}")
     print(f"written {args.output}")
-
-
-def _named_models(specs: list[str]) -> dict[str, Path]:
-    """`NAME=CKPT` or `CKPT` (named after its run folder) -> {name: checkpoint}."""
-    out: dict[str, Path] = {}
-    for spec in specs:
-        name, _, path = spec.rpartition("=")
-        out[name or Path(path).parent.name] = Path(path)
-    return out
-
-
-def _analyze_encoder(args: argparse.Namespace) -> None:
-    from interlingua.evaluation.encoder_analysis import run_encoder_analysis
-    if not args.checkpoint:
-        raise InterlinguaError("analyze encoder needs a checkpoint: interlingua analyze encoder CHECKPOINT")
-    out = Path(args.out or Path(args.checkpoint).parent / "analysis")
-    _, files = run_encoder_analysis(args.checkpoint, out, corpus=args.corpus, train_split=args.train_split,
-                                    split=args.split, languages=args.languages, max_sentences=args.max_sentences,
-                                    device=args.device)
-    print(files[0].read_text())
-    print("written: " + ", ".join(str(f) for f in files))
-
-
-def cmd_analyze(args: argparse.Namespace) -> None:
-    if args.what == "encoder":
-        return _analyze_encoder(args)
-    if not args.model:
-        raise InterlinguaError(f"analyze {args.what} needs --model [NAME=]CKPT")
-    models = _named_models(args.model)
-    out = Path(args.out or next(iter(models.values())).parent / "analysis")
-    if args.what == "heads":
-        from interlingua.evaluation.penalty_analysis import analyze_heads
-        sentences = _read_lines(args.input) if args.input else None
-        analyze_heads(models, args.lang, out, sentences=sentences, example=args.sentence, corpus=args.corpus,
-                      split=args.split, device=args.device, sentences_name=str(args.input))
-        print((out / "heads.md").read_text())
-        print(f"written: {out}/heads.md, heads.json, heads_*.png")
-    else:
-        from interlingua.evaluation.length_analysis import analyze_lengths
-        analyze_lengths(models, args.src, args.tgt, out, corpus=args.corpus, split=args.split, beam_size=args.beam,
-                        device=args.device)
-        print((out / "length_buckets.md").read_text())
-        print(f"written: {out}/length_buckets.md, .json, .png")
 
 
 def cmd_average(args: argparse.Namespace) -> None:
@@ -396,6 +297,38 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from interlingua.demo import run_demo
     run_demo(Path(args.work), minutes=args.minutes, data_from=args.source)
+
+
+def _add_evaluations(parser: argparse.ArgumentParser, command: str) -> None:
+    """`evaluate` / `analyze` from `EVALUATIONS`: the entries as choices, and each option its entries
+    declare, once (its help says which entries take it when not all do)."""
+    from interlingua.evaluation.registry import EVALUATIONS
+    entries = EVALUATIONS.of(command)
+    parser.add_argument("evaluation", choices=list(entries),
+                        help="; ".join(f"{name}: {e.help}" for name, e in entries.items()))
+    values = {"count": positive_int, "beam": beam_size}
+    for option in EVALUATIONS.options(command):
+        if option.shared:
+            {"--device": _add_device, "--precision": _add_precision}[option.flag](parser)
+            continue
+        takers = EVALUATIONS.takers(command, option)
+        helptext = option.help + (f" [{', '.join(takers)}]" if len(takers) < len(entries) else "")
+        kwargs: dict = {"help": helptext.strip()}
+        if option.value == "switch":
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(default=option.default, action="append" if option.repeat else "store")
+            if option.value in values:
+                kwargs["type"] = values[option.value]
+            for key in ("choices", "nargs", "metavar"):
+                if getattr(option, key) is not None:
+                    kwargs[key] = list(getattr(option, key)) if key == "choices" else getattr(option, key)
+        if option.flag.startswith("-"):
+            kwargs["required"] = option.required
+            parser.add_argument(*option.aliases, option.flag, **kwargs)
+        else:
+            parser.add_argument(option.flag, **kwargs)
+    parser.set_defaults(func=cmd_evaluate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -496,48 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision(e)
     e.set_defaults(func=cmd_embed)
 
-    v = sub.add_parser("evaluate", help="BLEU/chrF matrix, a sentence-vector suite, or the cross-lingual report")
-    v.add_argument("suite", choices=["bleu", "downstream", "similarity", "nli", "probing", "xnli", "retrieval", "all",
-                                     "cldc", "crosslingual"],
-                   help="xnli: XNLI transfer (sentence suite); crosslingual: how language-agnostic the "
-                        "model is (retrieval, margin, language probe, supervised / zero-shot / pivot BLEU, off-target)")
-    v.add_argument("--model", required=True)
-    v.add_argument("--split", default="test_2016_flickr")
-    v.add_argument("--corpus", default=None, help="corpus YAML (default: the one the model was trained on)")
-    v.add_argument("--beam", type=beam_size, default=1)
-    v.add_argument("--pivot", default=None, help="translate through this language (directions from or into it: directly); "
-                   "crosslingual: the zero-shot directions' pivot where both legs were trained (default en; "
-                   "else the model's own choice)")
-    v.add_argument("--batch-size", type=positive_int, default=64)
-    v.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
-                   help="bleu, crosslingual: the first N lines of the split")
-    v.add_argument("--no-bleu", action="store_true", help="crosslingual: no translation (vectors only, fast)")
-    v.add_argument("--threads", type=positive_int, default=None)
-    v.add_argument("--data-root", default=str(Path("..") / "shared" / "data"), help="folder with senteval_downstream/, xnli/, multi30k/, webis_cls10/ (cldc: or the Webis-CLS-10 folder itself)")
-    v.add_argument("--probing-dir", default=None, metavar="DIR",
-                   help="official SentEval probing files (default: <data-root>/senteval_probing)")
-    v.add_argument("--jobs", type=positive_int, default=None, metavar="N",
-                   help="worker processes for the probe fits of a sentence suite (default: one per usable core)")
-    v.add_argument("--quick", action="store_true", help="subsample data sets (smoke runs)")
-    v.add_argument("--no-references", action="store_true", help="skip the bag-of-words and untrained reference points")
-    v.add_argument("--out", default=None, help="output folder (default: <model folder>/eval; cldc: <model folder>/eval/cldc)")
-    v.add_argument("--pairs", nargs="+", default=["en-de", "en-fr"], metavar="A-B",
-                   help="cldc: language pairs, each classified both ways (default: en-de en-fr)")
-    v.add_argument("--domains", nargs="+", default=None, choices=["books", "dvd", "music"],
-                   help="cldc: Webis-CLS-10 domains (default: all three)")
-    v.add_argument("--translator", default=None, metavar="CKPT",
-                   help="cldc: the model that translates (other-side vectors, translate-test); default: --model. "
-                        "For an NTDV model, its frozen base model, as paper 003 does")
-    for part in ("train", "test"):
-        v.add_argument(f"--{part}-docs", default=None, metavar="FILE",
-                       help=f"cldc on your own data: {part} documents, one a line (with --{part}-labels, --{part}-lang)")
-        v.add_argument(f"--{part}-labels", default=None, metavar="FILE", help="one label a line, any names")
-        v.add_argument(f"--{part}-lang", default=None, metavar="LANG")
-    v.add_argument("--max-documents", type=positive_int, default=None, metavar="N",
-                   help="cldc: at most N training and N test documents per language and domain (quick runs)")
-    _add_device(v)
-    _add_precision(v)
-    v.set_defaults(func=cmd_evaluate)
+    _add_evaluations(sub.add_parser("evaluate", help="BLEU/chrF matrix, a sentence-vector suite, cross-lingual "
+                                                     "document classification, or the cross-lingual report"), "evaluate")
 
     a = sub.add_parser("attention", help="heat map of the bridge attention of one sentence")
     a.add_argument("--model", required=True)
@@ -547,26 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(a)
     a.set_defaults(func=cmd_attention)
 
-    y = sub.add_parser("analyze", help="bridge head entropy and heat maps (penalty study), BLEU by source length, "
-                                       "or per-layer encoder probes, SVCCA, language ID and retrieval")
-    y.add_argument("what", choices=["heads", "lengths", "encoder"])
-    y.add_argument("checkpoint", nargs="?", default=None, help="encoder: the checkpoint to analyse")
-    y.add_argument("--model", action="append", default=None, metavar="[NAME=]CKPT",
-                   help="heads, lengths: repeat to compare models")
-    y.add_argument("--train-split", default="val", help="encoder: split the probes are trained on")
-    y.add_argument("--max-sentences", type=positive_int, default=None, help="encoder: at most N sentences per split")
-    y.add_argument("--languages", nargs="+", default=None, help="encoder: source languages (default: all the model's)")
-    y.add_argument("--lang", default="en", help="heads: language of the sentences")
-    y.add_argument("--src", default="en", help="lengths: source language")
-    y.add_argument("--tgt", default="de", help="lengths: target language")
-    y.add_argument("--split", default="test_2016_flickr")
-    y.add_argument("--corpus", default=None, help="corpus YAML (default: the first model's)")
-    y.add_argument("-i", "--input", default=None, help="heads: sentences from this file instead of the corpus split")
-    y.add_argument("--sentence", default=None, help="heads: the sentence to draw (default: the first one)")
-    y.add_argument("--beam", type=beam_size, default=1)
-    y.add_argument("--out", default=None, help="output folder (default: <first model folder>/analysis)")
-    _add_device(y)
-    y.set_defaults(func=cmd_analyze)
+    _add_evaluations(sub.add_parser("analyze", help="bridge head entropy and heat maps (penalty study), BLEU by "
+                                                    "source length, or per-layer encoder probes, SVCCA, language ID "
+                                                    "and retrieval"), "analyze")
 
     g = sub.add_parser("average", help="average the weights of checkpoints of one run into a translation-only checkpoint")
     g.add_argument("checkpoints", nargs="+", metavar="CKPT", help="checkpoints of the same run (same config and vocabularies)")

@@ -5,12 +5,17 @@ The validated config is stored inside every checkpoint, so a checkpoint explains
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import threading
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
+from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, SerializeAsAny,
+                      SerializerFunctionWrapHandler, ValidationError, field_validator, model_serializer,
                       model_validator)
+from pydantic_core import PydanticCustomError
 
 from interlingua.errors import ConfigError
 from interlingua.textio import read_text
@@ -88,148 +93,124 @@ class DirectionsConfig(_Strict):
 class KindConfig(_Strict):
     """The settings of one kind of model slot (encoder, bridge or decoder); `type` names the kind.
 
-    Each slot's config is a union of its kinds' configs, told apart by `type` (the kind's
-    name in the slot's registry, `interlingua.modules.registry`); a missing `type` means the
-    slot's default kind, so configs and checkpoints written before a slot had kinds still read."""
+    A kind's config class lives beside its module and is registered with it
+    (`@ENCODERS.register("bilstm", config=BiLSTMEncoderConfig)`, `interlingua.modules.registry`);
+    it declares `type: Literal["bilstm"] = "bilstm"`. A missing `type` means the slot's default
+    kind, so configs and checkpoints written before a slot had kinds still read."""
 
     type: str
 
 
-def _kinds(default: str, *members: type[KindConfig]) -> Any:
-    """A slot's config type: `members` told apart by their `type`, `default` where it is missing."""
+KIND_PACKAGES: tuple[str, ...] = ("interlingua.modules",)
+"""Packages whose modules are all imported before the first kind is looked up: a kind module
+there registers itself, so no list of imports names it. The packages are named, not imported,
+so that this base module depends on no layer above it when it is imported; kinds of a user's own
+modules are found through `model.kind_modules`."""
 
-    def tag(value: Any) -> str | None:
-        if isinstance(value, dict):
-            return value.get("type", default)
-        return getattr(value, "type", None)
-
-    tagged = tuple(Annotated[m, Tag(m.model_fields["type"].default)] for m in members)
-    return Annotated[Union[tagged], Discriminator(
-        tag, custom_error_type="unknown_kind",
-        custom_error_message=f"unknown type; known types: {', '.join(repr(m.model_fields['type'].default) for m in members)}")]
+_discovery_lock = threading.RLock()
+_discovered = False
+_discovering = False
 
 
-# -- encoders ---------------------------------------------------------------------------------
-class BiLSTMEncoderConfig(KindConfig):
-    type: Literal["bilstm"] = "bilstm"
-    layers: int = Field(2, ge=1, le=16)
-    hidden: int = Field(512, ge=2)
-    """Output size d_h (split in two for the two directions)."""
-
-    @field_validator("hidden")
-    @classmethod
-    def _even(cls, v: int) -> int:
-        if v % 2:
-            raise ValueError("must be even: a bidirectional encoder splits it between two directions")
-        return v
-
-
-class _TransformerConfig(KindConfig):
-    """Settings shared by the Transformer encoder and decoder (paper 004: pre-norm Transformer)."""
-
-    layers: int = Field(6, ge=1, le=64)
-    hidden: int | None = Field(None, ge=2)
-    """d_model, the width of every layer and of the output; None: the model's `embed_dim`
-    (embeddings of another size are projected to it)."""
-    heads: int = Field(8, ge=1, le=1024)
-    """Attention heads; must divide d_model."""
-    ff_dim: int | None = Field(None, ge=1)
-    """Inner size of the feed-forward sub-layer; None: 4 * d_model."""
-    norm: Literal["pre", "post"] = "pre"
-    """Layer normalisation before each sub-layer (pre: x + F(LN(x)), a final LN on top) or after
-    it (post: LN(x + F(x)), Vaswani et al.)."""
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
-    max_positions: int = Field(1024, ge=1)
-    """Longest sequence with `positions: learned` (the size of its table)."""
-    variational_dropout: bool = False
-    """One dropout mask per sequence, shared over time (embeddings, sub-layer outputs, feed-forward),
-    instead of element-wise dropout."""
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> "_TransformerConfig":
-        if self.hidden is not None and self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
-        return self
+def discover_kinds() -> None:
+    """Import every module of `KIND_PACKAGES` once, so that every built-in kind has registered
+    before a slot is read (a call from inside that import returns at once)."""
+    global _discovered, _discovering
+    with _discovery_lock:
+        if _discovered or _discovering:
+            return
+        _discovering = True
+        try:
+            for name in KIND_PACKAGES:
+                package = importlib.import_module(name)
+                for info in pkgutil.iter_modules(package.__path__, f"{name}."):
+                    importlib.import_module(info.name)
+            _discovered = True
+        finally:
+            _discovering = False
 
 
-class TransformerEncoderConfig(_TransformerConfig):
-    type: Literal["transformer"] = "transformer"
-    residual_drop_layer: int | None = Field(None, ge=1)
-    """1-based layer whose self-attention sub-layer drops its residual connection (SA(LN(x))
-    instead of x + SA(LN(x))); the feed-forward residual stays. None: every layer keeps it."""
-    position_query: bool = False
-    """In `residual_drop_layer`, compute the self-attention query from sinusoidal position
-    encodings of wavelength base `query_wavelength` alone (keys and values from the layer input)."""
-    query_wavelength: float = Field(100.0, gt=1.0)
+class KindConfigs:
+    """The config classes of one model slot's kinds, by kind name: what the slot's `type` chooses.
 
-    @model_validator(mode="after")
-    def _drop_layer(self) -> "TransformerEncoderConfig":
-        if self.residual_drop_layer is not None and self.residual_drop_layer > self.layers:
-            raise ValueError(f"residual_drop_layer ({self.residual_drop_layer}) is beyond the last layer ({self.layers})")
-        if self.position_query and self.residual_drop_layer is None:
-            raise ValueError("position_query needs residual_drop_layer (the layer whose query it replaces)")
-        return self
+    Filled by the slot's registry as kinds register, so a config union is always the registered
+    kinds; read lazily, after `discover_kinds`, so that importing this module imports no kind."""
 
+    def __init__(self, slot: str, default: str | None = None) -> None:
+        self.slot, self.default = slot, default
+        self._configs: dict[str, type[KindConfig]] = {}
 
-EncoderConfig = _kinds("bilstm", BiLSTMEncoderConfig, TransformerEncoderConfig)
+    def check(self, name: str, config: type[KindConfig]) -> None:
+        """Raise where `config` cannot be kind `name`'s config; registries check before they change."""
+        if not (isinstance(config, type) and issubclass(config, KindConfig)):
+            raise TypeError(f"{self.slot} kind '{name}': its config must subclass KindConfig, got {config!r}")
+        field = config.model_fields.get("type")
+        if field is None or field.default != name:
+            raise TypeError(f"{self.slot} kind '{name}': {config.__name__} must declare "
+                            f"`type: Literal[{name!r}] = {name!r}`")
+        if self._configs.get(name, config) is not config:
+            raise ValueError(f"{self.slot} kind '{name}' already has the config class {self._configs[name].__name__}")
 
+    def add(self, name: str, config: type[KindConfig]) -> None:
+        self.check(name, config)
+        self._configs[name] = config
 
-# -- bridges ----------------------------------------------------------------------------------
-class AttentionBridgeConfig(KindConfig):
-    type: Literal["attention"] = "attention"
-    heads: int = Field(10, ge=1, le=1024)
-    """k, the number of attention heads (columns of M)."""
-    hidden: int = Field(1024, ge=1)
-    """d_w, the inner size of the bridge's two-layer scorer."""
+    def names(self) -> list[str]:
+        discover_kinds()
+        return sorted(self._configs)
 
+    def get(self, name: str) -> type[KindConfig] | None:
+        discover_kinds()
+        return self._configs.get(name)
 
-class NoBridgeConfig(KindConfig):
-    type: Literal["none"] = "none"
-    heads: int = Field(10, ge=1, le=1024)
-    """Unused: kept so that `type` alone switches a config between `attention` and `none`."""
-    hidden: int = Field(1024, ge=1)
-    """Unused, as `heads`."""
+    def validate(self, value: Any) -> KindConfig:
+        """A mapping (or a config object) -> the config of the kind its `type` names (the slot's
+        default where it has none); pydantic prefixes errors inside with the slot's key path."""
+        name = value.get("type", self.default) if isinstance(value, dict) else getattr(value, "type", None)
+        config = self.get(name) if isinstance(name, str) else None
+        if config is None or not isinstance(value, (dict, KindConfig)):
+            known = ", ".join(repr(n) for n in self.names())
+            raise PydanticCustomError("unknown_kind", f"unknown type; known types: {known}")
+        if isinstance(value, KindConfig):
+            if isinstance(value, config):
+                return value
+            value = value.model_dump()
+        return config.model_validate(value)
 
-
-class NTDVBridgeConfig(KindConfig):
-    """Paper 003's shared layers (NTDV): a projection per source language, a self-attentive layer
-    of `heads` heads of size `hidden` (no position attends to another), a GRU over the head
-    outputs and a projection back to the encoder's size, which the decoder attends over."""
-
-    type: Literal["ntdv"] = "ntdv"
-    heads: int = Field(4, ge=1, le=64)
-    """r, the self-attention heads (the paper: 4)."""
-    hidden: int = Field(1024, ge=1)
-    """d_h, the size of each head's query/key/value and of the GRU (the paper: 1024)."""
-
-
-BridgeConfig = _kinds("attention", AttentionBridgeConfig, NoBridgeConfig, NTDVBridgeConfig)
+    def default_config(self) -> KindConfig:
+        """The default kind's config with its defaults."""
+        return self.validate({})
 
 
-# -- decoders ---------------------------------------------------------------------------------
-class LSTMDecoderConfig(KindConfig):
-    type: Literal["lstm"] = "lstm"
-    layers: int = Field(2, ge=1, le=16)
-    hidden: int = Field(512, ge=2)
-    input_feed: bool = False
-    """Luong input feeding: slower on CPU (one step at a time in training)."""
+def _slot(kinds: KindConfigs) -> Any:
+    """A slot's config type: the registered kinds' configs told apart by `type`."""
+    return Annotated[SerializeAsAny[KindConfig], PlainValidator(kinds.validate)]
 
 
-class TransformerDecoderConfig(_TransformerConfig):
-    type: Literal["transformer"] = "transformer"
-    tie_embeddings: bool = False
-    """One weight matrix for the target embeddings and the output projection (Press & Wolf 2017);
-    needs d_model (`hidden`) equal to `embed_dim`."""
+ENCODER_KINDS = KindConfigs("encoder", default="bilstm")
+BRIDGE_KINDS = KindConfigs("bridge", default="attention")
+DECODER_KINDS = KindConfigs("decoder", default="lstm")
 
-
-DecoderConfig = _kinds("lstm", LSTMDecoderConfig, TransformerDecoderConfig)
+if TYPE_CHECKING:  # each kind has its own fields: to a type checker a slot's config is any of them
+    EncoderConfig: TypeAlias = Any
+    BridgeConfig: TypeAlias = Any
+    DecoderConfig: TypeAlias = Any
+else:
+    EncoderConfig = _slot(ENCODER_KINDS)
+    BridgeConfig = _slot(BRIDGE_KINDS)
+    DecoderConfig = _slot(DECODER_KINDS)
 
 
 class ModelConfig(_Strict):
+    kind_modules: list[str] = Field(default_factory=list)
+    """Modules of your own to import before the slots are read (`mypackage.my_encoder`, importable
+    from sys.path): each registers kinds that `encoder.type`, `bridge.type` or `decoder.type` may
+    then name. Stored with the config, so a checkpoint of such a kind loads wherever its modules
+    import. Validated first of the fields, before the slots that name its kinds."""
     embed_dim: int = Field(512, ge=2)
-    encoder: EncoderConfig = Field(default_factory=BiLSTMEncoderConfig)
-    bridge: BridgeConfig = Field(default_factory=AttentionBridgeConfig)
-    decoder: DecoderConfig = Field(default_factory=LSTMDecoderConfig)
+    encoder: EncoderConfig = Field(default_factory=ENCODER_KINDS.default_config)
+    bridge: BridgeConfig = Field(default_factory=BRIDGE_KINDS.default_config)
+    decoder: DecoderConfig = Field(default_factory=DECODER_KINDS.default_config)
     dropout: float = Field(0.3, ge=0.0, lt=1.0)
     shared: bool = False
     """One encoder and one decoder for all languages with a target-language tag (Johnson et al.)."""
@@ -238,6 +219,25 @@ class ModelConfig(_Strict):
     as the decoder's first input in place of BOS (paper 004: the encoder never sees the target language)."""
     param_init: float | None = Field(None, gt=0)
     """Initialise every weight uniformly in [-x, x] (OpenNMT-py's default, 0.1); None keeps PyTorch's."""
+
+    @field_validator("kind_modules")
+    @classmethod
+    def _import_kind_modules(cls, names: list[str]) -> list[str]:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except ImportError as err:
+                raise ValueError(f"cannot import {name!r} ({err}): is its folder on PYTHONPATH?") from None
+        return names
+
+    @model_serializer(mode="wrap")
+    def _without_empty_kind_modules(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Configs that use only built-in kinds are stored as before `kind_modules` existed, so that
+        their checkpoints, `config.json` and cached workload names stay the same."""
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("kind_modules"):
+            data.pop("kind_modules", None)
+        return data
 
     @model_validator(mode="after")
     def _tied_sizes(self) -> "ModelConfig":
@@ -365,28 +365,9 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:
-    """The dotted key path of an error location, without the kind tags pydantic puts after a
-    slot (`model.decoder.lstm.hidden` is the key `model.decoder.hidden`)."""
-    parts: list[str] = []
-    node: Any = ExperimentConfig
-    rest = list(loc)
-    while rest:
-        part = rest.pop(0)
-        parts.append(str(part))
-        field = node.model_fields.get(part) if isinstance(node, type) and issubclass(node, BaseModel) else None
-        node = None
-        if field is None:
-            continue
-        ann = field.annotation
-        args = get_args(ann) if get_origin(ann) is Union else (ann,)
-        args = tuple(get_args(a)[0] if get_origin(a) is Annotated else a for a in args)
-        members = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-        kinds = {m.model_fields["type"].default: m for m in members if issubclass(m, KindConfig)}
-        if kinds and rest and rest[0] in kinds:
-            node = kinds[rest.pop(0)]
-        elif len(members) == 1:
-            node = members[0]
-    return ".".join(parts)
+    """The dotted key path of an error location (a slot's kind adds no step of its own:
+    `model.decoder.hidden` whatever the decoder's kind)."""
+    return ".".join(str(part) for part in loc)
 
 
 def parse_config(data: dict[str, Any], source: str = "<dict>", base_dir: Path | None = None) -> ExperimentConfig:

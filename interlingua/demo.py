@@ -20,7 +20,7 @@ from interlingua.data.download import get_multi30k
 from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
 from interlingua.evaluation.sentence.retrieval import retrieval_accuracy
 from interlingua.inference.api import load
-from interlingua.training.trainer import Trainer
+from interlingua.training.trainer import train
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
     resume = (cfg.work_dir / "last.pt").exists()
     print(f"== 2/5 train: en/de/fr many-to-many + monolingual, de<->fr held out, contrastive agreement, {minutes:g} min budget"
           f"{' (resuming)' if resume else ''}; log {cfg.work_dir / 'metrics.jsonl'}, curves {cfg.work_dir / 'curves.png'}")
-    result = Trainer(cfg, resume=resume).train()
+    result = train(cfg, resume=resume)
     model = load(result.best_checkpoint or result.last_checkpoint)
 
     corpus = load_corpus(corpus_yaml)

@@ -26,11 +26,11 @@ import torch
 from interlingua.atomic_files import write_text_atomic
 from interlingua.config import TrainConfig, load_config
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
-from interlingua.evaluation.paper_numbers import paper_bleu
+from interlingua.evaluation.paper_bleu import paper_bleu
 from interlingua.inference.api import load
-from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.modules.checkpoint import Checkpoint, TrainingState
 from interlingua.training.metrics import MetricsLog
-from interlingua.training.trainer import Trainer
+from interlingua.training.trainer import train
 from interlingua.workers import process_pool
 
 
@@ -46,15 +46,14 @@ def paper_setting(recipe_name: str) -> str | None:
     return name if name in ("pivot_en", "pivot_en_mono", "m2m", "m2m_mono") else None
 
 
-def _finished(cfg_work: Path, train: TrainConfig) -> bool:
+def _finished(cfg_work: Path, tc: TrainConfig) -> bool:
     last = cfg_work / "last.pt"
     if not last.exists():
         return False
-    st = read_checkpoint(last).get("training", {})
+    st = Checkpoint.read(last).training or TrainingState()
     # with `epochs` the run worked out its own last step; else the config's (a continued run may raise it)
-    max_steps = st.get("max_steps", train.max_steps) if train.epochs is not None else train.max_steps
-    return st.get("step", 0) >= max_steps or (train.max_minutes is not None
-                                              and st.get("elapsed", 0) >= train.max_minutes * 60)
+    max_steps = tc.max_steps if tc.epochs is None or st.max_steps is None else st.max_steps
+    return st.step >= max_steps or (tc.max_minutes is not None and st.elapsed >= tc.max_minutes * 60)
 
 
 def selected_checkpoint(work: Path) -> Path:
@@ -69,7 +68,7 @@ def extension_of(init: str | None) -> dict[str, Any] | None:
     {"languages": [...], "from": the checkpoint extended}; None for any other run."""
     if not init or not Path(init).is_file():
         return None
-    extended = read_checkpoint(init).get("extended")
+    extended = Checkpoint.read(init).extended
     if not extended:
         return None
     return {"languages": [e["lang"] for e in extended], "from": extended[0]["from"]}
@@ -91,7 +90,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     cfg = load_config(recipe, overrides)
     work = Path(cfg.work_dir)
     if not _finished(work, cfg.train):
-        Trainer(cfg, resume=(work / "last.pt").exists()).train()
+        train(cfg, resume=(work / "last.pt").exists())
     best = selected_checkpoint(work)
     key = {"best_mtime": best.stat().st_mtime, "beam": beam, "max_test": max_test, "recipe": recipe.stem,
            "checkpoint": best.name, "pivot": pivot, "scores": 2}
@@ -100,11 +99,11 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
         cached = json.loads(cache.read_text())
         if cached.get("key") == key:
             if "directions" not in cached["run"]["compute"]:  # scored before runs recorded it: add, don't rescore
-                cached["run"]["compute"]["directions"] = len(read_checkpoint(work / "last.pt")["directions"])
+                cached["run"]["compute"]["directions"] = len(Checkpoint.read(work / "last.pt").directions)
                 write_text_atomic(cache, json.dumps(cached, indent=1))
             return cached["run"]
-    last = read_checkpoint(work / "last.pt")  # its config is the one the last training session ran with
-    state = last["training"]
+    last = Checkpoint.read(work / "last.pt")  # its config is the one the last training session ran with
+    state = last.training or TrainingState()
     t0 = time.perf_counter()
     model = load(best, cfg.train.device)
     matrix = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
@@ -114,16 +113,17 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
         pivoted = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test,
                               progress=False, pivot=pivot, pairs=matrix.zero_shot)
         write_matrix(pivoted, work / "eval", f"bleu_test_2016_flickr_beam{beam}_pivot-{pivot}", title=f"{recipe.stem}, pivot {pivot}")
-    history = json.loads(state["history"])
     run = {
         "recipe": recipe.stem, "name": cfg.name, "setting": paper_setting(cfg.name),
         "checkpoint": best.name,
-        "added": extension_of(state.get("init")),
+        "added": extension_of(state.init),
         "matrix": matrix.to_json(),
         "pivot_matrix": pivoted.to_json() if pivoted else None,
-        "compute": {"tokens_per_s": mean_tokens_per_second(work), "train_minutes": round(state["elapsed"] / 60, 1), "steps": state["step"], "directions": len(last["directions"]),
-                    "best_dev_bleu": state["best_bleu"], "validations": len(history),
-                    "eval_seconds": round(time.perf_counter() - t0, 1), "threads": last["config"]["train"].get("threads") or torch.get_num_threads(),
+        "compute": {"tokens_per_s": mean_tokens_per_second(work), "train_minutes": round(state.elapsed / 60, 1),
+                    "steps": state.step, "directions": len(last.directions),
+                    "best_dev_bleu": state.best_bleu, "validations": len(state.history),
+                    "eval_seconds": round(time.perf_counter() - t0, 1),
+                    "threads": last.experiment_config().train.threads or torch.get_num_threads(),
                     "machine": f"{platform.machine()} {platform.processor() or ''}".strip()},
     }
     write_text_atomic(cache, json.dumps({"key": key, "run": run}, indent=1))

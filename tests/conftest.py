@@ -89,12 +89,12 @@ def multi30k_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def trained_model(multi30k_corpus, tmp_path_factory) -> Path:
     """en<->de + de->de tiny bridge model, overfitted on 200 lines (about 20 s on 2 cores)."""
-    from interlingua.training.trainer import Trainer
+    from interlingua.training.trainer import train
     work = tmp_path_factory.mktemp("trained")
     cfg = parse_config(tiny_config(multi30k_corpus, work,
                                    directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]], "monolingual": True},
                                    train={"max_steps": 600, "valid_every": 600, "batch_size": 25, "lr": 0.01}))
-    result = Trainer(cfg).train()
+    result = train(cfg)
     return result.best_checkpoint
 
 

@@ -157,7 +157,7 @@ def _synthetic_corpus(root, n_train: int = 600, n_test: int = 100):
 def test_agreement_raises_retrieval_on_a_synthetic_task(tmp_path):
     from interlingua.evaluation.sentence.retrieval import retrieval_accuracy
     from interlingua.inference.api import load
-    from interlingua.training.trainer import Trainer
+    from interlingua.training.trainer import train
     corpus = _synthetic_corpus(tmp_path)
     retrieval = {}
     for name, weight in (("without", 0.0), ("with", 5.0)):
@@ -168,7 +168,7 @@ def test_agreement_raises_retrieval_on_a_synthetic_task(tmp_path):
                    "decoder": {"hidden": 32, "layers": 1}},
             train={"max_steps": 120, "valid_every": 120, "batch_size": 32, "lr": 0.01, "precision": "fp32",
                    "agreement": {"weight": weight, "loss": "contrastive", "temperature": 0.1}}))
-        result = Trainer(cfg).train()
+        result = train(cfg)
         model = load(result.last_checkpoint, device="cpu")
         en = (tmp_path / "val.en").read_text().splitlines()
         de = (tmp_path / "val.de").read_text().splitlines()

@@ -1,5 +1,6 @@
 """The public API (`interlingua.load` -> `Model`): what the command line prints is what it returns."""
 import io
+import re
 import sys
 
 import numpy as np
@@ -9,8 +10,10 @@ import torch
 import interlingua
 from interlingua.cli import main
 from interlingua.errors import ConfigError, InterlinguaError, LanguageError
+from interlingua.inference.api import Kinds
 from interlingua.modules.checkpoint import read_checkpoint, save_atomic
 
+from conftest import REPO
 from test_decoding import random_checkpoint
 
 SENTENCES = ["a dog runs in the park .", "", "the woman eats a small red ball .", "a child sits ."]
@@ -108,9 +111,9 @@ def test_unknown_languages_and_settings(model):
 
 def test_no_training_state_is_kept(model, checkpoint):
     assert "training" in read_checkpoint(checkpoint)  # the file has one...
-    loaded = model.loaded
+    loaded = model._loaded
     assert "training" not in loaded.payload and "model" not in loaded.payload  # ...the loaded model does not keep it
-    assert loaded.step == 7
+    assert model.step == 7
     # nothing in the handle but the model's own parameters and buffers holds a tensor
     def tensors(obj, seen):
         if id(obj) in seen:
@@ -129,7 +132,7 @@ def test_no_training_state_is_kept(model, checkpoint):
 
 def test_device_argument(checkpoint, capsys, monkeypatch):
     cpu = interlingua.load(checkpoint, device="cpu")
-    assert cpu.device.type == "cpu" and next(cpu.model.parameters()).device.type == "cpu"
+    assert cpu.device.type == "cpu" and next(cpu._network.parameters()).device.type == "cpu"
     auto = interlingua.load(checkpoint, device="auto")
     assert auto.device.type == ("cuda" if torch.cuda.is_available() else auto.device.type)
     assert auto.translate(SENTENCES[:1], "en", "de") == cpu.translate(SENTENCES[:1], "en", "de") or auto.device.type != "cpu"
@@ -156,3 +159,69 @@ def test_a_translation_does_not_depend_on_its_batch(model, beam):
     together = model.translate([short, long], "en", "de", beam=beam, batch_size=2)
     assert together[0] == alone[0]
     assert len(model.vocabs["de"].tokenize(alone[0])) <= 2 * len(model.token_ids([short], "en")[0]) + 10 + 2
+
+
+# --- what the model is, without reaching inside it --------------------------------------------------
+
+def test_kinds_config_and_files(model, checkpoint):
+    cfg = model.config
+    assert model.kinds == Kinds(cfg.model.encoder.type, cfg.model.bridge.type, cfg.model.decoder.type)
+    assert model.kinds == Kinds("bilstm", "attention", "lstm")
+    assert model.path == checkpoint and model.step == 7
+    fresh = model.untrained_like()
+    assert (fresh.path, fresh.step, fresh.kinds) == (None, None, model.kinds)
+    # copies: what a caller changes changes nothing in the model
+    cfg.preprocess.max_len = 3
+    model.preprocess.max_len = 3
+    assert model.config.preprocess.max_len == model.preprocess.max_len != 3
+    with pytest.raises(TypeError):
+        model.vocabs["de"] = model.vocabs["en"]  # type: ignore[index]
+    assert sorted(model.vocabs) == ["de", "en", "fr"]
+
+
+def test_language_checks_name_the_problem(model):
+    model.check_source("en"), model.check_target("fr")
+    with pytest.raises(LanguageError, match=r"no encoder for 'xx' \(source languages: de, en, fr\)"):
+        model.check_source("xx")
+    with pytest.raises(LanguageError, match=r"no decoder for 'xx' \(target languages: de, en, fr\)"):
+        model.check_target("xx")
+    assert model.max_source_length("en") is None  # a BiLSTM reads any length
+    with pytest.raises(LanguageError, match="no encoder for 'xx'"):
+        model.max_source_length("xx")
+
+
+def test_attention_check(model, tmp_path):
+    model.check_attention()
+    assert model.bridge_attention and model.self_attention_layers == 0
+    plain = interlingua.load(random_checkpoint(tmp_path / "plain.pt", bridge={"type": "none"}))
+    assert not plain.bridge_attention and plain.kinds.bridge == "none"
+    with pytest.raises(InterlinguaError, match=r"shows no attention: its bridge \(none\) .* encoder \(bilstm\)"):
+        plain.check_attention()
+    with pytest.raises(LanguageError, match="no encoder for 'xx'"):  # the language is checked first, as before
+        plain.attention_maps(["a"], "xx")
+
+
+def test_the_inside_is_private(model):
+    """The network and the checkpoint as read are behind deprecated read-only names."""
+    with pytest.warns(DeprecationWarning, match="Model.model is deprecated"):
+        assert model.model is model._network
+    with pytest.warns(DeprecationWarning, match="Model.loaded is deprecated"):
+        assert model.loaded.step == model.step
+    with pytest.warns(DeprecationWarning, match="Model.pre is deprecated"):
+        assert model.pre == model.preprocess
+    for name in ("model", "loaded", "pre", "vocabs", "runtime", "config", "kinds"):
+        with pytest.raises(AttributeError):
+            setattr(model, name, None)
+
+
+REACH_IN = re.compile(r"\bmodel\.model\.|\.model\.model\b|\.loaded\.|\._network\b|\._loaded\b")
+
+
+def test_no_module_reaches_inside_model():
+    """Evaluation, serving and the rest of inference use `Model`'s public API only."""
+    package = REPO / "interlingua"
+    files = [*package.glob("evaluation/**/*.py"), *package.glob("serving/**/*.py"), package / "cli.py",
+             *(p for p in package.glob("inference/*.py") if p.name != "api.py")]
+    found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in files
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if REACH_IN.search(line)]
+    assert not found, "\n".join(found)

@@ -1,4 +1,6 @@
+import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -6,8 +8,9 @@ import torch
 from interlingua.config import parse_config
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.inference.api import load
-from interlingua.modules.checkpoint import load_model, read_checkpoint
-from interlingua.training.trainer import Trainer
+from interlingua.modules.checkpoint import Checkpoint, TrainingState, load_model, read_checkpoint
+from interlingua.training.run import build_run
+from interlingua.training.trainer import train
 
 from conftest import tiny_config
 
@@ -48,15 +51,15 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(multi30k_corpus, tmp
                 model={"dropout": 0.3}, train={"valid_every": 6, "max_steps": 12, "batch_size": 8,
                                               "softmax_sample": 50})  # its draws must resume too
     straight = parse_config(tiny_config(multi30k_corpus, tmp_path / "straight", **base))
-    Trainer(straight).train()
+    train(straight)
 
     first = tiny_config(multi30k_corpus, tmp_path / "resumed", **base)
     first["train"] = {**first["train"], "max_steps": 6}
-    Trainer(parse_config(first)).train()
+    train(parse_config(first))
     with pytest.raises(ConfigError, match="use --resume"):
-        Trainer(parse_config(first))
+        build_run(parse_config(first))
     second = tiny_config(multi30k_corpus, tmp_path / "resumed", **base)
-    Trainer(parse_config(second), resume=True).train()
+    train(parse_config(second), resume=True)
 
     a, b = _params(tmp_path / "straight" / "last.pt"), _params(tmp_path / "resumed" / "last.pt")
     assert a.keys() == b.keys()
@@ -68,10 +71,10 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(multi30k_corpus, tmp
 
 def test_resume_refuses_a_different_model(multi30k_corpus, tmp_path):
     cfg = tiny_config(multi30k_corpus, tmp_path / "run", train={"max_steps": 2})
-    Trainer(parse_config(cfg)).train()
+    train(parse_config(cfg))
     cfg["model"] = {**cfg["model"], "embed_dim": 32}
     with pytest.raises(ConfigError, match="section 'model' differs"):
-        Trainer(parse_config(cfg), resume=True)
+        build_run(parse_config(cfg), resume=True)
 
 
 def test_interrupted_write_keeps_previous_checkpoint(trained_model, tmp_path, monkeypatch):
@@ -171,18 +174,53 @@ def test_resume_needs_a_checkpoint_with_training_state(multi30k_corpus, trained_
 
     _rewritten(trained_model, work / "last.pt", lambda p: p.pop("training"))
     with pytest.raises(CheckpointError, match="holds no training state to resume from"):
-        Trainer(parse_config(tiny_config(multi30k_corpus, work)), resume=True)
+        build_run(parse_config(tiny_config(multi30k_corpus, work)), resume=True)
     code, lines = _cli(["train", str(cfg_path), "--resume"], capsys, monkeypatch)
     _one_error_line(code, lines, work / "last.pt", "holds no training state to resume from")
 
 
 def test_resume_from_weights_that_do_not_fit_the_stored_config(multi30k_corpus, tmp_path, capsys, monkeypatch):
     cfg = tiny_config(multi30k_corpus, tmp_path / "run", train={"max_steps": 2})
-    Trainer(parse_config(cfg)).train()
+    train(parse_config(cfg))
     last = tmp_path / "run" / "last.pt"
     payload = torch.load(last, map_location="cpu", weights_only=True)
     payload["config"]["model"]["embed_dim"] = 32  # the config now says 32, the weights are 48 wide
     torch.save(payload, last)
     cfg["model"] = {**cfg["model"], "embed_dim": 32}
     with pytest.raises(CheckpointError, match=r"cannot resume .*last.pt: its training state does not fit this run .*size mismatch"):
-        Trainer(parse_config(cfg), resume=True)
+        build_run(parse_config(cfg), resume=True)
+
+
+LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy_attention.pt"
+
+
+def test_a_training_state_reads_its_history_stored_as_json_text(tmp_path):
+    """Checkpoints written before the history was a list hold it as JSON text; it reads as the list."""
+    records = [{"type": "valid", "step": 4, "mean_bleu": None, "directions": {}}]
+    old = {"step": 4, "max_steps": 8, "elapsed": 1.5, "best_bleu": None, "history": json.dumps(records),
+           "log_window": {"n": 0}}
+    state = TrainingState.from_payload(old, tmp_path / "old.pt")
+    assert state.history == records and state.validated and state.lr_scheduler is None and state.init is None
+    assert state.to_payload()["history"] == records  # written as a list
+    assert state.summary() == {"step": 4, "max_steps": 8, "elapsed_s": 1.5, "best_dev_bleu": None,
+                               "dev": records[0], "init": None}
+    with pytest.raises(CheckpointError, match="history is not readable"):
+        TrainingState.from_payload({"history": "[not json"}, tmp_path / "old.pt")
+
+
+def test_a_checkpoint_round_trips_through_its_typed_form(tmp_path):
+    ckpt = Checkpoint.read(LEGACY)
+    assert ckpt.training is None and ckpt.vocab_offsets is None and ("en", "de") in ckpt.directions
+    ckpt.training = TrainingState(step=3, max_steps=6, elapsed=2.0, best_bleu=1.5, init="base.pt",
+                                  history=[{"type": "valid", "step": 3, "mean_bleu": 1.5}])
+    ckpt.save(tmp_path / "again.pt")
+    stored = torch.load(tmp_path / "again.pt", map_location="cpu", weights_only=True)
+    assert isinstance(stored["training"]["history"], list) and stored["version"] == 1
+    back = Checkpoint.read(tmp_path / "again.pt")
+    assert back.training == ckpt.training
+    assert (back.config, back.vocab_protos, back.encoder_langs, back.decoder_langs, back.directions) == \
+        (ckpt.config, ckpt.vocab_protos, ckpt.encoder_langs, ckpt.decoder_langs, ckpt.directions)
+    assert back.weights.keys() == ckpt.weights.keys()
+    assert all(torch.equal(back.weights[k], v) for k, v in ckpt.weights.items())
+    loaded = load_model(tmp_path / "again.pt")
+    assert loaded.step == 3 and loaded.training["init"] == "base.pt" and "training" not in loaded.payload

@@ -74,3 +74,12 @@ def test_model_slots_are_kinds_chosen_by_type():
         parse_config({"corpus": "c.yaml", "model": {"decoder": {"type": "gru"}}})
     with pytest.raises(ConfigError, match=r"model\.bridge: expected a mapping"):
         parse_config({"corpus": "c.yaml", "model": {"bridge": 3}})
+
+
+def test_kind_modules_is_stored_only_where_given():
+    """Configs of built-in kinds dump (into checkpoints, config.json) exactly as before the key existed."""
+    plain = parse_config({"corpus": "c.yaml"}).model_dump(mode="json")["model"]
+    assert "kind_modules" not in plain and list(plain)[:2] == ["embed_dim", "encoder"]
+    given = parse_config({"corpus": "c.yaml", "model": {"kind_modules": ["json"]}})
+    assert given.model_dump(mode="json")["model"]["kind_modules"] == ["json"]
+    assert parse_config(given.model_dump(mode="json")).model.kind_modules == ["json"]

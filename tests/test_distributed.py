@@ -21,8 +21,9 @@ import yaml
 from interlingua.config import parse_config
 from interlingua.data.batching import shard
 from interlingua.errors import ConfigError
-from interlingua.modules.checkpoint import read_checkpoint
-from interlingua.training.trainer import Trainer
+from interlingua.modules.checkpoint import Checkpoint, read_checkpoint
+from interlingua.training.run import build_run
+from interlingua.training.trainer import train
 
 from conftest import tiny_config
 
@@ -38,12 +39,13 @@ RANK_SCRIPT = """
 import sys, torch
 from interlingua.config import load_config
 from interlingua.distributed import process_group
+from interlingua.training.run import build_run
 from interlingua.training.trainer import Trainer
 cfg = load_config(sys.argv[1])
 with process_group(cfg.train.device) as (dist, device):
-    trainer = Trainer(cfg, dist=dist, device=device)
-    trainer.train()
-    torch.save(trainer.model.state_dict(), f"{sys.argv[2]}/rank{dist.rank}.pt")
+    run = build_run(cfg, dist=dist, device=device)
+    Trainer(run).train()
+    torch.save(run.model.state_dict(), f"{sys.argv[2]}/rank{dist.rank}.pt")
 """
 
 
@@ -80,7 +82,7 @@ def one_process(multi30k_corpus, tmp_path_factory) -> Path:
     """The reference: one process, the whole batch of 20 pairs per step, 6 steps."""
     work = tmp_path_factory.mktemp("one")
     cfg = yaml.safe_load(_write_config(multi30k_corpus, work / "run", work / "cfg.yaml").read_text())
-    Trainer(parse_config(cfg)).train()
+    train(parse_config(cfg))
     return work / "run"
 
 
@@ -94,13 +96,13 @@ def test_shards_cover_the_batch_once():
 def test_a_batch_smaller_than_its_parts_is_refused(multi30k_corpus, tmp_path):
     cfg = parse_config(tiny_config(multi30k_corpus, tmp_path, train={"batch_size": 3, "accumulate": 4}))
     with pytest.raises(ConfigError, match="train.batch_size 3 .* 4 parts"):
-        Trainer(cfg)
+        build_run(cfg)
 
 
 def test_accumulated_micro_batches_equal_the_whole_batch(multi30k_corpus, one_process, tmp_path):
     """Three micro-batches (7 + 7 + 6 pairs, one backward each) give the update of one batch of 20."""
     cfg = yaml.safe_load(_write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", accumulate=3).read_text())
-    Trainer(parse_config(cfg)).train()
+    train(parse_config(cfg))
     _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"], read_checkpoint(one_process / "last.pt")["model"])
 
 
@@ -123,7 +125,7 @@ def test_two_gloo_processes_with_contrastive_agreement_equal_one_process(multi30
     agreement = {"agreement": {"weight": 2.0, "loss": "contrastive", "temperature": 0.1}}
     one = tmp_path / "one"
     cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml", **agreement).read_text())
-    Trainer(parse_config(cfg)).train()
+    train(parse_config(cfg))
     config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", **agreement)
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT, encoding="utf-8")
@@ -134,7 +136,7 @@ def test_two_gloo_processes_with_contrastive_agreement_equal_one_process(multi30
     # and the agreement term did move the weights: without it they end elsewhere
     plain = tmp_path / "plain"
     cfg = yaml.safe_load(_write_config(multi30k_corpus, plain / "run", tmp_path / "plain.yaml").read_text())
-    Trainer(parse_config(cfg)).train()
+    train(parse_config(cfg))
     other = read_checkpoint(plain / "run" / "last.pt")["model"]
     assert any(not torch.allclose(reference[k], other[k], rtol=1e-5, atol=1e-6) for k in reference)
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -150,7 +152,7 @@ def test_torchrun_cli_validates_once_and_resumes_with_another_process_count(mult
     assert done.stdout.count("trained 3 steps") == 1  # rank 0 reports
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["type"], r["step"]) for r in records] == [("train", 3), ("valid", 3)]
-    assert read_checkpoint(tmp_path / "run" / "last.pt")["training"]["step"] == 3
+    assert Checkpoint.read(tmp_path / "run" / "last.pt").training.step == 3
 
     from interlingua.cli import main
     assert main(["train", str(config), "--resume"]) == 0

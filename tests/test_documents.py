@@ -12,7 +12,7 @@ import pytest
 
 from interlingua import load
 from interlingua.cli import main
-from interlingua.data.documents import SENTENCE_TOKENS, split_sentences, tokenize_documents
+from interlingua.data.document_text import SENTENCE_TOKENS, split_sentences, tokenize_documents
 from interlingua.data.webis import held_out_split, load_domain, read_reviews
 from interlingua.errors import DataError, InterlinguaError
 from interlingua.evaluation.cldc import parse_pairs

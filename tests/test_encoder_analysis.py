@@ -133,14 +133,14 @@ def three_way_corpus(tmp_path_factory) -> Path:
 
 
 def train_tiny(corpus: Path, work: Path, encoder: dict) -> Path:
-    from interlingua.training.trainer import Trainer
+    from interlingua.training.trainer import train
     cfg = parse_config(tiny_config(
         corpus, work, preprocess={"vocab_size": 50, "max_train_sentences": None, "max_valid_sentences": 20, "max_len": 20},
         directions={"mode": "explicit", "pairs": [["xa", "xb"], ["xc", "xb"]]},
         model={"embed_dim": 16, "encoder": encoder, "bridge": {"heads": 4, "hidden": 16}},
         train={"max_steps": 40, "valid_every": 40, "log_every": 20, "batch_size": 20, "lr": 0.005, "seed": 1,
                "threads": 1, "precision": "fp32"}))
-    return Trainer(cfg).train().best_checkpoint
+    return train(cfg).best_checkpoint
 
 
 @pytest.fixture(scope="module", params=[

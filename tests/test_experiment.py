@@ -99,11 +99,11 @@ PAPER_RECIPES = sorted((RECIPES / "multi30k" / "paper").glob("*.yaml"))
 @pytest.mark.parametrize("recipe", CPU_RECIPES, ids=lambda p: p.stem)
 def test_every_cpu_recipe_trains_a_few_steps(recipe, multi30k_corpus, tmp_path):
     """Each shipped CPU recipe runs as written; only the data and the budget are shrunk."""
-    from interlingua.training.trainer import Trainer
+    from interlingua.training.trainer import train
     cfg = load_config(recipe, [f"corpus={multi30k_corpus}", f"work_dir={tmp_path}", "preprocess.vocab_size=300",
                                "preprocess.max_train_sentences=150", "preprocess.max_valid_sentences=4",
                                "train.max_steps=2", "train.valid_every=2", "train.batch_size=8"])
-    result = Trainer(cfg).train()
+    result = train(cfg)
     assert result.steps == 2 and result.best_checkpoint is not None and result.best_checkpoint.exists()
     assert all(np.isfinite(r["mean_bleu"]) for r in result.history)
     trained, zero_shot, heads = _intended(recipe.stem)

@@ -29,7 +29,7 @@ from interlingua.data.vocab import EOS, Vocab, language_tag
 from interlingua.errors import CheckpointError, InterlinguaError
 from interlingua.evaluation.bleu_matrix import MatrixResult
 from interlingua.modules import model_folder
-from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic
+from interlingua.modules.checkpoint import Checkpoint, build_payload, read_checkpoint, save_atomic
 from interlingua.modules.extension import extend_checkpoint
 from interlingua.modules.model import TranslationModel
 
@@ -215,7 +215,7 @@ def test_serve_loads_the_folder(exported, trained_model, capsys, monkeypatch):
 
 def test_model_card_reports_what_was_recorded(exported, trained_model):
     card = (exported / "README.md").read_text()
-    history = json.loads(read_checkpoint(trained_model)["training"]["history"])
+    history = Checkpoint.read(trained_model).training.history
     dev = next(r for r in history if r["step"] == 600)
     assert "# tiny" in card
     assert "- Reads (encoders): de, en" in card and "- Writes (decoders): de, en" in card

@@ -24,9 +24,9 @@ from interlingua.data.vocab import EOS, decoder_start, language_tag, source_pref
 from interlingua.evaluation.bleu_matrix import MatrixResult
 from interlingua.experiment import run_experiments
 from interlingua.inference.api import Model
-from interlingua.modules.checkpoint import build_payload, load_model, read_checkpoint, save_atomic
+from interlingua.modules.checkpoint import Checkpoint, build_payload, load_model, read_checkpoint, save_atomic
 from interlingua.modules.extension import extend_checkpoint
-from interlingua.training.trainer import Trainer
+from interlingua.training.trainer import train
 
 from conftest import tiny_config, write_multiway_corpus
 
@@ -74,7 +74,7 @@ def trained(request, corpus, tmp_path_factory) -> tuple[str, Path, Path]:
     """(kind, old checkpoint, extended checkpoint)."""
     work = tmp_path_factory.mktemp(f"old_{request.param}")
     cfg = parse_config(config(corpus, work / "run", MODELS[request.param], OLD, 80))
-    old = Trainer(cfg).train().last_checkpoint
+    old = train(cfg).last_checkpoint
     ext = extend_checkpoint(old, NEW, work / "extended.pt", vocab_size=40, noise=NOISE, seed=1)
     return request.param, old, ext.out
 
@@ -231,7 +231,7 @@ def test_train_init_fine_tunes_the_new_language(trained, corpus, tmp_path, capsy
     one = load_model(tmp_path / "one_step" / "last.pt").model.state_dict()
     for k, v in load_model(ext_path).model.state_dict().items():
         assert torch.allclose(one[k], v, atol=1e-6), k
-    assert read_checkpoint(tmp_path / "one_step" / "last.pt")["training"]["step"] == 1  # a fresh step count
+    assert Checkpoint.read(tmp_path / "one_step" / "last.pt").training.step == 1  # a fresh step count
 
     # the config's model section must be the checkpoint's
     cfg["model"] = {**cfg["model"], "embed_dim": 48}

@@ -11,9 +11,12 @@ import yaml
 from interlingua import load
 from interlingua.cli import main
 from interlingua.config import parse_config
+from interlingua.data.vocab import PAD
 from interlingua.errors import LanguageError
-from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.modules.checkpoint import Checkpoint, read_checkpoint
 from interlingua.modules.ntdv import NTDVBridge
+from interlingua.training.run import build_run
+from interlingua.training.step import forward_backward, micro_batches
 from interlingua.training.trainer import Trainer
 
 from conftest import tiny_config
@@ -87,18 +90,18 @@ def _ntdv_config(corpus, work, **train) -> dict:
 
 
 def test_only_the_new_layers_get_gradients(trained_model, multi30k_corpus, tmp_path):
-    trainer = Trainer(parse_config(_ntdv_config(multi30k_corpus, tmp_path / "run")), init=trained_model)
-    model = trainer.model
+    run = build_run(parse_config(_ntdv_config(multi30k_corpus, tmp_path / "run")), init=trained_model)
+    model = run.model
     model.train()
     assert not model.encoders.training and not model.decoders.training and model.bridge.training
     for direction in (("de", "en"), ("en", "de")):  # each source language has its own projection
-        model(trainer.batches[direction].next()).loss.backward()
+        model(run.batches[direction].next()).loss.backward()
     for name, param in model.named_parameters():
         if name.startswith("bridge."):
             assert param.requires_grad and param.grad is not None and param.grad.abs().sum() > 0, name
         else:
             assert not param.requires_grad and param.grad is None, name
-    assert {id(p) for g in trainer.optimizer.param_groups for p in g["params"]} == \
+    assert {id(p) for g in run.optimizer.param_groups for p in g["params"]} == \
         {id(p) for p in model.bridge.parameters()}
 
 
@@ -109,10 +112,10 @@ def test_frozen_training_from_the_cli(trained_model, multi30k_corpus, tmp_path):
     cfg_path.write_text(yaml.safe_dump(_ntdv_config(multi30k_corpus, tmp_path / "run", epochs=2)))
     assert main(["train", str(cfg_path), "--init", str(trained_model)]) == 0
     base = read_checkpoint(trained_model)["model"]
-    last = read_checkpoint(tmp_path / "run" / "last.pt")
+    last = Checkpoint.read(tmp_path / "run" / "last.pt")
     n_batches = 2 * math.ceil(200 / 40)  # two directions of 200 pairs, batches of 40
-    assert last["training"]["step"] == 2 * n_batches
-    weights = last["model"]
+    assert last.training.step == 2 * n_batches
+    weights = last.weights
     frozen = [k for k in weights if not k.startswith("bridge.")]
     assert frozen and all(torch.equal(weights[k], base[k]) for k in frozen)
     assert "bridge.projections.en.weight" in weights and "bridge.w1.weight" not in weights
@@ -143,33 +146,34 @@ def test_both_directions_sum_the_two_costs_of_the_same_pairs(trained_model, mult
     """`train.both_directions`: a step is one batch of pairs in both directions (paper 003's loss), and
     an epoch is one pass over each pair."""
     cfg = _ntdv_config(multi30k_corpus, tmp_path / "run", both_directions=True, epochs=2)
-    trainer = Trainer(parse_config(cfg), init=trained_model)
-    assert list(trainer.batches) == [("de", "en")] and trainer.max_steps == 2 * math.ceil(200 / 40)
-    forward, backward = trainer.batches[("de", "en")].next_both_ways(trainer._prefix("en", "de"), trainer._start("de"))
+    run = build_run(parse_config(cfg), init=trained_model)
+    assert list(run.batches) == [("de", "en")] and run.max_steps == 2 * math.ceil(200 / 40)
+    pairs = run.batches[("de", "en")]
+    forward, backward = pairs.batch_both_ways(pairs.next_indices(), run.prefix("en", "de"), run.start("de"))
     assert (forward.src_lang, forward.tgt_lang, backward.src_lang, backward.tgt_lang) == ("de", "en", "en", "de")
     for row in range(forward.src.size(0)):
         n = int(forward.src_lengths[row])
         back_tgt = backward.tgt_out[row][backward.tgt_out[row] > 3]  # the ids past the specials
         assert torch.equal(forward.src[row, :n][forward.src[row, :n] > 3], back_tgt)
-    trainer.batches[("de", "en")].load_state_dict({"epoch": 0, "position": 0})
-    micro, ntok = trainer._micro_batches(("de", "en"))
+    run.batches[("de", "en")].load_state_dict({"epoch": 0, "position": 0})
+    micro, ntok = micro_batches(run, ("de", "en"))
     assert [(m.batch.src_lang, m.batch.tgt_lang, m.scale) for m in micro] == [("de", "en", 1.0), ("en", "de", 1.0)]
     assert all(torch.equal(m.batch.src, b.src) and torch.equal(m.batch.tgt_out, b.tgt_out)
                for m, b in zip(micro, (forward, backward)))
-    assert ntok == 2 * (forward.n_src_tokens + forward.n_tgt_tokens)
-    trainer.optimizer.zero_grad(set_to_none=True)
-    nll, n_tgt, *_ = trainer._forward_backward(micro)
-    one, two = trainer.model(forward), trainer.model(backward)
+    assert ntok == 2 * (int(forward.src_lengths.sum()) + int((forward.tgt_out != PAD).sum()))
+    run.optimizer.zero_grad(set_to_none=True)
+    nll, n_tgt, *_ = forward_backward(run, micro)
+    one, two = run.model(forward), run.model(backward)
     assert nll == pytest.approx(one.nll_sum + two.nll_sum, rel=1e-5) and n_tgt == one.n_tokens + two.n_tokens
-    got = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-    trainer.optimizer.zero_grad(set_to_none=True)
+    got = {n: p.grad.clone() for n, p in run.model.named_parameters() if p.grad is not None}
+    run.optimizer.zero_grad(set_to_none=True)
     (one.loss + two.loss).backward()
-    assert got and all(torch.allclose(got[n], p.grad, atol=1e-6) for n, p in trainer.model.named_parameters()
+    assert got and all(torch.allclose(got[n], p.grad, atol=1e-6) for n, p in run.model.named_parameters()
                        if p.grad is not None)
-    assert trainer.train().steps == trainer.max_steps
+    assert Trainer(run).train().steps == run.max_steps
     cfg["directions"] = {"mode": "explicit", "pairs": [["en", "de"]]}
     with pytest.raises(Exception, match="de->en"):
-        Trainer(parse_config(cfg), init=trained_model)
+        build_run(parse_config(cfg), init=trained_model)
 
 
 def test_untrained_like_resets_every_ntdv_weight(bridge):

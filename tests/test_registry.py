@@ -4,6 +4,8 @@ same translations and vectors (tests/fixtures/legacy_*, written by make_legacy_c
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,39 +13,77 @@ import pytest
 import torch
 from torch import nn
 
-from interlingua.config import ModelConfig, load_config
+from interlingua.config import BRIDGE_KINDS, DECODER_KINDS, ENCODER_KINDS, ModelConfig, load_config
 from interlingua.data.vocab import EOS
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Model
 from interlingua.modules.base import Bridge, Decoder, Encoder
 from interlingua.modules.bridges import AttentionBridge, NoBridge
 from interlingua.modules.checkpoint import load_model, read_checkpoint
-from interlingua.modules.decoders import LSTMDecoder
-from interlingua.modules.encoders import BiLSTMEncoder
+from interlingua.modules.decoders import LSTMDecoder, LSTMDecoderConfig
+from interlingua.modules.encoders import BiLSTMEncoder, BiLSTMEncoderConfig
 from interlingua.modules.model import TranslationModel
+from interlingua.modules.ntdv import NTDVBridgeConfig
 from interlingua.modules.registry import BRIDGES, DECODERS, ENCODERS, Registry
 from interlingua.modules.search import beam_search, greedy_search
+from interlingua.modules.transformer import TransformerEncoderConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_registries_hold_the_builtin_kinds():
-    assert ENCODERS.names() == ["bilstm", "transformer"] and ENCODERS.get("bilstm") is BiLSTMEncoder
-    assert BRIDGES.names() == ["attention", "none", "ntdv"]
+    """A superset: kinds added by other modules (a user's own, another test's) may sit beside these."""
+    assert {"bilstm", "transformer"} <= set(ENCODERS.names()) and ENCODERS.get("bilstm") is BiLSTMEncoder
+    assert {"attention", "none", "ntdv"} <= set(BRIDGES.names())
     assert BRIDGES.get("attention") is AttentionBridge and BRIDGES.get("none") is NoBridge
-    assert DECODERS.names() == ["lstm", "transformer"] and DECODERS.get("lstm") is LSTMDecoder
-    with pytest.raises(KeyError, match="no decoder kind 'gru' .*registered: lstm, transformer"):
+    assert {"lstm", "transformer"} <= set(DECODERS.names()) and DECODERS.get("lstm") is LSTMDecoder
+    with pytest.raises(KeyError, match="no decoder kind 'gru' .*registered: .*lstm, .*transformer"):
         DECODERS.get("gru")
 
 
-def test_register_checks_the_base_class_and_duplicate_names():
+def test_each_kind_registers_its_config_class_beside_its_module():
+    """The slot's config type is read from the registry: every registered kind validates, with the
+    config class its module registered, and a kind's config lives in the kind's own module."""
+    for registry in (ENCODERS, BRIDGES, DECODERS):
+        assert registry.configs.names() == registry.names()
+        for name in registry.names():
+            config = registry.configs.get(name)
+            assert config is not None and config.model_fields["type"].default == name
+            assert config.__module__ == registry.get(name).__module__, (registry.slot, name)
+    assert ENCODER_KINDS is ENCODERS.configs and BRIDGE_KINDS is BRIDGES.configs and DECODER_KINDS is DECODERS.configs
+    cfg = ModelConfig.model_validate({"encoder": {"type": "transformer", "heads": 2}, "bridge": {"type": "ntdv"}})
+    assert isinstance(cfg.encoder, TransformerEncoderConfig) and isinstance(cfg.bridge, NTDVBridgeConfig)
+    assert isinstance(ModelConfig().decoder, LSTMDecoderConfig)
+
+
+def test_register_checks_the_base_class_the_config_and_duplicate_names():
     reg = Registry("encoder", Encoder)
     with pytest.raises(TypeError, match="must subclass Encoder"):
-        reg.register("x")(nn.Linear)
-    reg.register("bilstm")(BiLSTMEncoder)
+        reg.register("x", config=BiLSTMEncoderConfig)(nn.Linear)
+    with pytest.raises(TypeError, match=r"BiLSTMEncoderConfig must declare `type: Literal\['x'\] = 'x'`"):
+        reg.register("x", config=BiLSTMEncoderConfig)(BiLSTMEncoder)
+    with pytest.raises(TypeError, match="its config must subclass KindConfig"):
+        reg.register("bilstm", config=dict)(BiLSTMEncoder)  # type: ignore[arg-type]
+    assert reg.names() == []  # nothing of a refused registration stays
+    reg.register("bilstm", config=BiLSTMEncoderConfig)(BiLSTMEncoder)
+    assert reg.names() == ["bilstm"] and reg.configs.names() == ["bilstm"]
     with pytest.raises(ValueError, match="already registered"):
-        reg.register("bilstm")(type("Other", (BiLSTMEncoder,), {}))
+        reg.register("bilstm", config=BiLSTMEncoderConfig)(type("Other", (BiLSTMEncoder,), {}))
+    with pytest.raises(ValueError, match="already has the config class BiLSTMEncoderConfig"):
+        reg.configs.add("bilstm", type("OtherConfig", (BiLSTMEncoderConfig,), {}))
+
+
+def test_only_the_config_module_imported_still_knows_every_built_in_kind():
+    """Parsing a config finds the kind modules by itself: no caller has to import them first."""
+    code = ("import sys\n"
+            "from interlingua.config import parse_config\n"
+            "assert not any(m.startswith('interlingua.modules') for m in sys.modules)\n"
+            "cfg = parse_config({'corpus': 'c.yaml', 'model': {'encoder': {'type': 'transformer', 'heads': 2},\n"
+            "                                                  'bridge': {'type': 'ntdv'}}})\n"
+            "print(type(cfg.model.encoder).__module__, type(cfg.model.bridge).__module__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    assert out.split() == ["interlingua.modules.transformer", "interlingua.modules.ntdv"]
 
 
 @pytest.mark.parametrize("bridge", ["attention", "none", "ntdv"])

@@ -49,9 +49,10 @@ def shared_checkpoint(path: Path, **model) -> Path:
 def streamed(model: interlingua.Model, texts: list[str], src: str, tgt: str, **settings) -> list[str]:
     """The translation as dev validation makes it: `translate_ids`, each batch encoded and searched at once,
     no representation kept (the path `translate` took before it was `represent` + `generate`)."""
-    seqs = tokenize_inputs(texts, model.vocabs[src], model.pre)
+    seqs = tokenize_inputs(texts, model.vocabs[src], model.preprocess)
     with model.runtime.autocast():
-        return translate_ids(model.model, model.vocabs, seqs, src, tgt, max_len_cap=4 * model.pre.max_len, **settings)
+        return translate_ids(model._network, dict(model.vocabs), seqs, src, tgt,
+                             max_len_cap=4 * model.preprocess.max_len, **settings)
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,12 @@ import yaml
 from interlingua.cli import main
 from interlingua.config import parse_config
 from interlingua.data.prepare import prepare
-from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.modules.checkpoint import Checkpoint, read_checkpoint, save_atomic
 from interlingua.training import trainer as trainer_mod
 from interlingua.training import validation as validation_mod
-from interlingua.training.trainer import Trainer, TrainingInterrupted
+from interlingua.training.run import build_run
+from interlingua.training.signals import TrainingInterrupted
+from interlingua.training.trainer import Trainer, train
 
 from conftest import tiny_config
 
@@ -46,7 +48,7 @@ def straight(multi30k_corpus, tmp_path_factory):
     work = tmp_path_factory.mktemp("straight")
     cfg = _config(multi30k_corpus, work)
     data = prepare(cfg)
-    Trainer(cfg, data=data).train()
+    train(cfg, data=data)
     return work, data
 
 
@@ -74,13 +76,17 @@ def _assert_equal_tree(a, b, where):
         assert a == b, where
 
 
+def _state(path):
+    return Checkpoint.read(path).training
+
+
 def _assert_same_checkpoint(a, b):
-    pa, pb = read_checkpoint(a), read_checkpoint(b)
-    _assert_equal_tree(pa["model"], pb["model"], f"{a.name} weights")
-    sa, sb = dict(pa["training"]), dict(pb["training"])
+    pa, pb = Checkpoint.read(a), Checkpoint.read(b)
+    _assert_equal_tree(pa.weights, pb.weights, f"{a.name} weights")
+    sa, sb = pa.training.to_payload(), pb.training.to_payload()
     for st in (sa, sb):
         st.pop("elapsed")
-        st["history"] = _without_wall_clock(json.loads(st["history"]))
+        st["history"] = _without_wall_clock(st["history"])
         st["log_window"] = {k: v for k, v in st["log_window"].items() if k != "time"}
     _assert_equal_tree(sa, sb, f"{a.name} training state")
 
@@ -124,8 +130,13 @@ def _sigterm_mid_call(original, *args, **kwargs):
     return original(*args, **kwargs)
 
 
+def _trainer(cfg, data):
+    """The loop of a fresh run, built but not started (hooks go in between)."""
+    return Trainer(build_run(cfg, data=data))
+
+
 def _resume_and_finish(corpus, work, data):
-    result = Trainer(_config(corpus, work), resume=True, data=data).train()
+    result = train(_config(corpus, work), resume=True, data=data)
     assert result.steps == 24
 
 
@@ -136,26 +147,27 @@ def test_sigterm_through_the_cli_resumes_exactly(multi30k_corpus, straight, tmp_
     cfg_path = tmp_path / "exp.yaml"
     cfg_path.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, work, **RUN)))
 
-    real_init = Trainer.__init__
+    real_build = trainer_mod.build_run
 
-    def init_then_arm(self, *args, **kwargs):  # SIGTERM in the forward pass of step 13
-        real_init(self, *args, **kwargs)
-        _call_hook(self.model, "loss", LOSS_CALL_OF_STEP_13, _sigterm_mid_call)
+    def build_then_arm(*args, **kwargs):  # SIGTERM in the forward pass of step 13
+        run = real_build(*args, **kwargs)
+        _call_hook(run.model, "loss", LOSS_CALL_OF_STEP_13, _sigterm_mid_call)
+        return run
 
-    monkeypatch.setattr(Trainer, "__init__", init_then_arm)
+    monkeypatch.setattr(trainer_mod, "build_run", build_then_arm)
     handler_before = signal.getsignal(signal.SIGTERM)
     code = main(["train", str(cfg_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 128 + signal.SIGTERM
     assert err[-1] == f"interrupted: SIGTERM at step 12: saved {work / 'last.pt'}; continue with --resume"
-    state = read_checkpoint(work / "last.pt")["training"]
-    assert state["step"] == 12 and [h["step"] for h in json.loads(state["history"])] == [8]
+    state = _state(work / "last.pt")
+    assert state.step == 12 and [h["step"] for h in state.history] == [8]
     # No validation at the stop and no new best.pt: both still those of step 8.
     assert [r["step"] for r in _metrics(work) if r["type"] == "valid"] == [8]
-    assert json.loads(read_checkpoint(work / "best.pt")["training"]["history"])[-1]["step"] == 8
+    assert _state(work / "best.pt").history[-1]["step"] == 8
     assert signal.getsignal(signal.SIGTERM) == handler_before  # the trainer's handler is gone again
 
-    monkeypatch.setattr(Trainer, "__init__", real_init)
+    monkeypatch.setattr(trainer_mod, "build_run", real_build)
     code = main(["train", str(cfg_path), "--resume"])
     assert code == 0 and "trained 24 steps" in capsys.readouterr().out
     assert_same_run(reference, work)
@@ -164,13 +176,13 @@ def test_sigterm_through_the_cli_resumes_exactly(multi30k_corpus, straight, tmp_
 def test_ctrl_c_mid_step_resumes_exactly(multi30k_corpus, straight, tmp_path):
     reference, data = straight
     work = tmp_path / "run"
-    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+    trainer = _trainer(_config(multi30k_corpus, work), data)
 
 
-    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
+    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
         trainer.train()
-    assert read_checkpoint(work / "last.pt")["training"]["step"] == 12
+    assert _state(work / "last.pt").step == 12
     assert [r["step"] for r in _metrics(work)] == [5, 8, 10]  # nothing at the stop
     _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)
@@ -179,12 +191,12 @@ def test_ctrl_c_mid_step_resumes_exactly(multi30k_corpus, straight, tmp_path):
 def test_sigterm_during_the_weight_update_finishes_that_step(multi30k_corpus, straight, tmp_path):
     reference, data = straight
     work = tmp_path / "run"
-    trainer = Trainer(_config(multi30k_corpus, work), data=data)
-    _call_hook(trainer.optimizer, "step", 13, _sigterm_mid_call)
+    trainer = _trainer(_config(multi30k_corpus, work), data)
+    _call_hook(trainer.run.optimizer, "step", 13, _sigterm_mid_call)
     with pytest.raises(TrainingInterrupted, match="SIGTERM at step 13: saved") as info:
         trainer.train()
     assert info.value.signum == signal.SIGTERM
-    assert read_checkpoint(work / "last.pt")["training"]["step"] == 13
+    assert _state(work / "last.pt").step == 13
     _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)
 
@@ -192,13 +204,13 @@ def test_sigterm_during_the_weight_update_finishes_that_step(multi30k_corpus, st
 def test_interrupt_raised_inside_the_weight_update_keeps_the_last_validation(multi30k_corpus, straight, tmp_path):
     reference, data = straight
     work = tmp_path / "run"
-    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+    trainer = _trainer(_config(multi30k_corpus, work), data)
 
 
-    _call_hook(trainer.optimizer, "step", 13, _call_then_ctrl_c)
+    _call_hook(trainer.run.optimizer, "step", 13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="last.pt left as it was"):
         trainer.train()
-    assert read_checkpoint(work / "last.pt")["training"]["step"] == 8
+    assert _state(work / "last.pt").step == 8
     _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)
 
@@ -206,7 +218,7 @@ def test_interrupt_raised_inside_the_weight_update_keeps_the_last_validation(mul
 def test_ctrl_c_during_a_validation_redoes_it(multi30k_corpus, straight, tmp_path, monkeypatch):
     reference, data = straight
     work = tmp_path / "run"
-    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+    trainer = _trainer(_config(multi30k_corpus, work), data)
 
 
     # Two directions: calls 3 and 4 are the validation at step 16.
@@ -214,8 +226,8 @@ def test_ctrl_c_during_a_validation_redoes_it(multi30k_corpus, straight, tmp_pat
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 16"):
         trainer.train()
     monkeypatch.undo()
-    state = read_checkpoint(work / "last.pt")["training"]
-    assert state["step"] == 16 and [h["step"] for h in json.loads(state["history"])] == [8]
+    state = _state(work / "last.pt")
+    assert state.step == 16 and [h["step"] for h in state.history] == [8]
     _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)
 
@@ -225,16 +237,16 @@ def test_stop_between_a_metrics_line_and_the_checkpoints(multi30k_corpus, straig
     the orphan line is dropped and the validation done again, once."""
     reference, data = straight
     work = tmp_path / "run"
-    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+    trainer = _trainer(_config(multi30k_corpus, work), data)
 
 
     # _save calls: best.pt and last.pt at step 8 (a first validation always improves), then the
     # first write of step 16's validation, which is stopped.
-    _call_hook(trainer, "_save", 3, _ctrl_c_instead)
+    _call_hook(trainer.files, "save", 3, _ctrl_c_instead)
     with pytest.raises(KeyboardInterrupt, match="at step 16"):
         trainer.train()
     assert [r["step"] for r in _metrics(work) if r["type"] == "valid"] == [8, 16]  # the orphan line
-    assert json.loads(read_checkpoint(work / "last.pt")["training"]["history"])[-1]["step"] == 8
+    assert _state(work / "last.pt").history[-1]["step"] == 8
     _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)
 
@@ -244,17 +256,17 @@ def test_crash_after_the_last_checkpoint_drops_and_redoes_later_lines(multi30k_c
     metrics.jsonl lines written after it are dropped and written again exactly once."""
     reference, data = straight
     work = tmp_path / "run"
-    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+    trainer = _trainer(_config(multi30k_corpus, work), data)
     kept = {}
-    real_save = trainer._save
+    real_save = trainer.files.save
 
     def save_and_keep(name, *args, **kwargs):
         path = real_save(name, *args, **kwargs)
-        if name == "last.pt" and trainer.step == 16 and not kept:
+        if name == "last.pt" and trainer.progress.step == 16 and not kept:
             kept["bytes"] = path.read_bytes()
         return path
 
-    trainer._save = save_and_keep
+    trainer.files.save = save_and_keep
     trainer.train()
     (work / "last.pt").write_bytes(kept["bytes"])  # as if killed after step 24 but before its save
     lines_before = [r["step"] for r in _metrics(work)]
@@ -269,14 +281,14 @@ def test_stop_before_the_first_checkpoint_then_start_again(multi30k_corpus, stra
     the run is started again, and its log does not keep the stale line of step 5."""
     reference, data = straight
     work = tmp_path / "run"
-    trainer = Trainer(_config(multi30k_corpus, work), data=data)
+    trainer = _trainer(_config(multi30k_corpus, work), data)
 
 
-    _call_hook(trainer.optimizer, "step", 7, _call_then_ctrl_c)
+    _call_hook(trainer.run.optimizer, "step", 7, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="step 7: no checkpoint yet: start the run again"):
         trainer.train()
     assert not (work / "last.pt").exists() and [r["step"] for r in _metrics(work)] == [5]
-    Trainer(_config(multi30k_corpus, work), data=data).train()
+    train(_config(multi30k_corpus, work), data=data)
     assert_same_run(reference, work)
 
 
@@ -289,16 +301,16 @@ def test_ctrl_c_mid_step_resumes_exactly_with_an_inverse_sqrt_schedule(multi30k_
         return parse_config(tiny_config(multi30k_corpus, work, **{**RUN, "train": {**RUN["train"], **schedule}}))
 
     reference = tmp_path / "straight"
-    Trainer(config(reference), data=data).train()
+    train(config(reference), data=data)
     work = tmp_path / "run"
-    trainer = Trainer(config(work), data=data)
+    trainer = _trainer(config(work), data)
 
 
-    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
+    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
         trainer.train()
-    assert read_checkpoint(work / "last.pt")["training"]["lr_scheduler"]["last_epoch"] == 12
-    assert Trainer(config(work), resume=True, data=data).train().steps == 24
+    assert _state(work / "last.pt").lr_scheduler["last_epoch"] == 12
+    assert train(config(work), resume=True, data=data).steps == 24
     assert_same_run(reference, work)
     lr = RUN["train"].get("lr", 0.005)
     logged = {r["step"]: r["lr"] for r in _metrics(work) if r["type"] == "train"}
@@ -315,13 +327,30 @@ def test_ctrl_c_mid_step_resumes_exactly_with_agreement_on(multi30k_corpus, stra
         return parse_config(tiny_config(multi30k_corpus, work, **{**RUN, "train": {**RUN["train"], **agreement}}))
 
     reference = tmp_path / "straight"
-    Trainer(config(reference), data=data).train()
+    train(config(reference), data=data)
     assert all("agreement" in r for r in _metrics(reference) if r["type"] == "train")
     work = tmp_path / "run"
-    trainer = Trainer(config(work), data=data)
-    _call_hook(trainer.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
+    trainer = _trainer(config(work), data)
+    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
         trainer.train()
-    result = Trainer(config(work), resume=True, data=data).train()
+    result = train(config(work), resume=True, data=data)
     assert result.steps == 24
+    assert_same_run(reference, work)
+
+
+def test_a_checkpoint_with_its_history_as_json_text_resumes_exactly(multi30k_corpus, straight, tmp_path):
+    """Checkpoints written before the history was stored as a list hold it as JSON text: they resume alike."""
+    reference, data = straight
+    work = tmp_path / "run"
+    trainer = _trainer(_config(multi30k_corpus, work), data)
+    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
+        trainer.train()
+    payload = read_checkpoint(work / "last.pt")
+    assert isinstance(payload["training"]["history"], list)
+    payload["training"]["history"] = json.dumps(payload["training"]["history"])
+    save_atomic(payload, work / "last.pt")
+    assert [r["step"] for r in _state(work / "last.pt").history] == [8]
+    _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)

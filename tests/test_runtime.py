@@ -102,17 +102,18 @@ def test_config_device_and_precision_are_validated(tmp_path):
 
 
 def test_the_trainer_runs_where_the_runtime_says(multi30k_corpus, tmp_path, monkeypatch):
+    from interlingua.training.run import build_run
     from interlingua.training.trainer import Trainer
     cfg = parse_config(tiny_config(multi30k_corpus, tmp_path, train={"device": "cpu", "precision": "fp32",
                                                                        "max_steps": 2, "valid_every": 2}))
-    trainer = Trainer(cfg)
-    assert trainer.runtime.device == torch.device("cpu") and trainer.precision == "fp32"
-    assert all(p.device.type == "cpu" for p in trainer.model.parameters())
-    assert trainer.train().steps == 2
+    run = build_run(cfg)
+    assert run.runtime.device == torch.device("cpu") and run.precision == "fp32"
+    assert all(p.device.type == "cpu" for p in run.model.parameters())
+    assert Trainer(run).train().steps == 2
     _machine(monkeypatch)
     bad = parse_config(tiny_config(multi30k_corpus, tmp_path / "gpu", train={"device": "cuda"}))
     with pytest.raises(ConfigError, match="no CUDA GPU"):
-        Trainer(bad)
+        build_run(bad)
 
 
 def test_train_and_experiment_take_device_from_the_command_line(multi30k_corpus, tmp_path, capsys):

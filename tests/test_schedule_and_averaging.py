@@ -15,9 +15,10 @@ from interlingua.cli import main
 from interlingua.config import ModelConfig, parse_config
 from interlingua.data.prepare import prepare
 from interlingua.errors import CheckpointError, ConfigError
-from interlingua.modules.checkpoint import average_checkpoints, read_checkpoint
+from interlingua.modules.checkpoint import Checkpoint, average_checkpoints, read_checkpoint
 from interlingua.modules.model import TranslationModel
-from interlingua.training.trainer import Trainer
+from interlingua.training.run import build_run
+from interlingua.training.trainer import Trainer, train
 
 from conftest import tiny_config
 
@@ -35,17 +36,17 @@ def prepared(multi30k_corpus, tmp_path_factory):
     return prepare(_config(multi30k_corpus, tmp_path_factory.mktemp("sched")))
 
 
-def _lrs_used(trainer):
+def _lrs_used(run):
     """The lr of every weight update, read in the training forward pass before it."""
     used = []
-    real = trainer.model.loss
+    real = run.model.loss
 
     def spy(*args, **kwargs):
-        if trainer.model.training:
-            used.append(trainer.optimizer.param_groups[0]["lr"])
+        if run.model.training:
+            used.append(run.optimizer.param_groups[0]["lr"])
         return real(*args, **kwargs)
 
-    trainer.model.loss = spy
+    run.model.loss = spy
     return used
 
 
@@ -59,10 +60,10 @@ def _logged_lrs(work):
 def test_inverse_sqrt_warms_up_then_decays_as_the_formula(multi30k_corpus, prepared, tmp_path):
     lr, warmup = 0.005, 4
     work = tmp_path / "run"
-    trainer = Trainer(_config(multi30k_corpus, work, lr=lr, lr_schedule="inverse_sqrt", warmup_steps=warmup),
-                      data=prepared)
-    used = _lrs_used(trainer)
-    trainer.train()
+    run = build_run(_config(multi30k_corpus, work, lr=lr, lr_schedule="inverse_sqrt", warmup_steps=warmup),
+                    data=prepared)
+    used = _lrs_used(run)
+    Trainer(run).train()
     expected = [lr * min(n / warmup, math.sqrt(warmup / n)) for n in range(1, 11)]
     assert used == pytest.approx(expected, rel=1e-12)
     assert used[warmup - 1] == pytest.approx(lr) and max(used) == pytest.approx(lr)  # the peak: end of warm-up
@@ -70,15 +71,15 @@ def test_inverse_sqrt_warms_up_then_decays_as_the_formula(multi30k_corpus, prepa
     logged = _logged_lrs(work)
     assert sorted(logged) == list(range(1, 11))
     assert [logged[s] for s in range(1, 11)] == pytest.approx(expected, rel=1e-12)
-    assert read_checkpoint(work / "last.pt")["training"]["lr_scheduler"]["last_epoch"] == 10
+    assert Checkpoint.read(work / "last.pt").training.lr_scheduler["last_epoch"] == 10
 
 
 def test_constant_schedule_is_the_default_and_keeps_the_lr(multi30k_corpus, prepared, tmp_path):
     cfg = _config(multi30k_corpus, tmp_path / "run", lr=0.003, max_steps=4)
     assert cfg.train.lr_schedule == "constant" and cfg.train.warmup_steps == 4000
-    trainer = Trainer(cfg, data=prepared)
-    used = _lrs_used(trainer)
-    trainer.train()
+    run = build_run(cfg, data=prepared)
+    used = _lrs_used(run)
+    Trainer(run).train()
     assert used == [0.003] * 4
     assert list(_logged_lrs(tmp_path / "run").values()) == [0.003] * 4
 
@@ -137,9 +138,9 @@ def two_checkpoints(multi30k_corpus, prepared, tmp_path_factory):
     """last.pt after 3 and after 6 steps of one run (tied transformer decoder)."""
     work = tmp_path_factory.mktemp("avg") / "run"
     model = {"decoder": TIED_DECODER}
-    Trainer(_config(multi30k_corpus, work, model, max_steps=3), data=prepared).train()
+    train(_config(multi30k_corpus, work, model, max_steps=3), data=prepared)
     shutil.copy(work / "last.pt", work / "step3.pt")
-    Trainer(_config(multi30k_corpus, work, model, max_steps=6), resume=True, data=prepared).train()
+    train(_config(multi30k_corpus, work, model, max_steps=6), resume=True, data=prepared)
     return work / "step3.pt", work / "last.pt"
 
 
@@ -173,8 +174,7 @@ def test_average_of_one_checkpoint_is_its_weights(two_checkpoints, tmp_path):
 def test_average_refuses_checkpoints_of_different_runs(two_checkpoints, multi30k_corpus, prepared, tmp_path):
     a, _ = two_checkpoints
     other = tmp_path / "other"
-    Trainer(_config(multi30k_corpus, other, {"decoder": {**TIED_DECODER, "layers": 2}}, max_steps=1),
-            data=prepared).train()
+    train(_config(multi30k_corpus, other, {"decoder": {**TIED_DECODER, "layers": 2}}, max_steps=1), data=prepared)
     with pytest.raises(CheckpointError, match="config section 'model' differs"):
         average_checkpoints([a, other / "last.pt"], tmp_path / "bad.pt")
     assert not (tmp_path / "bad.pt").exists()

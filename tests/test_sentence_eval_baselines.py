@@ -6,7 +6,7 @@ import pytest
 from test_sentence_eval_fakes import need_data
 
 from interlingua.evaluation.sentence.baselines import BagOfSubwords, FunctionEmbedder, reference_embedders
-from interlingua.evaluation.sentence.protocol import EmbedderLike, Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EmbedderLike, EvaluationError
 from interlingua.evaluation.sentence.retrieval import cosine_matrix
 
 
@@ -25,7 +25,7 @@ def test_protocol_and_shapes(bow):
         bow.encode(["a"], "en", pooling="heads")
     with pytest.raises(EvaluationError, match="no 'fr'"):
         bow.encode(["a"], "fr")
-    assert "no per-head output" in Encoder("bow", bow).heads_unavailable("en")
+    assert "no per-head output" in CachedEmbedder("bow", bow).heads_unavailable("en")
 
 
 def test_similar_captions_are_closer_than_unrelated_ones(bow):
@@ -49,6 +49,6 @@ def test_save_load_round_trip_and_cache(bow, tmp_path):
 def test_function_embedder_wraps_any_callable():
     emb = FunctionEmbedder(lambda s, lang: np.ones((len(s), 3)), ["en"], heads_fn=lambda s, lang: np.ones((len(s), 2, 3)))
     assert emb.encode(["a", "b"], "en").shape == (2, 3) and emb.encode(["a"], "en", pooling="heads").shape == (1, 2, 3)
-    assert Encoder("f", emb).heads_unavailable("en") is None
+    assert CachedEmbedder("f", emb).heads_unavailable("en") is None
     with pytest.raises(EvaluationError, match="no 'de'"):
         emb.encode(["a"], "de")

@@ -9,7 +9,7 @@ from test_sentence_eval_fakes import RandomEmbedder, label_oracle, need_data
 
 from interlingua.evaluation.sentence.classification import (cv_accuracy, evaluate_classification, majority_accuracy,
                                                             task_majority, train_dev_test_accuracy)
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 from interlingua.evaluation.sentence.tasks import (ClassificationTask, Labelled, MissingDataError,
                                                    load_classification, subsample)
 
@@ -38,10 +38,10 @@ def test_missing_file_names_the_file(tmp_path):
 def test_label_oracle_scores_near_100_and_random_near_chance_on_mr(data_root):
     task = load_classification(data_root, "MR")
     task = ClassificationTask("MR", "cv", subsample(task.train, 600, seed=1))
-    oracle = Encoder("oracle", label_oracle(task.train.texts, task.train.labels))
+    oracle = CachedEmbedder("oracle", label_oracle(task.train.texts, task.train.labels))
     good = evaluate_classification(task, oracle, folds=3, inner_folds=2)
     assert good["acc"] > 98.0
-    rand = evaluate_classification(task, Encoder("random", RandomEmbedder(dim=16)), folds=3, inner_folds=2)
+    rand = evaluate_classification(task, CachedEmbedder("random", RandomEmbedder(dim=16)), folds=3, inner_folds=2)
     assert 38.0 < rand["acc"] < 62.0
     assert len(good["C"]) == 3
 

@@ -7,7 +7,7 @@ from test_sentence_eval_fakes import LookupEmbedder, RandomEmbedder, need_data
 
 from interlingua.evaluation.sentence.crosslingual import xnli_transfer
 from interlingua.evaluation.sentence.nli import sick_entailment, xnli_english
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 from interlingua.evaluation.sentence.tasks import NLI_LABELS, XNLI_LANGS, Pairs, load_sick, load_xnli
 
 
@@ -40,7 +40,7 @@ def test_xnli_loader_is_parallel_and_balanced():
 
 
 def test_language_agnostic_label_vectors_transfer_everywhere(xnli):
-    enc = Encoder("oracle", _label_vectors(xnli, ["en", "de", "fr"]))
+    enc = CachedEmbedder("oracle", _label_vectors(xnli, ["en", "de", "fr"]))
     res = xnli_transfer(enc, xnli, folds=3, inner_folds=2)
     assert res["missing_languages"] == ["es"]
     assert set(res["matrix"]) == {"en", "de", "fr", "en+de+fr"}
@@ -48,16 +48,16 @@ def test_language_agnostic_label_vectors_transfer_everywhere(xnli):
 
 
 def test_random_vectors_stay_near_chance(xnli):
-    res = xnli_transfer(Encoder("random", RandomEmbedder(dim=16)), xnli, train_sets=[["en"]], folds=3, inner_folds=2)
+    res = xnli_transfer(CachedEmbedder("random", RandomEmbedder(dim=16)), xnli, train_sets=[["en"]], folds=3, inner_folds=2)
     assert all(20.0 < acc < 47.0 for acc in res["matrix"]["en"].values())
-    en = xnli_english(Encoder("random", RandomEmbedder(dim=16)), xnli["en"], folds=3, inner_folds=2)
+    en = xnli_english(CachedEmbedder("random", RandomEmbedder(dim=16)), xnli["en"], folds=3, inner_folds=2)
     assert 20.0 < en["acc"] < 47.0
 
 
 def test_non_parallel_sets_are_rejected(xnli):
     broken = {"en": xnli["en"], "de": Pairs(xnli["de"].a[:-1], xnli["de"].b[:-1], xnli["de"].gold[:-1])}
     with pytest.raises(EvaluationError, match="parallel"):
-        xnli_transfer(Encoder("random", RandomEmbedder()), broken, folds=3)
+        xnli_transfer(CachedEmbedder("random", RandomEmbedder()), broken, folds=3)
 
 
 def test_sick_entailment_oracle():
@@ -67,5 +67,5 @@ def test_sick_entailment_oracle():
     assert set(sick["train"].gold) == {"entailment", "neutral", "contradiction"}
     # SICK sentences recur across pairs with different labels: give each pair's B its own key
     keyed = {k: Pairs(v.a, [f"{b} #{k}{i}" for i, b in enumerate(v.b)], v.gold) for k, v in sick.items()}
-    res = sick_entailment(Encoder("oracle", _label_vectors(keyed, ["en"])), keyed)
+    res = sick_entailment(CachedEmbedder("oracle", _label_vectors(keyed, ["en"])), keyed)
     assert res["acc"] > 97.0 and res["features"] == "full"

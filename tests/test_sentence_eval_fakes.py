@@ -1,5 +1,5 @@
 """Fake embedders for the sentence-evaluation tests (imported by the other test_sentence_eval_* files),
-and tests of the per-run `Encoder` that checks and caches what an embedder returns."""
+and tests of the per-run `CachedEmbedder` that checks and caches what an embedder returns."""
 from __future__ import annotations
 
 import zlib
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from interlingua.evaluation.sentence.protocol import EmbedderLike, Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EmbedderLike, EvaluationError
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -87,7 +87,7 @@ def label_oracle(texts: Sequence[str], labels: Sequence, dim: int = 16, noise: f
     return LookupEmbedder(table, languages, dim)
 
 
-# ----------------------------------------------------------------------------- tests of the fakes and Encoder
+# ----------------------------------------------------------------------------- tests of the fakes and CachedEmbedder
 
 def test_fakes_satisfy_the_protocol_and_are_deterministic():
     fake = HashedBagOfWords(heads=3)
@@ -100,7 +100,7 @@ def test_fakes_satisfy_the_protocol_and_are_deterministic():
 
 def test_encoder_caches_each_distinct_sentence_once():
     fake = HashedBagOfWords()
-    enc = Encoder("fake", fake)
+    enc = CachedEmbedder("fake", fake)
     first = enc.mean(["x y", "x y", "z"], "en")
     assert fake.calls == 1 and first.shape == (3, 64)
     np.testing.assert_array_equal(first[0], first[1])
@@ -115,16 +115,16 @@ def test_encoder_rejects_wrong_shapes_and_unknown_languages():
             return np.zeros((len(sentences) + 1, 4), np.float32)
 
     with pytest.raises(EvaluationError, match="returned shape"):
-        Encoder("broken", Broken()).mean(["a", "b"], "en")
+        CachedEmbedder("broken", Broken()).mean(["a", "b"], "en")
     with pytest.raises(EvaluationError, match="no encoder for language 'xx'"):
-        Encoder("fake", HashedBagOfWords()).mean(["a"], "xx")
+        CachedEmbedder("fake", HashedBagOfWords()).mean(["a"], "xx")
     with pytest.raises(EvaluationError, match="no encode"):
-        Encoder("nothing", object())
+        CachedEmbedder("nothing", object())
 
 
 def test_encoder_reports_why_heads_are_missing():
-    assert Encoder("h", HashedBagOfWords(heads=2)).heads_unavailable("en") is None
-    reason = Encoder("m", HashedBagOfWords()).heads_unavailable("en")
+    assert CachedEmbedder("h", HashedBagOfWords(heads=2)).heads_unavailable("en") is None
+    reason = CachedEmbedder("m", HashedBagOfWords()).heads_unavailable("en")
     assert "no heads" in reason
     with pytest.raises(EvaluationError, match="no heads"):
-        Encoder("m", HashedBagOfWords()).heads(["a b"], "en")
+        CachedEmbedder("m", HashedBagOfWords()).heads(["a b"], "en")

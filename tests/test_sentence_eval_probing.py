@@ -8,15 +8,15 @@ import pytest
 from test_sentence_eval_fakes import HashedBagOfWords, RandomEmbedder, need_data
 
 from interlingua.evaluation.sentence.probing import (ProbeConfig, ProbeFeatures, fit_probe, probe_accuracies, probe_accuracy,
-                                                     run_probe)
+                                                     probe_features)
 from interlingua.evaluation.sentence.probing_sets import (LENGTH_BINS, ProbingTask, Sentence, SplitSizes,
                                                           build_bigram_shift, build_sentence_length, build_subject_number,
                                                           build_tense, build_word_content, length_bin, load_tagger,
                                                           local_probing_tasks,
                                                           main_clauses, official_probing_tasks, parse_in_parts,
-                                                          probing_corpus, read_probing_file, tokenize)
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
-from interlingua.evaluation.sentence.tasks import Labelled
+                                                          probing_corpus, read_probing_file, word_tokens)
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
+from interlingua.evaluation.sentence.tasks import Labelled, MissingDataError
 from interlingua.workers import InlineExecutor, process_pool
 
 SIZES = SplitSizes(600, 120, 120)
@@ -31,7 +31,7 @@ def pool():
 
 
 def test_tokenizer_and_length_bins():
-    assert tokenize("It's a dog, isn't it?") == ["It", "'s", "a", "dog", ",", "is", "n't", "it", "?"]
+    assert word_tokens("It's a dog, isn't it?") == ["It", "'s", "a", "dog", ",", "is", "n't", "it", "?"]
     assert [length_bin(n) for n in (4, 5, 8, 9, 25, 26, 28, 29)] == [None, 0, 0, 1, 4, 5, 5, None]
     assert len(LENGTH_BINS) == 6
 
@@ -82,8 +82,8 @@ def test_tagger_tasks_keep_forms_in_one_split(pool):
         missing(reason)
     parsed = pool[:2500]
     clauses = main_clauses(parsed, nlp)
-    first, second = main_clauses([Sentence(tokenize("The dogs ran home ."), "x"),
-                                  Sentence(tokenize("A man is running ."), "x")], nlp)
+    first, second = main_clauses([Sentence(word_tokens("The dogs ran home ."), "x"),
+                                  Sentence(word_tokens("A man is running ."), "x")], nlp)
     assert (first.tense, first.verb, first.subj_number, first.subject) == ("PAST", "ran", "NNS", "dogs")
     assert (second.tense, second.subj_number) == (None, "NN")  # main verb VBG: no tense label, as in SentEval
     assert parse_in_parts(parsed[:300], InlineExecutor(), parts=3) == clauses[:300]
@@ -178,21 +178,59 @@ class LengthInOneHead:
         return out if pooling == "heads" else out.mean(1)
 
 
+def _probe(encoder: CachedEmbedder, task: ProbingTask, **features) -> dict:
+    """Encode and fit one task, as the probing suite does (there on worker processes)."""
+    return fit_probe(probe_features(encoder, task, **features))
+
+
 def test_per_head_probing_gives_one_score_per_head(pool):
     task = build_sentence_length(pool, SplitSizes(300, 60, 60), seed=0)
-    res = run_probe(Encoder("heads", LengthInOneHead()), task, per_head=True, per_head_train=150)
+    res = _probe(CachedEmbedder("heads", LengthInOneHead()), task, per_head=True, per_head_train=150)
     assert len(res["per_head"]["acc"]) == 3 and res["per_head"]["n_train"] == 150
     # six balanced bins: the head holding the length is read off, the noise heads sit near chance (16.7%)
     informative, *noise = res["per_head"]["acc"]
     assert informative > 90.0 and all(a < 40.0 for a in noise), res["per_head"]["acc"]
-    plain = run_probe(Encoder("random", RandomEmbedder(dim=16)), task, per_head=True)
+    plain = _probe(CachedEmbedder("random", RandomEmbedder(dim=16)), task, per_head=True)
     assert "not (n, k, d)" in plain["per_head"]["skipped"]  # this fake ignores pooling='heads'
     assert plain["acc"] < 40.0  # random vectors: near chance
-    no_heads = run_probe(Encoder("bow", HashedBagOfWords(dim=8)), task, per_head=True)
+    no_heads = _probe(CachedEmbedder("bow", HashedBagOfWords(dim=8)), task, per_head=True)
     assert "not available" in no_heads["per_head"]["skipped"]
     labels = ProbingTask("toy", "test", Labelled(["a"] * 3, ["x"] * 3), Labelled([], []), Labelled([], []))
     with pytest.raises(EvaluationError, match="two classes"):
-        run_probe(Encoder("random", RandomEmbedder(dim=4)), labels)
+        _probe(CachedEmbedder("random", RandomEmbedder(dim=4)), labels)
+
+
+def test_probing_reads_webis_as_the_data_command_writes_it(tmp_path):
+    """`interlingua data webis-cls10` writes <lang>/<domain>/train.review.gz (the release's XML, no other
+    form): the probing sets' review text comes from exactly that, through `data.webis`."""
+    from interlingua.cli import main
+    source = need_data("webis_cls10")
+    root = tmp_path / "data"
+    assert main(["data", "webis-cls10", "--dest", str(root / "webis_cls10"), "--from", str(source)]) == 0
+    assert sorted(p.name for p in (root / "webis_cls10" / "en" / "books").iterdir()) == ["train.review.gz"]
+    sentences, notes = probing_corpus(root, sources=("webis_cls10",))
+    assert notes == ["webis_cls10: 30,984 sentences of 5-28 tokens"]  # the count the earlier text files gave
+    assert {s.source for s in sentences} == {"webis_cls10"}
+    task = build_sentence_length(sentences, SplitSizes(300, 60, 60), seed=0)
+    res = fit_probe(probe_features(CachedEmbedder("bow", HashedBagOfWords(dim=32)), task))
+    assert res["acc"] > 100 / len(LENGTH_BINS)  # a bag of words knows a sentence's length somewhat
+
+
+def test_webis_probing_text_leaves_each_reviews_first_sentence_out(tmp_path):
+    """The summary runs into the text's first sentence: only the sentences after it are taken."""
+    import gzip
+    from xml.sax.saxutils import escape
+    review = ("Great record The first line sits with the title. The band plays well on every one of these songs . "
+              "I would buy this album again for my friends !")
+    item = f"<item><summary>{escape(review[:12])}</summary><rating>5.0</rating><text>{escape(review[13:])}</text></item>"
+    path = tmp_path / "webis_cls10" / "en" / "music" / "train.review.gz"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gzip.compress(f'<?xml version="1.0" encoding="utf-8"?><items>{item}</items>'.encode()))
+    sentences, _ = probing_corpus(tmp_path, sources=("webis_cls10",))
+    assert [s.text for s in sentences] == ["The band plays well on every one of these songs .",
+                                           "I would buy this album again for my friends !"]
+    with pytest.raises(MissingDataError, match="no probing text"):
+        probing_corpus(tmp_path / "empty", sources=("webis_cls10",))
 
 
 def test_without_spacy_tense_and_subjnum_say_how_to_install(monkeypatch):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from test_sentence_eval_fakes import LookupEmbedder, RandomEmbedder, need_data
 
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 from interlingua.evaluation.sentence.retrieval import cosine_matrix, multiway_retrieval, ratio_margin, retrieval_accuracy
 from interlingua.evaluation.sentence.tasks import MULTI30K_LANGS, load_multi30k
 
@@ -42,7 +42,7 @@ def test_multiway_on_multi30k_test():
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(1000, 32)).astype(np.float32)
     table = {t: vecs[i] for lang in ("en", "de", "fr") for i, t in enumerate(texts[lang])}
-    res = multiway_retrieval(Encoder("perfect", LookupEmbedder(table, ["en", "de", "fr"])), texts)
+    res = multiway_retrieval(CachedEmbedder("perfect", LookupEmbedder(table, ["en", "de", "fr"])), texts)
     assert res["missing_languages"] == ["cs"] and res["n"] == 1000
     pairs = {(s, t) for s in ("en", "de", "fr") for t in ("en", "de", "fr") if s != t}
     for method in ("cosine", "margin", "centered", "centered_margin"):
@@ -50,14 +50,14 @@ def test_multiway_on_multi30k_test():
         assert set(cells) == pairs and all(v == 100.0 for v in cells.values()), method
         assert res[f"{method}_mean"] == 100.0
     # a space with no information: each of 1000 candidates equally likely, about 0.1% correct
-    rand = multiway_retrieval(Encoder("random", RandomEmbedder()), texts)
+    rand = multiway_retrieval(CachedEmbedder("random", RandomEmbedder()), texts)
     for method in ("cosine", "margin", "centered", "centered_margin"):
         cells = [v for row in rand[method].values() for v in row.values()]
         assert len(cells) == 12 and max(cells) <= 1.0 and rand[f"{method}_mean"] < 0.5, (method, cells)
     # lines paired with the wrong translation (shifted by one): a perfect space for another pairing scores 0
     shifted = {t: vecs[(i + 1) % 1000] for i, t in enumerate(texts["de"])}
     shifted.update({t: vecs[i] for i, t in enumerate(texts["en"])})
-    off = multiway_retrieval(Encoder("shifted", LookupEmbedder(shifted, ["en", "de"])), texts)
+    off = multiway_retrieval(CachedEmbedder("shifted", LookupEmbedder(shifted, ["en", "de"])), texts)
     assert off["cosine"]["en"]["de"] == 0.0 and off["cosine"]["de"]["en"] == 0.0
 
 

@@ -7,7 +7,7 @@ from scipy.stats import pearsonr, spearmanr
 from test_sentence_eval_fakes import HashedBagOfWords, LookupEmbedder, need_data
 
 from interlingua.evaluation.sentence.features import cosine_rows, pair_features
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 from interlingua.evaluation.sentence.similarity import (aggregate, correlations, relatedness_regression,
                                                         score_distribution, sts_cosine, trainable_relatedness)
 from interlingua.evaluation.sentence.tasks import STS_SUBSETS, Pairs, load_sick, load_sts, load_stsb, subsample
@@ -32,7 +32,7 @@ def test_sts_loader_drops_unscored_pairs_and_skips_smt(data_root):
 def test_cosine_sts_matches_scipy(data_root):
     pairs = {k: subsample(v, 150, seed=0) for k, v in load_sts(data_root, "STS14").items()}
     fake = HashedBagOfWords(dim=32)
-    res = sts_cosine(Encoder("bow", fake), pairs)
+    res = sts_cosine(CachedEmbedder("bow", fake), pairs)
     for name, p in pairs.items():
         u, v = fake.encode(p.a, "en"), fake.encode(p.b, "en")
         cos = np.array([a @ b / (np.linalg.norm(a) * np.linalg.norm(b)) if np.linalg.norm(a) * np.linalg.norm(b) else 0.0
@@ -86,5 +86,5 @@ def test_trainable_relatedness_end_to_end_with_an_oracle():
             table[a[i]] = np.array([1.0, 0.0, 0.0], np.float32)
             table[b[i]] = np.array([np.cos(angle), np.sin(angle), 0.0], np.float32)
         splits[split] = Pairs(a, b, gold.tolist())
-    res = trainable_relatedness(Encoder("oracle", LookupEmbedder(table)), splits, score_range=(1, 5))
+    res = trainable_relatedness(CachedEmbedder("oracle", LookupEmbedder(table)), splits, score_range=(1, 5))
     assert res["pearson"] > 0.9 and res["n_test"] == 150

@@ -117,8 +117,8 @@ def test_checkpoint_evaluation_keeps_the_fast_options(tmp_path, monkeypatch):
     import interlingua.evaluation.vectors as vectors
 
     class FakeModel:
-        def __init__(self, checkpoint, device="cpu"):
-            self.checkpoint = checkpoint
+        def __init__(self, checkpoint, device="cpu", precision="fp32"):
+            self.checkpoint, self.precision = checkpoint, precision
 
         def untrained_like(self):
             return FakeModel(self.checkpoint)

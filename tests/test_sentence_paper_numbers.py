@@ -15,7 +15,7 @@ from interlingua.evaluation.sentence.paper_numbers import (CAPTION, LOCAL_NOTE, 
                                                            paper_tasks)
 from interlingua.evaluation.sentence.probing_sets import OFFICIAL_PROBING
 from interlingua.evaluation.sentence.report import Table, render_markdown, write_report
-from interlingua.evaluation.sentence.suites import downstream, similarity
+from interlingua.evaluation.sentence.suites import downstream_suite, similarity_suite
 from interlingua.evaluation.sentence.suites.tables import with_paper
 from interlingua.evaluation.sentence.tasks import CLASSIFICATION_TASKS, STS_YEARS, Pairs
 
@@ -112,7 +112,8 @@ def test_the_two_papers_agree_where_they_overlap():
 
 
 def test_task_names_are_the_suites():
-    modules = (suites.downstream, suites.similarity, suites.nli, suites.probing, suites.crosslingual, suites.retrieval)
+    modules = (suites.downstream_suite, suites.similarity_suite, suites.nli_suite, suites.probing_suite,
+               suites.xnli_suite, suites.retrieval_suite)
     source = "".join(inspect.getsource(m) for m in modules)
     known = set(CLASSIFICATION_TASKS) | set(STS_YEARS) | set(OFFICIAL_PROBING.values())
     known |= {name for name in ("STS-B", "SICK-R", "SICK-E") if f'"{name}"' in source}
@@ -166,17 +167,17 @@ def test_report_shows_published_rows_apart_from_ours(tmp_path):
 
 def test_suites_attach_published_rows(tmp_path, monkeypatch):
     """Downstream and similarity suites on stubbed data and scores: paper rows under the right tables only."""
-    monkeypatch.setattr(downstream, "load_classification", lambda *a, **kw: type("T", (), {"note": ""})())
-    monkeypatch.setattr(downstream, "_cap_classification", lambda task, ctx: task)
-    monkeypatch.setattr(downstream, "evaluate_classification", lambda *a, **kw: {"acc": 70.0})
-    monkeypatch.setattr(downstream, "task_majority", lambda *a, **kw: 50.0)
+    monkeypatch.setattr(downstream_suite, "load_classification", lambda *a, **kw: type("T", (), {"note": ""})())
+    monkeypatch.setattr(downstream_suite, "_cap_classification", lambda task, ctx: task)
+    monkeypatch.setattr(downstream_suite, "evaluate_classification", lambda *a, **kw: {"acc": 70.0})
+    monkeypatch.setattr(downstream_suite, "task_majority", lambda *a, **kw: 50.0)
     pairs = Pairs(["a"], ["b"], [1.0])
-    monkeypatch.setattr(similarity, "load_sts", lambda root, year: {"sub": pairs})
-    monkeypatch.setattr(similarity, "sts_cosine", lambda enc, data: {
+    monkeypatch.setattr(similarity_suite, "load_sts", lambda root, year: {"sub": pairs})
+    monkeypatch.setattr(similarity_suite, "sts_cosine", lambda enc, data: {
         "all": {"pearson": {"mean": 0.5}, "spearman": {"mean": 0.4}}, "subsets": {"sub": {"pearson": 0.5}}})
-    monkeypatch.setattr(similarity, "load_stsb", lambda root: {"train": pairs})
-    monkeypatch.setattr(similarity, "load_sick", lambda root, what: {"train": pairs})
-    monkeypatch.setattr(similarity, "trainable_relatedness", lambda *a, **kw: {"pearson": 0.7})
+    monkeypatch.setattr(similarity_suite, "load_stsb", lambda root: {"train": pairs})
+    monkeypatch.setattr(similarity_suite, "load_sick", lambda root, what: {"train": pairs})
+    monkeypatch.setattr(similarity_suite, "trainable_relatedness", lambda *a, **kw: {"pearson": 0.7})
     (tmp_path / "data").mkdir()
     embedders = {"ours": HashedBagOfWords(dim=4)}
 

@@ -29,6 +29,7 @@ with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test c
 
 from interlingua.cli import main
 from interlingua.inference.api import Model, load
+from interlingua.modules.checkpoint import load_model
 from interlingua.serving.app import build_app
 from interlingua.serving.batcher import BatcherClosed, DynamicBatcher
 from interlingua.serving.limits import ServiceLimits
@@ -125,8 +126,8 @@ def test_every_target_from_one_encoding(trained_model):
 
 
 def test_direction_not_trained_is_reported_as_zero_shot(trained_model):
-    model = load(trained_model, "cpu")
-    model.loaded = dataclasses.replace(model.loaded, directions=[("en", "de")])  # as if de->en had never been trained
+    # as if de->en had never been trained
+    model = Model(dataclasses.replace(load_model(trained_model, "cpu"), directions=[("en", "de")]))
     with TestClient(build_app(model)) as test_client:
         status, body = post(test_client, "/translate", {"texts": DE[:1], "src": "de", "tgt": "en"})
         assert (status, body["direction"]) == (200, "zero-shot")

@@ -365,7 +365,7 @@ def test_metrics_in_prometheus_format_per_app(model):
         assert metric(text, "interlingua_queue_duration_seconds_count", endpoint="/translate") == 3
         assert metric(text, "interlingua_inference_duration_seconds_sum", endpoint="/embed") > 0
         assert metric(text, "interlingua_batch_size_count") == 4 and metric(text, "interlingua_batch_size_sum") == 5
-        assert metric(text, "interlingua_batch_tokens_sum") == sum(estimated_subwords(t, model.pre.max_len)
+        assert metric(text, "interlingua_batch_tokens_sum") == sum(estimated_subwords(t, model.preprocess.max_len)
                                                                    for t in ["A dog runs."] * 3 + ["a dog", "two dogs"])
         assert metric(text, "interlingua_queue_depth") == 0 and metric(text, "interlingua_requests_in_flight") == 0
         assert 'endpoint="/translate"' not in second.get("/metrics").text

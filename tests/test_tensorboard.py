@@ -18,7 +18,8 @@ import yaml
 from interlingua.config import parse_config
 from interlingua.data.prepare import prepare
 from interlingua.errors import ConfigError
-from interlingua.training.trainer import Trainer
+from interlingua.training.run import build_run
+from interlingua.training.trainer import Trainer, train
 
 from conftest import tiny_config
 
@@ -73,7 +74,7 @@ def data(multi30k_corpus, tmp_path_factory):
 
 def test_the_event_files_hold_the_training_and_dev_scalars(multi30k_corpus, data, tmp_path):
     work = tmp_path / "run"
-    Trainer(_config(multi30k_corpus, work), data=data).train()
+    train(_config(multi30k_corpus, work), data=data)
     events = _events(work)
     assert [s for s, _ in events["train/loss"]] == [4, 8, 12, 16, 20, 24]
     assert [s for s, _ in events["dev/bleu/en-de"]] == [8, 16, 24]
@@ -82,40 +83,40 @@ def test_the_event_files_hold_the_training_and_dev_scalars(multi30k_corpus, data
 
 def test_no_event_files_by_default(multi30k_corpus, data, tmp_path):
     work = tmp_path / "run"
-    Trainer(_config(multi30k_corpus, work, tensorboard=False, max_steps=2), data=data).train()
+    train(_config(multi30k_corpus, work, tensorboard=False, max_steps=2), data=data)
     assert not (work / "tensorboard").exists()
 
 
 def _stop_at_the_third_save(trainer):
     """best.pt and last.pt at step 8, then the first save of step 16's validation, after its
     metrics line and scalars were written: stopped there, the resumed run redoes that validation."""
-    real, calls = trainer._save, []
+    real, calls = trainer.files.save, []
 
     def save(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
-    trainer._save = save
+    trainer.files.save = save
 
 
 def _crash_after_step_16(trainer):
     """As if killed after step 24 but before its save: last.pt is put back to step 16's afterwards,
     so the events of 17..24 are written twice, once by the crashed session."""
-    real = trainer._save
+    real = trainer.files.save
 
     def save(name, *args, **kwargs):
         path = real(name, *args, **kwargs)
-        if name == "last.pt" and trainer.step == 16:
+        if name == "last.pt" and trainer.progress.step == 16:
             trainer.kept_last = path.read_bytes()
         return path
-    trainer._save = save
+    trainer.files.save = save
 
 
 @pytest.mark.parametrize("stop", [_stop_at_the_third_save, _crash_after_step_16])
 def test_a_resumed_run_shows_every_step_once(stop, multi30k_corpus, data, tmp_path):
     work = tmp_path / "run"
-    first = Trainer(_config(multi30k_corpus, work), data=data)
+    first = Trainer(build_run(_config(multi30k_corpus, work), data=data))
     stop(first)
     try:
         first.train()
@@ -124,7 +125,7 @@ def test_a_resumed_run_shows_every_step_once(stop, multi30k_corpus, data, tmp_pa
     if hasattr(first, "kept_last"):
         (work / "last.pt").write_bytes(first.kept_last)
     assert len(list((work / "tensorboard").glob("events.out.tfevents.*"))) == 1
-    Trainer(_config(multi30k_corpus, work), resume=True, data=data).train()
+    train(_config(multi30k_corpus, work), resume=True, data=data)
     assert len(list((work / "tensorboard").glob("events.out.tfevents.*"))) == 2
     _assert_matches_metrics(work)
     assert [s for s, _ in _events(work)["dev/mean_bleu"]] == [8, 16, 24]
@@ -132,8 +133,8 @@ def test_a_resumed_run_shows_every_step_once(stop, multi30k_corpus, data, tmp_pa
 
 def test_tensorboard_turned_on_at_a_resume_gets_the_earlier_records(multi30k_corpus, data, tmp_path):
     work = tmp_path / "run"
-    Trainer(_config(multi30k_corpus, work, tensorboard=False, max_steps=12), data=data).train()
-    Trainer(_config(multi30k_corpus, work), resume=True, data=data).train()
+    train(_config(multi30k_corpus, work, tensorboard=False, max_steps=12), data=data)
+    train(_config(multi30k_corpus, work), resume=True, data=data)
     _assert_matches_metrics(work)
 
 
@@ -141,7 +142,7 @@ def test_a_fresh_run_drops_the_events_of_one_stopped_before_its_first_checkpoint
     work = tmp_path / "run"
     (work / "tensorboard").mkdir(parents=True)
     (work / "tensorboard" / "events.out.tfevents.1000000000.host.1.0").write_bytes(b"")
-    Trainer(_config(multi30k_corpus, work), data=data).train()
+    train(_config(multi30k_corpus, work), data=data)
     assert len(list((work / "tensorboard").glob("events.out.tfevents.*"))) == 1
     _assert_matches_metrics(work)
 
@@ -155,7 +156,7 @@ def test_without_the_package_the_config_error_says_what_to_install(multi30k_corp
         return real_import(name, *args, **kwargs)
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
     with pytest.raises(ConfigError, match=r'pip install "interlingua\[tensorboard\]"'):
-        Trainer(_config(multi30k_corpus, tmp_path / "run"))
+        build_run(_config(multi30k_corpus, tmp_path / "run"))
     assert not (tmp_path / "run" / "data").exists()  # refused before the corpus is prepared
 
 

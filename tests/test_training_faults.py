@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from interlingua.cli import main
-from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.modules.checkpoint import Checkpoint
 from interlingua.training.metrics import MetricsLog
 
 from conftest import MULTI30K, tiny_config, write_multiway_corpus
@@ -78,7 +78,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_error_line(failing_save, multi30k_co
     assert len(errors) == 1 and "no space left on device" in errors[0].lower(), errors
     assert str(work / "best.pt") in errors[0] or str(work / "last.pt") in errors[0], errors
     assert {name: (work / name).read_bytes() for name in before} == before  # the previous checkpoints, whole
-    assert read_checkpoint(work / "last.pt")["training"]["step"] == 4
+    assert Checkpoint.read(work / "last.pt").training.step == 4
     assert not [p.name for p in work.iterdir() if p.name.endswith(".tmp")]
 
     # A kill mid-append leaves a cut-off line; the resumed run drops it with the orphan validation line.
@@ -135,6 +135,6 @@ def test_a_direction_without_dev_sentences_is_warned_about_once_and_logged_as_nu
     assert [r["step"] for r in valid] == [2, 4]
     assert all(r["mean_bleu"] is None and r["directions"] == {} for r in valid)
     assert (work / "best.pt").exists()  # nothing to select on: the last checkpoint is also the best
-    assert read_checkpoint(work / "best.pt")["training"]["step"] == 4
+    assert Checkpoint.read(work / "best.pt").training.step == 4
     out = capsys.readouterr()
     assert "step 4: dev mean BLEU n/a" in out.out + out.err

@@ -17,13 +17,14 @@ from interlingua.data.batching import make_batch
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.data.prepare import prepare
 from interlingua.modules import model as model_mod
-from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.modules.checkpoint import Checkpoint
 from interlingua.modules.model import TranslationModel
 from interlingua import precision
 from interlingua.training import precision_probe
 from interlingua.training import trainer as trainer_mod
 from interlingua.precision import autocast
-from interlingua.training.trainer import Trainer
+from interlingua.training.run import build_run
+from interlingua.training.trainer import Trainer, train
 from interlingua.training.validation import evaluate_devset, translate_devset
 
 from conftest import tiny_config
@@ -122,8 +123,8 @@ def test_explicit_bf16_is_kept_but_warned_about_without_native_bf16(monkeypatch,
 @pytest.mark.parametrize("cpuinfo, expected", [(OLD_XEON, "fp32"), (AMD_ZEN4, "bf16")], ids=["neither", "avx512_bf16"])
 def test_trainer_trains_in_the_precision_auto_resolves_to(cpuinfo, expected, multi30k_corpus, prepared, tmp_path, monkeypatch):
     _cpu(monkeypatch, cpuinfo)
-    trainer = Trainer(_config(multi30k_corpus, tmp_path / "run"), data=prepared)  # precision: auto, the default
-    assert trainer.cfg.train.precision == "auto" and trainer.precision == expected
+    run = build_run(_config(multi30k_corpus, tmp_path / "run"), data=prepared)  # precision: auto, the default
+    assert run.cfg.train.precision == "auto" and run.precision == expected
 
 
 def test_auto_precision_times_the_model_being_trained(multi30k_corpus, prepared, tmp_path, monkeypatch):
@@ -137,25 +138,25 @@ def test_auto_precision_times_the_model_being_trained(multi30k_corpus, prepared,
         return 0.8
 
     monkeypatch.setattr(precision_probe, "measure_speedup", measure)
-    trainer = Trainer(_config(multi30k_corpus, tmp_path / "run"), data=prepared)
-    assert trainer.precision == "fp32" and timed == ["fp32", "bf16"]
+    run = build_run(_config(multi30k_corpus, tmp_path / "run"), data=prepared)
+    assert run.precision == "fp32" and timed == ["fp32", "bf16"]
     [key] = json.loads(precision.cache_path().read_text())
     assert key.endswith("model bilstm-attention-lstm " + key.rsplit(" ", 1)[1])  # cached per model
-    Trainer(_config(multi30k_corpus, tmp_path / "again"), data=prepared)  # same model: from the cache
+    build_run(_config(multi30k_corpus, tmp_path / "again"), data=prepared)  # same model: from the cache
     assert timed == ["fp32", "bf16"]
 
 
 def test_the_model_probe_leaves_weights_batches_and_random_state_alone(multi30k_corpus, prepared, tmp_path):
-    trainer = Trainer(_config(multi30k_corpus, tmp_path / "run", precision="fp32"), data=prepared)
-    batches = trainer.batches[trainer.directions[0]]
-    weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    run = build_run(_config(multi30k_corpus, tmp_path / "run", precision="fp32"), data=prepared)
+    batches = run.batches[run.directions[0]]
+    weights = {k: v.clone() for k, v in run.model.state_dict().items()}
     position, rng = json.dumps(batches.state_dict(), default=str), torch.get_rng_state()
-    probe = precision_probe.model_bf16_probe(trainer.model, batches, trainer.runtime.device, {"label_smoothing": 0.1},
-                                             trainer.runtime.rng_state, trainer.runtime.set_rng_state, steps=1)
+    probe = precision_probe.model_bf16_probe(run.model, batches, run.runtime.device, {"label_smoothing": 0.1},
+                                             run.runtime.rng_state, run.runtime.set_rng_state, steps=1)
     speedup = probe()
     assert math.isfinite(speedup) and speedup > 0
-    assert all(torch.equal(v, weights[k]) for k, v in trainer.model.state_dict().items())
-    assert all(p.grad is None for p in trainer.model.parameters())
+    assert all(torch.equal(v, weights[k]) for k, v in run.model.state_dict().items())
+    assert all(p.grad is None for p in run.model.parameters())
     assert json.dumps(batches.state_dict(), default=str) == position and torch.equal(torch.get_rng_state(), rng)
 
 
@@ -190,21 +191,21 @@ def _fake_clock(monkeypatch, seconds_per_call=1.0):
 def test_max_minutes_stops_training_then_validates_and_saves(multi30k_corpus, prepared, tmp_path, monkeypatch):
     _fake_clock(monkeypatch)
     work = tmp_path / "run"
-    result = Trainer(_config(multi30k_corpus, work, max_minutes=0.1), data=prepared).train()  # 6 s
+    result = train(_config(multi30k_corpus, work, max_minutes=0.1), data=prepared)  # 6 s
     assert result.steps == 6
     lines = [json.loads(x) for x in (work / "metrics.jsonl").read_text().splitlines()]
     assert [(r["type"], r["step"]) for r in lines] == [("valid", 6)]
     assert lines[-1]["elapsed_s"] == 6.0
     for name in ("last.pt", "best.pt"):
-        state = read_checkpoint(work / name)["training"]
-        assert state["step"] == 6 and state["elapsed"] == 6.0
+        state = Checkpoint.read(work / name).training
+        assert state.step == 6 and state.elapsed == 6.0
     assert result.best_checkpoint == work / "best.pt" and result.history[-1]["step"] == 6
 
     # The spent budget is part of the state: resuming does nothing more ...
-    again = Trainer(_config(multi30k_corpus, work, max_minutes=0.1), resume=True, data=prepared).train()
+    again = train(_config(multi30k_corpus, work, max_minutes=0.1), resume=True, data=prepared)
     assert again.steps == 6 and len((work / "metrics.jsonl").read_text().splitlines()) == 1
     # ... and a larger one continues where the first stopped.
-    more = Trainer(_config(multi30k_corpus, work, max_minutes=0.2), resume=True, data=prepared).train()
+    more = train(_config(multi30k_corpus, work, max_minutes=0.2), resume=True, data=prepared)
     assert more.steps == 12 and [h["step"] for h in more.history] == [6, 12]
 
 
@@ -292,17 +293,17 @@ def test_label_smoothing_with_a_sampled_softmax_spreads_over_the_sampled_classes
 
 
 def test_trainer_passes_label_smoothing_to_the_loss(multi30k_corpus, prepared, tmp_path):
-    trainer = Trainer(_config(multi30k_corpus, tmp_path / "run", max_steps=2, label_smoothing=0.15,
-                              softmax_sample=7, penalty_weight=0.5), data=prepared)
+    run = build_run(_config(multi30k_corpus, tmp_path / "run", max_steps=2, label_smoothing=0.15,
+                            softmax_sample=7, penalty_weight=0.5), data=prepared)
     calls = []
-    real = trainer.model.loss
+    real = run.model.loss
 
     def spy(*args, **kwargs):
         calls.append(args[6:9])
         return real(*args, **kwargs)
 
-    trainer.model.loss = spy
-    trainer.train()
+    run.model.loss = spy
+    Trainer(run).train()
     assert calls[:2] == [(0.5, 0.15, 7)] * 2  # the two training steps (validation calls with defaults)
 
 
@@ -310,9 +311,9 @@ def test_trainer_passes_label_smoothing_to_the_loss(multi30k_corpus, prepared, t
 
 def test_dev_bleu_scores_the_raw_reference_lines(multi30k_corpus, prepared, tmp_path):
     cfg = _config(multi30k_corpus, tmp_path / "run", max_steps=40, lr=0.01)
-    trainer = Trainer(cfg, data=prepared)
-    trainer.train()
-    dev = trainer.devsets[("en", "de")]
+    run = build_run(cfg, data=prepared)
+    Trainer(run).train()
+    dev = run.devsets[("en", "de")]
     raw = read_group(load_corpus(multi30k_corpus).groups("val")[0])
     assert dev.references == raw["de"][:30]
     # The old references, rebuilt from ids cut to max_len=12, are shorter: they must not be used.
@@ -320,9 +321,9 @@ def test_dev_bleu_scores_the_raw_reference_lines(multi30k_corpus, prepared, tmp_
     assert sum(len(r.split()) for r in rebuilt) < 0.8 * sum(len(r.split()) for r in dev.references)
 
     max_len = 2 * cfg.preprocess.max_len
-    with autocast(trainer.precision):  # as the trainer validates
-        hyps = translate_devset(trainer.model, dev, prepared.vocabs, max_len=max_len)
-        scores = evaluate_devset(trainer.model, dev, prepared.vocabs, max_len=max_len)
+    with autocast(run.precision):  # as the trainer validates
+        hyps = translate_devset(run.model, dev, prepared.vocabs, max_len=max_len)
+        scores = evaluate_devset(run.model, dev, prepared.vocabs, max_len=max_len)
     assert sum(map(len, hyps)) > 0
     direct = sacrebleu.corpus_bleu(hyps, [raw["de"][:30]], lowercase=True)
     assert scores["bleu"] == pytest.approx(direct.score, abs=1e-9)
@@ -349,10 +350,10 @@ def test_dev_references_without_raw_text_are_rebuilt_with_a_warning(multi30k_cor
         for g in prepared.groups("val"):
             g.texts = None
         with caplog.at_level(logging.WARNING, logger="interlingua.training.trainer"):
-            trainer = Trainer(_config(multi30k_corpus, tmp_path / "run"), data=prepared)
+            run = build_run(_config(multi30k_corpus, tmp_path / "run"), data=prepared)
     finally:
         for g, t in zip(prepared.groups("val"), texts):
             g.texts = t
     assert "rebuilt from subword ids cut to max_len=12" in caplog.text
-    dev = trainer.devsets[("en", "de")]
+    dev = run.devsets[("en", "de")]
     assert dev.references == [prepared.vocabs["de"].decode(t.tolist()) for t in dev.tgt]

@@ -19,7 +19,8 @@ import yaml
 
 from interlingua.cli import main
 from interlingua.config import parse_config
-from interlingua.training.trainer import Trainer
+from interlingua.training.run import build_run
+from interlingua.training.trainer import train
 from interlingua.training.work_dir_lock import LOCK_NAME, WorkDirBusy, WorkDirLock, lock_holder
 
 from conftest import REPO, tiny_config
@@ -114,7 +115,7 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(multi30k_corpus, holder, 
     proc.wait(timeout=60)
     assert lock_holder(work)["pid"] == proc.pid
     with caplog.at_level(logging.WARNING, logger="interlingua"):
-        result = Trainer(parse_config(tiny_config(multi30k_corpus, work, train={"max_steps": 2}))).train()
+        result = train(parse_config(tiny_config(multi30k_corpus, work, train={"max_steps": 2})))
     assert result.steps == 2
     assert f"taking over the stale lock of {work.resolve()}: process {proc.pid} on " in caplog.text
     assert not (work / LOCK_NAME).exists()
@@ -136,7 +137,7 @@ def test_a_failed_setup_gives_the_lock_back(multi30k_corpus, tmp_path):
     from interlingua.errors import ConfigError
     cfg = parse_config(tiny_config(multi30k_corpus, tmp_path / "run", train={"trainable": "bridge"}))
     with pytest.raises(ConfigError, match="--init"):
-        Trainer(cfg)
+        build_run(cfg)
     assert not (tmp_path / "run" / LOCK_NAME).exists()
 
 

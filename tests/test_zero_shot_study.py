@@ -13,7 +13,9 @@ from interlingua.data.vocab import BOS, language_tag
 from interlingua.data.language_id import identify, off_target_rate
 from interlingua.experiment import run_experiments
 from interlingua.modules.checkpoint import read_checkpoint
-from interlingua.training.trainer import Trainer, lowest_loss_steps
+from interlingua.training.checkpoints import lowest_loss_steps
+from interlingua.training.run import build_run
+from interlingua.training.trainer import train
 
 ZERO_SHOT_RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes" / "multi30k" / "cpu" / "zero_shot").glob("*.yaml"))
 
@@ -30,9 +32,9 @@ def _zero_shot_config(corpus: Path, work: Path, **train) -> dict:
 
 
 def test_decoder_start_tag_replaces_bos_and_leaves_the_source_unmarked(multi30k_corpus, tmp_path):
-    trainer = Trainer(parse_config(_zero_shot_config(multi30k_corpus, tmp_path)))
-    vocab = trainer.data.vocabs["de"]
-    for (src, tgt), batches in trainer.batches.items():
+    run = build_run(parse_config(_zero_shot_config(multi30k_corpus, tmp_path)))
+    vocab = run.data.vocabs["de"]
+    for (src, tgt), batches in run.batches.items():
         batch = batches.next()
         tag = vocab.piece_id(language_tag(tgt))
         assert tag > 3  # a piece of its own, not a special (pad, unk, bos, eos)
@@ -42,7 +44,7 @@ def test_decoder_start_tag_replaces_bos_and_leaves_the_source_unmarked(multi30k_
     # the source-prefix placement (Johnson et al.) is still the default
     cfg = _zero_shot_config(multi30k_corpus, tmp_path / "prefix")
     cfg["model"] = {**TRANSFORMER, "tag_position": "source_prefix"}
-    prefixed = Trainer(parse_config(cfg))
+    prefixed = build_run(parse_config(cfg))
     batch = prefixed.batches[("de", "en")].next()
     assert (batch.tgt_in[:, 0] == BOS).all()
     assert (batch.src[:, 0] == prefixed.data.vocabs["de"].piece_id(language_tag("en"))).all()
@@ -60,8 +62,8 @@ def test_disjoint_directions_train_each_pair_on_its_own_lines(multi30k_corpus, t
     def english_sides(pair_lines: str) -> dict[tuple[str, str], set[bytes]]:
         cfg = _zero_shot_config(multi30k_corpus, tmp_path / pair_lines)
         cfg["directions"]["pair_lines"] = pair_lines
-        trainer = Trainer(parse_config(cfg))
-        return {d: {a.tobytes() for a in (b.tgt if d[1] == "en" else b.src)} for d, b in trainer.batches.items()}
+        run = build_run(parse_config(cfg))
+        return {d: {a.tobytes() for a in (b.tgt if d[1] == "en" else b.src)} for d, b in run.batches.items()}
 
     full, split, common = english_sides("all"), english_sides("disjoint"), english_sides("common")
     assert split[("de", "en")] == split[("en", "de")] and split[("fr", "en")] == split[("en", "fr")]
@@ -79,7 +81,7 @@ def test_lowest_loss_steps_ranks_by_mean_dev_loss():
 
 
 def test_average_best_keeps_the_lowest_loss_checkpoints_and_averages_them(multi30k_corpus, tmp_path):
-    result = Trainer(parse_config(_zero_shot_config(multi30k_corpus, tmp_path, average_best=2))).train()
+    result = train(parse_config(_zero_shot_config(multi30k_corpus, tmp_path, average_best=2)))
     kept = lowest_loss_steps(result.history, 2)
     assert len(result.history) == 4 and len(kept) == 2
     assert sorted(p.name for p in (tmp_path / "best_loss").glob("*.pt")) == sorted(f"step{s}.pt" for s in kept)
@@ -145,8 +147,8 @@ def test_zero_shot_recipes_are_english_centred_and_name_their_switches(recipe, m
 def test_dev_loss_starts_the_decoder_with_the_language_tag(multi30k_corpus, tmp_path):
     from interlingua.data.batching import make_batch
     from interlingua.training.validation import evaluate_devset
-    trainer = Trainer(parse_config(_zero_shot_config(multi30k_corpus, tmp_path)))
-    dev, vocabs, model = trainer.devsets[("de", "en")], trainer.data.vocabs, trainer.model.eval()
+    run = build_run(parse_config(_zero_shot_config(multi30k_corpus, tmp_path)))
+    dev, vocabs, model = run.devsets[("de", "en")], run.data.vocabs, run.model.eval()
     reported = evaluate_devset(model, dev, vocabs, batch_size=len(dev.src))["loss"]
 
     def loss(start: int) -> float:

@@ -41,14 +41,6 @@ class Batch:
                        src_lengths=self.src_lengths.to(device, non_blocking=True),
                        tgt_in=self.tgt_in.to(device, non_blocking=True), tgt_out=self.tgt_out.to(device, non_blocking=True))
 
-    @property
-    def n_src_tokens(self) -> int:
-        return int(self.src_lengths.sum())
-
-    @property
-    def n_tgt_tokens(self) -> int:
-        return int((self.tgt_out != PAD).sum())
-
 
 def pad_sources(seqs: list[np.ndarray], prefix: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad id sequences into (batch, max_len); `prefix` prepends a token (a language tag)."""
@@ -138,9 +130,6 @@ class DirectionBatches:
         src, tgt = [self.src[i] for i in idx], [self.tgt[i] for i in idx]
         return (make_batch(src, tgt, self.src_lang, self.tgt_lang, self.src_prefix, self.tgt_start, reverse_prefix),
                 make_batch(tgt, src, self.tgt_lang, self.src_lang, reverse_prefix, reverse_start, self.src_prefix))
-
-    def next_both_ways(self, reverse_prefix: int | None, reverse_start: int) -> tuple[Batch, Batch]:
-        return self.batch_both_ways(self.next_indices(), reverse_prefix, reverse_start)
 
     def target_tokens(self, idx: np.ndarray, reverse: bool = False) -> int:
         """The loss's token count of these pairs (each target + EOS; `reverse`: of the sources as targets)."""

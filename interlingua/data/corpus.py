@@ -53,9 +53,6 @@ class Corpus:
             raise DataError(f"corpus '{self.name}' has no split '{split}' (it has: {', '.join(sorted(self.splits))})")
         return self.splits[split]
 
-    def languages_in(self, split: str) -> set[str]:
-        return {lang for g in self.groups(split) for lang in g.files}
-
 
 def load_corpus(path: str | Path) -> Corpus:
     """Read and check a corpus YAML: languages known, files present."""

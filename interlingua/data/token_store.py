@@ -84,9 +84,6 @@ class TokenSequences:
         for i in range(len(self)):
             yield self[i]
 
-    def token_count(self) -> int:
-        return int(self.lengths.sum(dtype=np.int64))
-
 
 class TokenFileWriter:
     """Appends encoded lines to a flat id file; the lengths are kept to be saved beside it."""

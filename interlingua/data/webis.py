@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from interlingua.data.documents import split_sentences
+from interlingua.data.document_text import split_sentences
 from interlingua.data.download import install_files
 from interlingua.errors import DataError
 
@@ -132,13 +132,20 @@ def held_out_split(docs: LabelledDocuments, test_share: float, seed: int) -> tup
     return docs.subset(train), docs.subset(test)
 
 
+def training_reviews(root: Path, lang: str, domain: str) -> LabelledDocuments | None:
+    """Every review of one language and domain's train.review(.gz), in file order (nothing held out),
+    or None where the folder has none. The one reader of the training part, for classification and
+    for the probing sets' English text alike."""
+    path = _review_file(Path(root) / lang / domain, "train")
+    return None if path is None else read_reviews(path)
+
+
 def load_domain(root: Path, lang: str, domain: str, test_share: float = 0.5, seed: int = 0) -> DomainData:
     """One language and domain: the release's train/test split, or train.review split in two."""
     folder = Path(root) / lang / domain
-    train_file = _review_file(folder, "train")
-    if train_file is None:
+    train = training_reviews(root, lang, domain)
+    if train is None:
         raise DataError(f"no Webis-CLS-10 training reviews for {lang}/{domain}: {folder}/train.review[.gz] is missing")
-    train = read_reviews(train_file)
     test_file = _review_file(folder, "test")
     if test_file is not None:
         return DomainData(lang, domain, train, read_reviews(test_file), held_out=False)

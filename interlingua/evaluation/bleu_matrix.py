@@ -22,6 +22,7 @@ from interlingua.data.corpus import load_corpus, read_group
 from interlingua.errors import DataError
 from interlingua.data import language_id
 from interlingua.evaluation.plots import plot_score_matrix
+from interlingua.evaluation.registry import Report
 from interlingua.inference.api import Model, load
 
 BLEU_SIGNATURE_NOTE = "sacreBLEU, lowercased, tokenize 13a (signature nrefs:1|case:lc|eff:no|tok:13a|smooth:exp)"
@@ -176,25 +177,25 @@ def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", 
     return [md, js, *pngs]
 
 
-@dataclass
-class BleuReport:
-    result: MatrixResult
-    markdown: str
-    files: list[Path]
-
-
 def evaluate_bleu(checkpoint: str | Path, corpus: str | Path | None = None, split: str = "test_2016_flickr",
                   beam_size: int = 1, batch_size: int = 64, pivot: str | None = None, max_sentences: int | None = None,
-                  out_dir: str | Path | None = None, device: str = "cpu", precision: str = "fp32") -> BleuReport:
+                  out_dir: str | Path | None = None, device: str = "cpu", precision: str = "fp32") -> Report:
     """`interlingua evaluate bleu`: the checkpoint's matrix on `split` of `corpus` (default: the corpus it
     was trained on), written as `bleu_<split>_beam<N>[_pivot-<L>]` .md/.json/.png under `out_dir`
     (default: `<checkpoint folder>/eval`)."""
     checkpoint = Path(checkpoint)
     model = load(checkpoint, device, precision)
-    res = bleu_matrix(model, corpus or model.loaded.config.corpus, split=split, beam_size=beam_size,
+    res = bleu_matrix(model, corpus or model.config.corpus, split=split, beam_size=beam_size,
                       batch_size=batch_size, pivot=pivot, max_sentences=max_sentences)
     out = Path(out_dir or checkpoint.parent / "eval")
     stem = f"bleu_{split}_beam{beam_size}" + (f"_pivot-{pivot}" if pivot else "")
     title = f"{checkpoint.name} on {split}"
     files = write_matrix(res, out, stem, title=title)
-    return BleuReport(res, res.to_markdown(title), files)
+    return Report(res.to_markdown(title), res.to_json(), files, result=res)
+
+
+def report_bleu(model: str, corpus: str | None, split: str, beam: int, pivot: str | None, batch_size: int,
+                max_sentences: int | None, out: str | None, device: str, precision: str) -> Report:
+    """`interlingua evaluate bleu` (`registry.EVALUATIONS`): the options as the command line gives them."""
+    return evaluate_bleu(model, corpus=corpus, split=split, beam_size=beam, batch_size=batch_size, pivot=pivot,
+                         max_sentences=max_sentences, out_dir=out, device=device, precision=precision)

@@ -26,8 +26,10 @@ from sklearn.svm import LinearSVC
 from tqdm import tqdm
 
 from interlingua.atomic_files import write_text_atomic
+from interlingua.data.document_text import read_labelled_documents
 from interlingua.data.webis import DOMAINS, DomainData, LabelledDocuments, load_domain
 from interlingua.errors import InterlinguaError
+from interlingua.evaluation.registry import Report
 from interlingua.figures import save_figure
 from interlingua.inference.api import Model, load
 from interlingua.inference.documents import Unit, embed_documents, translate_documents, variant_names
@@ -165,22 +167,24 @@ class _Scorer:
 
 
 def _setup(model_path: str | Path, translator_path: str | Path | None, languages: set[str], device: str,
-           cache_key: str) -> tuple[Model, _Translations, Path]:
-    model = load(model_path, device)
+           cache_key: str, precision: str = "fp32") -> tuple[Model, _Translations, Path]:
+    model = load(model_path, device, precision)
     translator_path = Path(translator_path or model_path)
-    translator = model if translator_path == Path(model_path) else load(translator_path, device)
+    translator = model if translator_path == Path(model_path) else load(translator_path, device, precision)
     for lang in sorted(languages):
-        model.model.encoder_for(lang)
-        translator.model.encoder_for(lang)
-        translator.model.decoder_for(lang)
+        model.check_source(lang)
+        translator.check_source(lang)
+        translator.check_target(lang)
     key = f"{translator_path.resolve()}:{translator_path.stat().st_mtime}:{cache_key}"
+    if precision != "fp32":  # other precisions translate differently: their own cache entries
+        key += f":{precision}"
     return model, _Translations(translator, translator_path.parent / "eval" / "cldc_translations", key), translator_path
 
 
 def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | Path,
                   pairs: list[tuple[str, str]] | None = None, domains: list[str] | None = None,
                   max_documents: int | None = None, batch_size: int = 16, device: str = "auto",
-                  seed: int = 0, translator_path: str | Path | None = None) -> CLDCResult:
+                  seed: int = 0, translator_path: str | Path | None = None, precision: str = "fp32") -> CLDCResult:
     """Every vector variant and both references, for each pair and domain, both ways; writes
     cldc.md/.json/.png.
 
@@ -191,7 +195,7 @@ def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | 
     pairs = pairs or [("en", "de"), ("en", "fr")]
     domains = domains or list(DOMAINS)
     model, translations, translator_path = _setup(model_path, translator_path, {x for p in pairs for x in p}, device,
-                                                  f"{seed}:{max_documents}")
+                                                  f"{seed}:{max_documents}", precision)
     result = CLDCResult(str(model_path), str(translator_path), [tuple(p) for p in pairs], list(domains))
     scorer = _Scorer(model, translations, result, batch_size)
     steps = [(p, d) for p in pairs for d in domains]
@@ -213,14 +217,15 @@ def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | 
 
 def evaluate_cldc_files(model_path: str | Path, train: LabelledDocuments, train_lang: str, test: LabelledDocuments,
                         test_lang: str, out_dir: str | Path, batch_size: int = 16, device: str = "auto",
-                        translator_path: str | Path | None = None, name: str = "documents") -> CLDCResult:
+                        translator_path: str | Path | None = None, name: str = "documents",
+                        precision: str = "fp32") -> CLDCResult:
     """Your own documents: an SVM per vector variant trained on `train` (in `train_lang`), tested on
     `test` (in `test_lang`), and translate-test beside it (no in-language bound: the test language
     has no training documents here)."""
     if train_lang == test_lang:
         raise InterlinguaError(f"cross-lingual classification needs two languages (both are '{train_lang}')")
     model, translations, translator_path = _setup(model_path, translator_path, {train_lang, test_lang}, device,
-                                                  "files")
+                                                  "files", precision)
     result = CLDCResult(str(model_path), str(translator_path), [(train_lang, test_lang)], [name])
     result.documents = {f"{train_lang} train": len(train.texts), f"{test_lang} test": len(test.texts)}
     scorer = _Scorer(model, translations, result, batch_size)
@@ -332,3 +337,33 @@ def parse_pairs(values: list[str]) -> list[tuple[str, str]]:
             raise InterlinguaError(f"--pairs takes two different languages joined by '-', e.g. en-de (got {v!r})")
         pairs.append((parts[0], parts[1]))
     return pairs
+
+
+def report_cldc(model: str, data_root: str, out: str | None, pairs: list[str], domains: list[str] | None,
+                translator: str | None, train_docs: str | None, train_labels: str | None, train_lang: str | None,
+                test_docs: str | None, test_labels: str | None, test_lang: str | None, max_documents: int | None,
+                device: str, precision: str) -> Report:
+    """`interlingua evaluate cldc` (`registry.EVALUATIONS`): on Webis-CLS-10 under `data_root` (the folder
+    itself or one holding webis_cls10/), or, given --train-docs / --test-docs, on the user's own documents
+    and label files; written under `out` (default: <model folder>/eval/cldc)."""
+    out_dir = Path(out or Path(model).parent / "eval" / "cldc")
+    if train_docs or test_docs:
+        given = {"--train-docs": train_docs, "--train-labels": train_labels, "--train-lang": train_lang,
+                 "--test-docs": test_docs, "--test-labels": test_labels, "--test-lang": test_lang}
+        missing = [k for k, v in given.items() if not v]
+        if missing:
+            raise InterlinguaError(f"cldc on your own documents needs {', '.join(missing)} as well")
+        assert train_docs and train_labels and train_lang and test_docs and test_labels and test_lang  # checked above
+        texts, labels, names = read_labelled_documents(Path(train_docs), Path(train_labels))
+        test_texts, test_labels_read, _ = read_labelled_documents(Path(test_docs), Path(test_labels), names)
+        result = evaluate_cldc_files(model, LabelledDocuments(texts, labels), train_lang,
+                                     LabelledDocuments(test_texts, test_labels_read), test_lang, out_dir,
+                                     device=device, translator_path=translator, precision=precision)
+    else:
+        root = Path(data_root)
+        root = root / "webis_cls10" if (root / "webis_cls10").is_dir() else root
+        result = evaluate_cldc(model, root, out_dir, pairs=parse_pairs(pairs), domains=domains,
+                               max_documents=max_documents, device=device, translator_path=translator,
+                               precision=precision)
+    files = [out_dir / "cldc.md", out_dir / "cldc.json", out_dir / "cldc.png"]  # as `write_report` writes them
+    return Report(markdown(result), asdict(result), files, result=result)

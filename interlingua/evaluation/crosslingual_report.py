@@ -27,6 +27,7 @@ from interlingua.errors import DataError, LanguageError
 from interlingua.evaluation.bleu_matrix import load_split_texts
 from interlingua.evaluation.crosslingual_scores import MIN_SENTENCES, RETRIEVAL_KEYS, language_probe, pair_vector_scores
 from interlingua.evaluation.crosslingual_translation import SCORES, translated_directions, translation_scores
+from interlingua.evaluation.registry import Report
 from interlingua.inference.api import Languages, Model, load
 
 GAP_KEYS = ("margin", "margin_centered", "cos_translation", "cos_unrelated", "cos_nearest_unrelated")
@@ -180,7 +181,7 @@ def evaluate_crosslingual(model_or_path: Model | str | Path, corpus: str | Path 
     skips translation. `seed` draws the probe's halves."""
     start = time.perf_counter()
     model, default_name = _open(model_or_path, device, precision)
-    corpus = Path(corpus or model.loaded.config.corpus)
+    corpus = Path(corpus or model.config.corpus)
     languages = model.languages
     langs = list(languages.sources)
     if len(langs) < 2:
@@ -225,3 +226,15 @@ def write_crosslingual(report: CrosslingualReport, out_dir: str | Path, stem: st
     write_text_atomic(md, report.to_markdown())
     write_text_atomic(js, json.dumps(report.to_json(), indent=1))
     return [md, js, *plot_heat_maps(report, out, stem)]
+
+
+def report_crosslingual(model: str, corpus: str | None, split: str, beam: int, pivot: str | None, batch_size: int,
+                        max_sentences: int | None, no_bleu: bool, out: str | None, device: str,
+                        precision: str) -> Report:
+    """`interlingua evaluate crosslingual` (`registry.EVALUATIONS`): the report of `model`, written under `out`
+    (default: <model folder>/eval); the pivot defaults to en."""
+    report = evaluate_crosslingual(model, corpus=corpus, split=split, beam=beam, pivot=pivot or "en",
+                                   limit=max_sentences, bleu=not no_bleu, batch_size=batch_size, device=device,
+                                   precision=precision)
+    files = write_crosslingual(report, out or Path(model).parent / "eval")
+    return Report(report.to_markdown(), report.to_json(), files, result=report)

@@ -26,8 +26,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from interlingua.atomic_files import write_text_atomic
-from interlingua.errors import DataError, LanguageError
+from interlingua.errors import DataError, InterlinguaError, LanguageError
 from interlingua.evaluation.cosine import cosine_matrix
+from interlingua.evaluation.registry import Report
 from interlingua.evaluation.svcca import random_svcca, svcca
 from interlingua.inference.api import Model, load
 
@@ -255,7 +256,7 @@ def analyze_encoder(model: Model, corpus: str | Path, train_split: str = "val", 
         outputs[lang] = (np.concatenate([s[-1] for s in tr]), np.concatenate([s[-1] for s in te]))
         counts[train_split][lang], counts[split][lang] = len(outputs[lang][0]), len(outputs[lang][1])
         pooled[lang] = {t: s.mean(1) for t, s in zip(test_texts[lang], te) if s.shape[1]}
-    result = EncoderAnalysis(checkpoint, model.model.encoder_for(langs[0]).kind, str(corpus), train_split, split, langs,
+    result = EncoderAnalysis(checkpoint, model.kinds.encoder, str(corpus), train_split, split, langs,
                              ["emb", *map(str, range(1, depth))], counts, token_acc, position_acc, ceiling,
                              probe=asdict(settings))
     for a, b in tqdm(list(combinations(langs, 2)), desc="language pairs", disable=not progress):
@@ -288,12 +289,24 @@ def write_encoder_analysis(result: EncoderAnalysis, out_dir: str | Path) -> list
     return files
 
 
-def run_encoder_analysis(checkpoint: str | Path, out_dir: str | Path, corpus: str | Path | None = None,
-                         train_split: str = "val", split: str = "test_2016_flickr", languages: Sequence[str] | None = None,
-                         max_sentences: int | None = None, device: str = "auto",
-                         progress: bool = True) -> tuple[EncoderAnalysis, list[Path]]:
+def evaluate_encoder(checkpoint: str | Path, out_dir: str | Path, corpus: str | Path | None = None,
+                     train_split: str = "val", split: str = "test_2016_flickr", languages: Sequence[str] | None = None,
+                     max_sentences: int | None = None, device: str = "auto",
+                     progress: bool = True) -> tuple[EncoderAnalysis, list[Path]]:
     """`interlingua analyze encoder`: load, analyse on `corpus` (default: the one the model was trained on), write."""
     model = load(checkpoint, device)
-    result = analyze_encoder(model, corpus or model.loaded.config.corpus, train_split, split, languages,
+    result = analyze_encoder(model, corpus or model.config.corpus, train_split, split, languages,
                              max_sentences, progress=progress, checkpoint=str(checkpoint))
     return result, write_encoder_analysis(result, out_dir)
+
+
+def report_encoder(checkpoint: str | None, train_split: str, max_sentences: int | None, languages: list[str] | None,
+                   split: str, corpus: str | None, out: str | None, device: str) -> Report:
+    """`interlingua analyze encoder` (`registry.EVALUATIONS`): written under `out` (default: <checkpoint
+    folder>/analysis)."""
+    if not checkpoint:
+        raise InterlinguaError("analyze encoder needs a checkpoint: interlingua analyze encoder CHECKPOINT")
+    result, files = evaluate_encoder(checkpoint, Path(out or Path(checkpoint).parent / "analysis"), corpus=corpus,
+                                     train_split=train_split, split=split, languages=languages,
+                                     max_sentences=max_sentences, device=device)
+    return Report(result.to_markdown(), result.to_json(), files, result=result)

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from sacrebleu.metrics import BLEU  # noqa: E402
 
 from interlingua.atomic_files import write_text_atomic
+from interlingua.evaluation.registry import Report, named_checkpoints  # noqa: E402
 from interlingua.figures import save_figure  # noqa: E402
 from interlingua.inference.api import Model, load  # noqa: E402
 
@@ -82,14 +83,25 @@ def write_length_report(result: LengthResult, out_dir: Path, title: str) -> list
     return [out_dir / "length_buckets.md", out_dir / "length_buckets.json", png]
 
 
-def analyze_lengths(checkpoints: dict[str, Path], src: str, tgt: str, out_dir: Path, corpus: str | Path | None = None,
+def evaluate_lengths(checkpoints: dict[str, Path], src: str, tgt: str, out_dir: Path, corpus: str | Path | None = None,
                     split: str = "test_2016_flickr", beam_size: int = 1, device: str = "cpu") -> tuple[LengthResult, list[Path]]:
     """`interlingua analyze lengths`: BLEU by source length of each named checkpoint on `split` of
     `corpus` (default: the first model's), written as length_buckets.md/.json/.png under `out_dir`."""
     from interlingua.evaluation.bleu_matrix import load_split_texts, parallel_texts
     models = {name: load(path, device) for name, path in checkpoints.items()}
-    corpus = corpus or next(iter(models.values())).loaded.config.corpus
+    corpus = corpus or next(iter(models.values())).config.corpus
     sources, references = parallel_texts(load_split_texts(Path(corpus), split), src, tgt)
     result = bleu_by_length(models, sources, references, src, tgt, beam_size=beam_size)
     files = write_length_report(result, out_dir, f"BLEU by source length, {src}->{tgt} ({split})")
     return result, files
+
+
+def report_lengths(model: list[str] | None, src: str, tgt: str, split: str, corpus: str | None, beam: int,
+                   out: str | None, device: str) -> Report:
+    """`interlingua analyze lengths` (`registry.EVALUATIONS`): written under `out` (default: <first model
+    folder>/analysis)."""
+    models = named_checkpoints(model, "lengths")
+    out_dir = Path(out or next(iter(models.values())).parent / "analysis")
+    result, files = evaluate_lengths(models, src, tgt, out_dir, corpus=corpus, split=split, beam_size=beam,
+                                     device=device)
+    return Report(files[0].read_text(encoding="utf-8"), dict(result.__dict__), files, result=result)

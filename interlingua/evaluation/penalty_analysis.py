@@ -8,11 +8,14 @@ nats). One example sentence's attention is drawn per head for every model.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from interlingua.atomic_files import write_text_atomic
+from interlingua.textio import decode_lines
 from interlingua.evaluation.sentence.heads import head_entropy_stats, plot_head_heatmap, plot_head_heatmaps
 from interlingua.errors import InterlinguaError
+from interlingua.evaluation.registry import Report, named_checkpoints
 from interlingua.inference.api import Model, load
 
 # Journal Table 13: EN-DE, k = 50, 10k NewsCrawl sentences of <= 40 tokens; (with, without) penalty.
@@ -70,7 +73,7 @@ def penalty_analysis(models: dict[str, Model], sentences: list[str], lang: str, 
     return {"stats": stats, "plots": [str(p) for p in pngs]}
 
 
-def analyze_heads(checkpoints: dict[str, Path], lang: str, out_dir: Path, sentences: list[str] | None = None,
+def evaluate_heads(checkpoints: dict[str, Path], lang: str, out_dir: Path, sentences: list[str] | None = None,
                   example: str | None = None, corpus: str | Path | None = None, split: str = "test_2016_flickr",
                   device: str = "cpu", sentences_name: str = "the given sentences") -> dict:
     """`interlingua analyze heads`: `penalty_analysis` of each named checkpoint over `sentences` (default:
@@ -79,8 +82,8 @@ def analyze_heads(checkpoints: dict[str, Path], lang: str, out_dir: Path, senten
     from interlingua.evaluation.bleu_matrix import load_split_texts
     models = {name: load(path, device) for name, path in checkpoints.items()}
     for model in models.values():
-        model.model.encoder_for(lang)  # unknown language: one error listing the known ones
-    corpus = corpus or next(iter(models.values())).loaded.config.corpus
+        model.check_source(lang)  # unknown language: one error listing the known ones
+    corpus = corpus or next(iter(models.values())).config.corpus
     where = sentences_name
     if sentences is None:
         sentences = [s for g in load_split_texts(Path(corpus), split) for s in g.get(lang, [])]
@@ -88,3 +91,27 @@ def analyze_heads(checkpoints: dict[str, Path], lang: str, out_dir: Path, senten
     if not sentences:
         raise InterlinguaError(f"no '{lang}' sentences in {where}")
     return penalty_analysis(models, sentences, lang, example or sentences[0], out_dir)
+
+
+def _read_lines(path: str) -> list[str]:
+    """The lines of a file, or of stdin for "-", decoded as every command decodes its input."""
+    if path == "-":
+        return decode_lines(sys.stdin.buffer.read(), "stdin")
+    file = Path(path)
+    if not file.is_file():
+        raise InterlinguaError(f"input file not found: {file}")
+    return decode_lines(file.read_bytes(), str(file))
+
+
+def report_heads(model: list[str] | None, lang: str, split: str, corpus: str | None, input: str | None,
+                 sentence: str | None, out: str | None, device: str) -> Report:
+    """`interlingua analyze heads` (`registry.EVALUATIONS`): written under `out` (default: <first model
+    folder>/analysis)."""
+    models = named_checkpoints(model, "heads")
+    out_dir = Path(out or next(iter(models.values())).parent / "analysis")
+    sentences = _read_lines(input) if input else None
+    result = evaluate_heads(models, lang, out_dir, sentences=sentences, example=sentence, corpus=corpus, split=split,
+                            device=device, sentences_name=str(input))
+    md, js = out_dir / "heads.md", out_dir / "heads.json"
+    return Report(md.read_text(encoding="utf-8"), json.loads(js.read_text(encoding="utf-8")),
+                  [md, js, *map(Path, result["plots"])], result=result)

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from interlingua.evaluation.registry import Report
 from interlingua.evaluation.sentence import reference_embedders, run_suite
 from interlingua.evaluation.sentence.suites import AllResult, SuiteResult
 from interlingua.workers import usable_cores
@@ -31,7 +32,7 @@ class SentenceEvaluation:
 def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Path, out_dir: str | Path | None = None,
                               quick: bool = False, references: bool = True, probing_dir: Path | None = None,
                               cache_dir: str | Path | None = None, jobs: int | None = None,
-                              device: str = "cpu") -> SentenceEvaluation:
+                              device: str = "cpu", precision: str = "fp32") -> SentenceEvaluation:
     """Run `suite` on the checkpoint's vectors (and its references); writes `<out_dir>/<suite>.md/.json`.
 
     What keeps `all` inside its 30-minute budget: per-head probing runs for the trained model
@@ -43,7 +44,7 @@ def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Pat
     the model and building the references before it."""
     start = time.perf_counter()
     out = Path(out_dir) if out_dir else Path(checkpoint).parent / "eval"
-    model = load(checkpoint, device)
+    model = load(checkpoint, device, precision)
     embedders: dict = {"model": model}
     if references:
         embedders["untrained"] = model.untrained_like()
@@ -55,3 +56,17 @@ def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Pat
                        per_head_embedders=["model"], jobs=usable_cores() if jobs is None else jobs)
     log.info("suite '%s': %.1f s (plus %.1f s loading the model and references)", suite, result.total_elapsed_s, setup)
     return SentenceEvaluation(result, round(setup, 2))
+
+
+def report_suite(suite: str, model: str, data_root: str, probing_dir: str | None, jobs: int | None, quick: bool,
+                 no_references: bool, out: str | None, device: str, precision: str) -> Report:
+    """`interlingua evaluate <suite>` (`registry.EVALUATIONS`): the suite's report under `out` (default:
+    <model folder>/eval), with the suite's wall clock and the setup's time as notes."""
+    out_dir = Path(out or Path(model).parent / "eval")
+    run = evaluate_sentence_vectors(suite, model, data_root=Path(data_root), out_dir=out_dir, quick=quick,
+                                    references=not no_references,
+                                    probing_dir=Path(probing_dir) if probing_dir else None, jobs=jobs, device=device,
+                                    precision=precision)
+    md, js = out_dir / f"{suite}.md", out_dir / f"{suite}.json"
+    notes = [f"wall clock: suite {run.total_elapsed_s:.1f} s, loading model and references {run.setup_elapsed_s:.1f} s"]
+    return Report(md.read_text(encoding="utf-8"), run.result.to_dict(), [md, js], notes, result=run)

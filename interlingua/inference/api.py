@@ -21,15 +21,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import warnings
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
 import torch
 
+from interlingua.config import ExperimentConfig, PreprocessConfig
+from interlingua.data.directions import Direction
 from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
 from interlingua.data.vocab import Vocab, source_prefix
 from interlingua.errors import InterlinguaError, LanguageError
@@ -44,7 +48,6 @@ from interlingua.runtime import Runtime, resolve_device, resolve_device_precisio
 
 log = logging.getLogger(__name__)
 
-Direction = tuple[str, str]
 DirectionKind = Literal["supervised", "zero-shot"]
 
 
@@ -104,6 +107,23 @@ class AttentionMaps:
     None for an encoder without self-attention (a BiLSTM)."""
 
 
+@dataclass(frozen=True)
+class Kinds:
+    """The registered kind in each slot of a model (the config's `type`s): what reports and the service
+    say a model is made of, and what decides which attention it can show."""
+
+    encoder: str
+    """e.g. bilstm, transformer."""
+    bridge: str
+    """e.g. attention, none, ntdv."""
+    decoder: str
+    """e.g. lstm, transformer."""
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"Model.{old} is deprecated: {new}", DeprecationWarning, stacklevel=3)
+
+
 def load(path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> "Model":
     """A checkpoint (a `.pt` file, or a model folder from `interlingua export folder` / `Model.save`, read
     without unpickling anything) ready to translate and embed on `device` ("auto" = CUDA when available, else
@@ -131,12 +151,11 @@ class Model:
     """A trained (or freshly initialised) translation model with its vocabularies, for inference."""
 
     def __init__(self, loaded: LoadedModel, precision: str = "fp32"):
-        self.loaded = loaded
-        self.model: TranslationModel = loaded.model.eval()
-        self.vocabs: dict[str, Vocab] = loaded.vocabs
-        self.pre = loaded.config.preprocess
-        self.runtime = Runtime(self.model.device, precision)
-        """Where and in which precision translation and sentence vectors run (weights stay fp32)."""
+        self._loaded = loaded
+        self._network: TranslationModel = loaded.model.eval()
+        self._vocabs: dict[str, Vocab] = loaded.vocabs
+        self._pre = loaded.config.preprocess
+        self._runtime = Runtime(self._network.device, precision)
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> "Model":
@@ -161,12 +180,13 @@ class Model:
         reads it back without unpickling anything, for the same translations and vectors. Written whole or
         not at all; `folder` must be new, empty or a previous export (which it replaces). Returns `folder`."""
         from interlingua.modules.model_folder import write_folder
-        return write_folder(self.loaded, folder)
+        return write_folder(self._loaded, folder)
 
     def untrained_like(self, seed: int = 0) -> "Model":
         """The same architecture, vocabularies and device with freshly initialised weights: the
         reference point that shows what training bought."""
-        fresh = load_model(self.loaded.payload_path, self.device) if self.loaded.payload_path else self.loaded
+        loaded = self._loaded
+        fresh = load_model(loaded.payload_path, self.device) if loaded.payload_path else loaded
         torch.manual_seed(seed)
         for module in fresh.model.modules():
             if module is not fresh.model and hasattr(module, "reset_parameters"):
@@ -174,26 +194,119 @@ class Model:
         if fresh.model.cfg.param_init:
             fresh.model.reset_uniform(fresh.model.cfg.param_init)
         # what the trained weights were (step, dev BLEU, the files beside them) does not describe these
-        return Model(dataclasses.replace(fresh, step=None, training=None, payload_path=None), self.runtime.precision)
+        return Model(dataclasses.replace(fresh, step=None, training=None, payload_path=None), self._runtime.precision)
 
     @property
     def device(self) -> torch.device:
-        return self.model.device
+        return self._network.device
+
+    @property
+    def runtime(self) -> Runtime:
+        """Where and in which precision translation and sentence vectors run (weights stay fp32)."""
+        return self._runtime
 
     @property
     def languages(self) -> Languages:
-        return Languages(tuple(self.model.encoder_langs), tuple(self.model.decoder_langs),
-                         tuple(tuple(d) for d in self.loaded.directions))
+        return Languages(tuple(self._network.encoder_langs), tuple(self._network.decoder_langs),
+                         tuple(tuple(d) for d in self._loaded.directions))
 
     @property
     def dim(self) -> int:
         """Size of a sentence vector (and of each head's vector)."""
-        return self.model.bridge.vector_dim
+        return self._network.bridge.vector_dim
 
     @property
     def heads(self) -> int | None:
         """k, the bridge's number of heads (None where the memory follows the sentence length)."""
-        return self.model.bridge.heads
+        return self._network.bridge.heads
+
+    # --- what the model is -------------------------------------------------------------------
+
+    @property
+    def kinds(self) -> Kinds:
+        """The encoder, bridge and decoder kinds it was built with."""
+        net = self._network
+        return Kinds(net.encoder_for(net.encoder_langs[0]).kind, net.bridge.kind,
+                     net.decoder_for(net.decoder_langs[0]).kind)
+
+    @property
+    def config(self) -> ExperimentConfig:
+        """The experiment config the model was trained with (its corpus, preprocessing, architecture), as
+        a copy: changing it changes nothing here."""
+        return self._loaded.config.model_copy(deep=True)
+
+    @property
+    def preprocess(self) -> PreprocessConfig:
+        """How text becomes subwords (normalisation, `max_len`), as a copy: what tokenising text the way
+        this model reads it needs (`interlingua.data.document_text.tokenize_documents`)."""
+        return self._pre.model_copy(deep=True)
+
+    @property
+    def vocabs(self) -> Mapping[str, Vocab]:
+        """Each language's subword vocabulary (one and the same object for every language of a shared model)."""
+        return MappingProxyType(self._vocabs)
+
+    @property
+    def step(self) -> int | None:
+        """The training step the weights were saved at; None where the file holds no training state (and
+        for `untrained_like`)."""
+        return self._loaded.step
+
+    @property
+    def path(self) -> Path | None:
+        """The checkpoint file or model folder the weights were read from; None for `untrained_like`."""
+        return self._loaded.payload_path
+
+    def check_source(self, lang: str) -> None:
+        """Raise `LanguageError` naming `lang` and the source languages where the model has no encoder
+        for it: the check every method that reads `lang` text makes first, for callers that want it
+        before any work (a service's request, an evaluation's language list)."""
+        self._network.encoder_for(lang)
+
+    def check_target(self, lang: str) -> None:
+        """Raise `LanguageError` naming `lang` and the target languages where the model has no decoder
+        for it (see `check_source`)."""
+        self._network.decoder_for(lang)
+
+    def max_source_length(self, lang: str) -> int | None:
+        """The most positions `lang`'s encoder reads, a shared model's language tag included (a learned
+        position table ends somewhere); None where it reads any length. Sentences are cut well below it
+        (`preprocess.max_len`); this bounds what longer inputs, whole documents, may keep."""
+        return self._network.encoder_for(lang).max_length
+
+    @property
+    def bridge_attention(self) -> bool:
+        """Whether the bridge attends over the source, so `attention`, `attentions` and `attention_maps`
+        have its weights A to show."""
+        return self._network.bridge.attention_available
+
+    def check_attention(self) -> None:
+        """Raise `InterlinguaError` where the model shows no attention at all: neither an attention
+        bridge nor an encoder with self-attention (a BiLSTM without a bridge)."""
+        if not self.bridge_attention and not self.self_attention_layers:
+            kinds = self.kinds
+            raise InterlinguaError(f"this model shows no attention: its bridge ({kinds.bridge}) does not attend "
+                                   f"over the source and its encoder ({kinds.encoder}) has no self-attention")
+
+    # --- deprecated names of the inside ------------------------------------------------------
+
+    @property
+    def model(self) -> TranslationModel:
+        """Deprecated: the network inside, which the public methods above replace."""
+        _deprecated("model", "use the Model's own methods (kinds, check_source, check_target, ...)")
+        return self._network
+
+    @property
+    def loaded(self) -> LoadedModel:
+        """Deprecated: the checkpoint as read; `config`, `step`, `path` and `languages` say what it holds."""
+        _deprecated("loaded", "use Model.config, Model.step, Model.path or Model.languages")
+        return self._loaded
+
+    @property
+    def pre(self) -> PreprocessConfig:
+        """Deprecated name of `preprocess` (this one is the model's own object, not a copy)."""
+        _deprecated("pre", "use Model.preprocess")
+        return self._pre
 
     # --- translation -------------------------------------------------------------------------
 
@@ -231,7 +344,7 @@ class Model:
     def target_in_source(self) -> bool:
         """Whether the encoder reads the target language (a shared model with `model.tag_position:
         source_prefix` puts its <2xx> tag before the source): then a representation serves one target."""
-        return self.model.cfg.shared and self.model.cfg.tag_position == "source_prefix"
+        return self._network.cfg.shared and self._network.cfg.tag_position == "source_prefix"
 
     @torch.inference_mode()
     def represent(self, texts: Sequence[str], lang: str, batch_size: int = 64, *,
@@ -246,17 +359,17 @@ class Model:
         `generate`)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self.model.encoder_for(lang)
+        self.check_source(lang)
         if tgt is not None:
-            self.model.decoder_for(tgt)
+            self.check_target(tgt)
         elif self.target_in_source:
             raise LanguageError("this model puts the target language's tag before the source (model.tag_position: "
                                 "source_prefix), so what it encodes depends on the target: give represent(..., "
                                 "tgt=...)")
-        seqs = tokenize_inputs(texts, self.vocabs[lang], self.pre, empty_output="their representation and "
+        seqs = tokenize_inputs(texts, self._vocabs[lang], self._pre, empty_output="their representation and "
                                                                                 "translation are empty")
-        with self.runtime.autocast():
-            return represent_ids(self.model, self.vocabs, seqs, lang, tgt if self.target_in_source else None,
+        with self._runtime.autocast():
+            return represent_ids(self._network, self._vocabs, seqs, lang, tgt if self.target_in_source else None,
                                  batch_size)
 
     @torch.inference_mode()
@@ -268,15 +381,15 @@ class Model:
         byte for byte, where `batch_size` is the one `represent` ran with. A representation of a
         `target_in_source` model made for another target raises `TargetMismatchError`."""
         _check_search(beam, length_penalty, max_len, batch_size, beam_stop)
-        self.model.decoder_for(tgt)
-        with self.runtime.autocast():
-            return generate_text(self.model, self.vocabs, representation, tgt, batch_size=batch_size, beam=beam,
-                                 length_penalty=length_penalty, max_len=max_len, max_len_cap=4 * self.pre.max_len,
+        self.check_target(tgt)
+        with self._runtime.autocast():
+            return generate_text(self._network, self._vocabs, representation, tgt, batch_size=batch_size, beam=beam,
+                                 length_penalty=length_penalty, max_len=max_len, max_len_cap=4 * self._pre.max_len,
                                  beam_stop=beam_stop, progress=progress)
 
     def _check(self, src: str, tgt: str) -> None:
-        self.model.encoder_for(src)
-        self.model.decoder_for(tgt)
+        self.check_source(src)
+        self.check_target(tgt)
 
     # --- sentence vectors and attention ---------------------------------------------------------
 
@@ -293,11 +406,11 @@ class Model:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if pooling not in ("mean", "heads"):
             raise InterlinguaError(f"unknown pooling '{pooling}' (use 'mean' or 'heads')")
-        bridge = self.model.bridge
+        bridge = self._network.bridge
         if pooling == "heads" and bridge.heads is None:
             raise InterlinguaError(f"pooling='heads' needs an attention-bridge model; this one has bridge: {bridge.kind}")
-        self.model.encoder_for(lang)
-        seqs = tokenize_inputs(texts, self.vocabs[lang], self.pre, empty_output="their vectors are zeros")
+        self.check_source(lang)
+        seqs = tokenize_inputs(texts, self._vocabs[lang], self._pre, empty_output="their vectors are zeros")
         return self.encode_ids(seqs, lang, batch_size, pooling)
 
     @torch.inference_mode()
@@ -306,10 +419,10 @@ class Model:
         """`encode` for texts already turned into subword ids (no language tag; any length the
         encoder takes): documents, sentences cut at another length. Empty sequences get zeros.
         `max_tokens` caps a batch's padded size (long documents go in smaller batches)."""
-        bridge = self.model.bridge
+        bridge = self._network.bridge
         shape = (len(seqs), bridge.heads, self.dim) if pooling == "heads" else (len(seqs), self.dim)
         out = np.zeros(shape, dtype=np.float32)
-        with self.runtime.autocast():
+        with self._runtime.autocast():
             for idx, _, bridged in self._bridged(list(seqs), lang, batch_size, max_tokens):
                 vecs = bridge.head_vectors(bridged) if pooling == "heads" else bridge.pooled(bridged)
                 out[idx] = vecs.float().cpu().numpy()
@@ -320,8 +433,8 @@ class Model:
     def token_ids(self, texts: Sequence[str], lang: str) -> list[np.ndarray]:
         """The subword ids each text becomes (normalised and truncated as in training), without the
         language tag a shared model prepends: the tokens whose states `encoder_layers` returns."""
-        self.model.encoder_for(lang)
-        return tokenize_inputs(texts, self.vocabs[lang], self.pre, empty_output="they have no token states")
+        self.check_source(lang)
+        return tokenize_inputs(texts, self._vocabs[lang], self._pre, empty_output="they have no token states")
 
     @torch.inference_mode()
     def encoder_layers(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
@@ -332,9 +445,9 @@ class Model:
         changes no linear probe, correlation or cosine. An empty text gets (layers + 1, 0, d)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        encoder = self.model.encoder_for(lang)
+        encoder = self._network.encoder_for(lang)
         seqs = self.token_ids(texts, lang)
-        prefix = source_prefix(self.vocabs[lang], lang, self.model.cfg.shared, self.model.cfg.tag_position)
+        prefix = self._source_prefix(lang)
         skip = 0 if prefix is None else 1
         out: list[np.ndarray | None] = [None] * len(seqs)
         device = self.device
@@ -377,7 +490,7 @@ class Model:
     @property
     def self_attention_layers(self) -> int:
         """Encoder layers whose self-attention `attention_maps` shows (0 for a BiLSTM encoder)."""
-        return self.model.encoder_for(self.languages.sources[0]).self_attention_layers
+        return self._network.encoder_for(self.languages.sources[0]).self_attention_layers
 
     def attention_maps(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[AttentionMaps]:
         """Everything attention shows of each text, in order: the bridge's heads over its tokens (the
@@ -386,13 +499,10 @@ class Model:
         A model with neither (a BiLSTM without a bridge) raises `InterlinguaError`."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        bridge, layers = self.model.bridge.attention_available, self.self_attention_layers
-        if not bridge and not layers:
-            raise InterlinguaError(f"this model shows no attention: its bridge ({self.model.bridge.kind}) does not "
-                                   f"attend over the source and its encoder "
-                                   f"({self.model.encoder_for(lang).kind}) has no self-attention")
-        self.model.encoder_for(lang)
-        seqs = tokenize_inputs(texts, self.vocabs[lang], self.pre, empty_output="they have no attention")
+        self.check_source(lang)
+        self.check_attention()
+        bridge, layers = self.bridge_attention, self.self_attention_layers
+        seqs = tokenize_inputs(texts, self._vocabs[lang], self._pre, empty_output="they have no attention")
         heads = self._attentions(seqs, lang, batch_size) if bridge else [None] * len(seqs)
         selfs = self._self_attentions(seqs, lang, batch_size) if layers else [None] * len(seqs)
         return [AttentionMaps(self._column_pieces(seq, lang) if len(seq) else [], a, s)
@@ -401,16 +511,16 @@ class Model:
     def _column_pieces(self, seq: np.ndarray, lang: str) -> list[str]:
         """The piece of every position the encoder reads for `seq`: the source prefix (a shared model's
         <2xx> tag, as `_bridged` adds it) and then the sentence's subwords."""
-        vocab = self.vocabs[lang]
-        prefix = source_prefix(vocab, lang, self.model.cfg.shared, self.model.cfg.tag_position)
+        vocab = self._vocabs[lang]
+        prefix = self._source_prefix(lang)
         ids = ([] if prefix is None else [prefix]) + [int(i) for i in seq]
         return [vocab.id_to_piece(i) for i in ids]
 
     @torch.inference_mode()
     def _self_attentions(self, seqs: list[np.ndarray], lang: str, batch_size: int) -> list[np.ndarray]:
         """(layers, heads, n_i, n_i) per sequence, n_i counting the source prefix; empty: (layers, heads, 0, 0)."""
-        encoder = self.model.encoder_for(lang)
-        prefix = source_prefix(self.vocabs[lang], lang, self.model.cfg.shared, self.model.cfg.tag_position)
+        encoder = self._network.encoder_for(lang)
+        prefix = self._source_prefix(lang)
         device = self.device
         out: list[np.ndarray | None] = [None] * len(seqs)
         for idx, ids, lengths in length_sorted_batches(seqs, batch_size, prefix):
@@ -427,10 +537,10 @@ class Model:
         return out  # type: ignore[return-value]
 
     def _tokenize_for_attention(self, texts: Sequence[str], lang: str) -> list[np.ndarray]:
-        if not self.model.bridge.attention_available:
-            raise InterlinguaError(f"this model has no attention bridge (bridge: {self.model.bridge.kind})")
-        self.model.encoder_for(lang)
-        return tokenize_inputs(texts, self.vocabs[lang], self.pre)
+        if not self.bridge_attention:
+            raise InterlinguaError(f"this model has no attention bridge (bridge: {self._network.bridge.kind})")
+        self.check_source(lang)
+        return tokenize_inputs(texts, self._vocabs[lang], self._pre)
 
     @torch.inference_mode()
     def _attentions(self, seqs: list[np.ndarray], lang: str, batch_size: int) -> list[np.ndarray]:
@@ -441,11 +551,16 @@ class Model:
                 out[i] = att[row, :, : int(lengths[row])]
         return out
 
+    def _source_prefix(self, lang: str) -> int | None:
+        """The id put before `lang` text as a `lang` -> `lang` translation's source (a shared model's <2xx>
+        tag), or None."""
+        return source_prefix(self._vocabs[lang], lang, self._network.cfg.shared, self._network.cfg.tag_position)
+
     def _bridged(self, seqs: list[np.ndarray], lang: str, batch_size: int, max_tokens: int | None = None
                  ) -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
         """(indices, lengths, encoder + bridge output) per length-sorted batch of the non-empty
         sequences, each source prefixed as a `lang` -> `lang` translation's would be."""
-        prefix = source_prefix(self.vocabs[lang], lang, self.model.cfg.shared, self.model.cfg.tag_position)
+        prefix = self._source_prefix(lang)
         device = self.device
         for idx, ids, lengths in length_sorted_batches(seqs, batch_size, prefix, max_tokens):
-            yield idx, lengths, self.model.run_encoder(ids.to(device), lengths.to(device), lang)
+            yield idx, lengths, self._network.run_encoder(ids.to(device), lengths.to(device), lang)

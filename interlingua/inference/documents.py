@@ -21,8 +21,8 @@ from typing import Literal
 
 import numpy as np
 
-from interlingua.data.documents import (DOCUMENT_TOKENS, SENTENCE_TOKENS, name_items, split_sentences,
-                                        tokenize_documents)
+from interlingua.data.document_text import (DOCUMENT_TOKENS, SENTENCE_TOKENS, name_items, split_sentences,
+                                            tokenize_documents)
 from interlingua.data.inputs import check_input_texts
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Model
@@ -73,12 +73,12 @@ def embed_documents(model: Model, docs: Sequence[str], lang: str, unit: Unit = "
         raise InterlinguaError(f"unknown document unit '{unit}' (use 'document' or 'sentences')")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    model.model.encoder_for(lang)
+    model.check_source(lang)
     if other is not None:
         if other == lang:
             raise InterlinguaError(f"the other side must be another language than the documents' ('{lang}')")
-        model._check(lang, other)
-        model.model.encoder_for(other)
+        model.check_target(other)  # translated into `other` ...
+        model.check_source(other)  # ... and embedded by its encoder
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     own = _vectors(model, [split_sentences(d, lang) for d in docs] if unit == "sentences" else list(docs),
@@ -107,8 +107,8 @@ def embed_documents(model: Model, docs: Sequence[str], lang: str, unit: Unit = "
 
 def _vectors(model: Model, docs: Sequence[str] | Sequence[Sequence[str]], lang: str, unit: Unit,
              batch_size: int) -> np.ndarray:
-    vocab, pre = model.vocabs[lang], model.pre
-    readable = model.model.encoder_for(lang).max_length  # a learned position table ends somewhere
+    vocab, pre = model.vocabs[lang], model.preprocess
+    readable = model.max_source_length(lang)
     limit = (lambda n: n) if readable is None else (lambda n: min(n, readable - 1))
     if unit == "document":
         seqs = tokenize_documents(docs, vocab, pre, limit(DOCUMENT_TOKENS))  # type: ignore[arg-type]

@@ -8,14 +8,18 @@ with the penalty ||A A^T - I||_F^2 that pushes heads toward different parts of t
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+from pydantic import Field
 from torch import nn
 
-from interlingua.config import AttentionBridgeConfig, NoBridgeConfig
+from interlingua.config import KindConfig
 from interlingua.modules.base import Bridge, BridgeOutput
 from interlingua.modules.registry import BRIDGES
 
-__all__ = ["AttentionBridge", "BridgeOutput", "NoBridge", "orthogonality_penalty"]
+__all__ = ["AttentionBridge", "AttentionBridgeConfig", "BridgeOutput", "NoBridge", "NoBridgeConfig",
+           "orthogonality_penalty"]
 
 
 def orthogonality_penalty(attention: torch.Tensor) -> torch.Tensor:
@@ -25,7 +29,15 @@ def orthogonality_penalty(attention: torch.Tensor) -> torch.Tensor:
     return ((gram - eye) ** 2).sum(dim=(1, 2))
 
 
-@BRIDGES.register("attention")
+class AttentionBridgeConfig(KindConfig):
+    type: Literal["attention"] = "attention"
+    heads: int = Field(10, ge=1, le=1024)
+    """k, the number of attention heads (columns of M)."""
+    hidden: int = Field(1024, ge=1)
+    """d_w, the inner size of the bridge's two-layer scorer."""
+
+
+@BRIDGES.register("attention", config=AttentionBridgeConfig)
 class AttentionBridge(Bridge):
     """Shared inner-attention layer with k heads and scorer size d_w."""
 
@@ -52,7 +64,15 @@ class AttentionBridge(Bridge):
         return BridgeOutput(memory, memory_mask, attention, orthogonality_penalty(attention))
 
 
-@BRIDGES.register("none")
+class NoBridgeConfig(KindConfig):
+    type: Literal["none"] = "none"
+    heads: int = Field(10, ge=1, le=1024)
+    """Unused: kept so that `type` alone switches a config between `attention` and `none`."""
+    hidden: int = Field(1024, ge=1)
+    """Unused, as `heads`."""
+
+
+@BRIDGES.register("none", config=NoBridgeConfig)
 class NoBridge(Bridge):
     """Pass the encoder states through: the decoder attends to every source token."""
 

@@ -3,12 +3,18 @@
 One file is enough to translate or embed. Writing goes to a temporary file in the same
 folder, is flushed to disk, then renamed over the old file, so a kill mid-write never
 destroys the previous checkpoint.
+
+`Checkpoint` and `TrainingState` are the file's content, typed; this module alone knows how they
+are laid out on disk (a dict `torch.load(weights_only=True)` reads), so every other module reads
+fields, not keys. The training state's history was stored as a JSON string before it was stored
+as a list; both read alike.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,29 +40,182 @@ def save_atomic(obj: dict[str, Any], path: str | Path) -> None:
         torch.save(obj, f)
 
 
+@dataclass
+class TrainingState:
+    """Everything a run needs to go on exactly where it stopped (`train --resume`), and what a model
+    card reports of the weights' training. The optimizer, schedules, batch positions and RNG are
+    the state dicts of their own objects, stored as they give them."""
+
+    step: int = 0
+    max_steps: int | None = None
+    """The step the run stops at (with `train.epochs`, worked out by the run itself)."""
+    elapsed: float = 0.0
+    """Seconds of training (steps only: validations and saves are not counted)."""
+    best_bleu: float | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """The validation records so far, oldest first (as in metrics.jsonl)."""
+    optimizer: dict[str, Any] | None = None
+    scheduler: dict[str, Any] | None = None
+    """The direction scheduler's position."""
+    lr_scheduler: dict[str, Any] | None = None
+    """None in checkpoints written before the learning-rate schedule existed (a constant lr)."""
+    batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per direction ("src-tgt"), the position of its batch plan."""
+    torch_rng: Any = None
+    grad_scaler: dict[str, Any] | None = None
+    log_window: dict[str, Any] = field(default_factory=dict)
+    """The running sums of the log line not yet written."""
+    init: str | None = None
+    """The checkpoint a fine-tuning run started from (`train --init`); None for a run from scratch."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "max_steps": self.max_steps,
+            "elapsed": self.elapsed,
+            "best_bleu": self.best_bleu,
+            "optimizer": self.optimizer,
+            "scheduler": self.scheduler,
+            **({"lr_scheduler": self.lr_scheduler} if self.lr_scheduler is not None else {}),
+            "batches": self.batches,
+            "torch_rng": self.torch_rng,
+            "grad_scaler": self.grad_scaler,
+            "history": self.history,
+            "log_window": self.log_window,
+            **({"init": self.init} if self.init else {}),
+        }
+
+    @classmethod
+    def from_payload(cls, stored: dict[str, Any], path: str | Path) -> TrainingState:
+        """The training state as stored; missing entries read as their defaults (whether they are enough
+        to resume from is for the run to find when it loads them)."""
+        history = stored.get("history") or []
+        if isinstance(history, str):  # written before the history was stored as a list
+            try:
+                history = json.loads(history)
+            except ValueError:
+                raise CheckpointError(f"{path}: its training history is not readable (corrupt checkpoint?)") from None
+        if not isinstance(history, list):
+            raise CheckpointError(f"{path}: its training history is not a list (corrupt checkpoint?)")
+        return cls(step=stored.get("step", 0), max_steps=stored.get("max_steps"), elapsed=stored.get("elapsed", 0.0),
+                   best_bleu=stored.get("best_bleu"), history=history, optimizer=stored.get("optimizer"),
+                   scheduler=stored.get("scheduler"), lr_scheduler=stored.get("lr_scheduler"),
+                   batches=stored.get("batches") or {}, torch_rng=stored.get("torch_rng"),
+                   grad_scaler=stored.get("grad_scaler"), log_window=dict(stored.get("log_window") or {}),
+                   init=stored.get("init") or None)
+
+    @property
+    def validated(self) -> bool:
+        """Whether the validation owed at this step is done (its record is the history's last)."""
+        return bool(self.history) and self.history[-1].get("step") == self.step
+
+    def summary(self) -> dict[str, Any]:
+        """The small, plain-JSON part that describes the weights (for model cards): the step, the steps
+        planned, the training time, the best dev mean BLEU so far and the dev validation recorded at
+        this very step (None where the history has none). Non-finite numbers become None, so the
+        result is valid JSON."""
+        dev = next((r for r in reversed(self.history) if isinstance(r, dict) and r.get("type", "valid") == "valid"
+                    and r.get("step") == self.step), None)
+        return finite_json({"step": self.step, "max_steps": self.max_steps, "elapsed_s": self.elapsed,
+                            "best_dev_bleu": self.best_bleu, "dev": dev, "init": self.init})
+
+
+@dataclass
+class Checkpoint:
+    """One checkpoint file: what rebuilds the model (config, vocabularies, languages, weights), the
+    directions it was trained on, and for a training run's files its `TrainingState`."""
+
+    config: dict[str, Any]
+    """The config as stored (plain JSON); `experiment_config()` parses it into today's shape."""
+    vocab_protos: dict[str, bytes]
+    """Per language, its sentencepiece model (languages that share one share the bytes)."""
+    encoder_langs: list[str]
+    decoder_langs: list[str]
+    directions: list[tuple[str, str]]
+    weights: dict[str, torch.Tensor]
+    vocab_offsets: dict[str, int] | None = None
+    """Per language, the offset of its ids where a language was added (`interlingua extend`)."""
+    training: TrainingState | None = None
+    extended: list[dict[str, Any]] | None = None
+    """The languages `interlingua extend` added, oldest first: {"lang", "from", "vocab_size", "noise", "seed"}."""
+    averaged_from: list[str] | None = None
+    """The checkpoints whose weights these are the mean of (`interlingua average`)."""
+    path: Path | None = field(default=None, compare=False)
+    """The file it was read from (for messages); None for one built in memory."""
+
+    @classmethod
+    def of(cls, cfg: ExperimentConfig, model: TranslationModel, vocabs: dict[str, Vocab],
+           directions: list[tuple[str, str]], training: TrainingState | None = None) -> Checkpoint:
+        """The checkpoint of a model in use: its weights as they are now (not copied)."""
+        return cls(config=cfg.model_dump(mode="json"), vocab_protos={lang: v.proto for lang, v in vocabs.items()},
+                   encoder_langs=model.encoder_langs, decoder_langs=model.decoder_langs,
+                   directions=[(s, t) for s, t in directions], weights=model.state_dict(),
+                   vocab_offsets=vocab_offsets(vocabs) or None, training=training)
+
+    @classmethod
+    def read(cls, path: str | Path) -> Checkpoint:
+        return cls.from_payload(read_checkpoint(path), path)
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any], path: str | Path) -> Checkpoint:
+        try:
+            training = payload.get("training")
+            return cls(config=payload["config"], vocab_protos=payload["vocabs"],
+                       encoder_langs=list(payload["encoder_langs"]), decoder_langs=list(payload["decoder_langs"]),
+                       directions=[(s, t) for s, t in payload["directions"]], weights=payload["model"],
+                       vocab_offsets=payload.get("vocab_offsets") or None,
+                       training=TrainingState.from_payload(training, path) if isinstance(training, dict) else None,
+                       extended=payload.get("extended"), averaged_from=payload.get("averaged_from"), path=Path(path))
+        except (KeyError, TypeError, ValueError) as err:
+            detail = " ".join(str(err).split())[:300]
+            raise CheckpointError(f"{path} is incomplete (corrupt checkpoint?): missing or malformed "
+                                  f"{detail}") from None
+
+    def metadata(self) -> dict[str, Any]:
+        """The file's entries but the weights and the training state, as stored (plain data)."""
+        payload = self.to_payload()
+        payload.pop("model")
+        payload.pop("training", None)
+        return payload
+
+    def to_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION if self.vocab_offsets else PLAIN_VERSION,
+            "config": self.config,
+            "vocabs": self.vocab_protos,
+            "encoder_langs": self.encoder_langs,
+            "decoder_langs": self.decoder_langs,
+            "directions": [list(d) for d in self.directions],
+            "model": self.weights,
+        }
+        if self.vocab_offsets:
+            payload["vocab_offsets"] = self.vocab_offsets
+        if self.training is not None:
+            payload["training"] = self.training.to_payload()
+        if self.extended is not None:
+            payload["extended"] = self.extended
+        if self.averaged_from is not None:
+            payload["averaged_from"] = self.averaged_from
+        return payload
+
+    def save(self, path: str | Path) -> None:
+        save_atomic(self.to_payload(), path)
+
+    def experiment_config(self) -> ExperimentConfig:
+        """The config it was written with, in today's shape: checkpoints written before the model's
+        slots had kinds lack `model.decoder.type` (and read as the default kinds)."""
+        return parse_config(self.config, source=f"stored in {self.path}")
+
+    def load_vocabs(self) -> dict[str, Vocab]:
+        """The vocabularies (with their offsets where a language was added)."""
+        return vocabs_from_protos(self.vocab_protos, self.vocab_offsets)
+
+
 def build_payload(cfg: ExperimentConfig, model: TranslationModel, vocabs: dict[str, Vocab],
-                  directions: list[tuple[str, str]], training_state: dict[str, Any] | None = None) -> dict[str, Any]:
-    offsets = vocab_offsets(vocabs)
-    payload: dict[str, Any] = {
-        "format": FORMAT,
-        "version": VERSION if offsets else PLAIN_VERSION,
-        "config": cfg.model_dump(mode="json"),
-        "vocabs": {lang: v.proto for lang, v in vocabs.items()},
-        "encoder_langs": model.encoder_langs,
-        "decoder_langs": model.decoder_langs,
-        "directions": [list(d) for d in directions],
-        "model": model.state_dict(),
-    }
-    if offsets:
-        payload["vocab_offsets"] = offsets
-    if training_state is not None:
-        payload["training"] = training_state
-    return payload
-
-
-def checkpoint_vocabs(payload: dict[str, Any]) -> dict[str, Vocab]:
-    """The vocabularies stored in a checkpoint's payload (with their offsets where a language was added)."""
-    return vocabs_from_protos(payload["vocabs"], payload.get("vocab_offsets"))
+                  directions: list[tuple[str, str]], training: TrainingState | None = None) -> dict[str, Any]:
+    """The file content of `Checkpoint.of(...)` (for tools and tests that write files by hand)."""
+    return Checkpoint.of(cfg, model, vocabs, directions, training).to_payload()
 
 
 def restrict_to_vocabs(model: TranslationModel, vocabs: dict[str, Vocab]) -> None:
@@ -66,6 +225,8 @@ def restrict_to_vocabs(model: TranslationModel, vocabs: dict[str, Vocab]) -> Non
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The file's content as stored, checked to be a checkpoint this version reads (a plain dict, for
+    tools that rewrite files; everything else reads `Checkpoint.read`)."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"{path} is a folder: this needs a .pt checkpoint (a model folder written by "
@@ -92,17 +253,11 @@ def check_format_version(version: object, newest: int, kind: str, path: str | Pa
                               f"to {newest}): upgrade interlingua to load it")
 
 
-def stored_config(payload: dict[str, Any], path: str | Path) -> ExperimentConfig:
-    """The config a checkpoint was written with, in today's shape: checkpoints written before the
-    model's slots had kinds lack `model.decoder.type` (and read as the default kinds)."""
-    return parse_config(payload["config"], source=f"stored in {path}")
-
-
 @dataclass
 class LoadedModel:
     """A checkpoint rebuilt for use: the model (eval mode), its vocabularies and config, the trained
     directions and the payload's small metadata; the optimizer and the rest of the training state are
-    not kept (`step` and the `training_summary` a model card reports are all that is read from it).
+    not kept (`step` and the `TrainingState.summary` a model card reports are all that is read from it).
     A model folder loads into the same (`payload`: its config.json, `payload_path`: the folder)."""
 
     model: TranslationModel
@@ -115,26 +270,7 @@ class LoadedModel:
     step: int | None = None
     """The training step the checkpoint was written at (None where it holds no training state)."""
     training: dict[str, Any] | None = None
-    """What a model card reports of the training state (`training_summary`), plain JSON; None without one."""
-
-
-def training_summary(training: Any) -> dict[str, Any] | None:
-    """The small, plain-JSON part of a training state that describes the weights (for model cards):
-    the step, the steps planned, the training time, the best dev mean BLEU so far and the dev
-    validation recorded at this very step (None where the history has none). Non-finite numbers
-    become None, so the result is valid JSON."""
-    if not isinstance(training, dict):
-        return None
-    step = training.get("step")
-    try:
-        history = json.loads(training.get("history") or "[]")
-    except (TypeError, ValueError):
-        history = []
-    dev = next((r for r in reversed(history) if isinstance(r, dict) and r.get("type", "valid") == "valid"
-                and r.get("step") == step), None) if isinstance(history, list) else None
-    summary = {"step": step, "max_steps": training.get("max_steps"), "elapsed_s": training.get("elapsed"),
-               "best_dev_bleu": training.get("best_bleu"), "dev": dev, "init": training.get("init")}
-    return finite_json(summary)
+    """What a model card reports of the training state (`TrainingState.summary`), plain JSON; None without one."""
 
 
 def finite_json(value: Any) -> Any:
@@ -152,77 +288,84 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedMo
     """Rebuild the model and vocabularies of a checkpoint, in eval mode, on `device`.
 
     The training state (optimizer moments, RNG, counters) is dropped as soon as the file is read (but
-    for its `training_summary`), and the payload's weights once they are in the model, so that a loaded
+    for its `summary`), and the checkpoint's weights once they are in the model, so that a loaded
     model holds its weights once. A folder is a model folder (`interlingua.modules.model_folder`),
     read without unpickling anything."""
     if Path(path).is_dir():
         from interlingua.modules.model_folder import load_folder  # it builds on this module
         return load_folder(path, device)
-    payload = read_checkpoint(path)
-    training = payload.pop("training", None)
-    step = training.get("step") if isinstance(training, dict) else None
-    summary = training_summary(training)
-    del training
+    ckpt = Checkpoint.read(path)
+    step = ckpt.training.step if ckpt.training is not None else None
+    summary = ckpt.training.summary() if ckpt.training is not None else None
+    ckpt.training = None
     try:
-        cfg = stored_config(payload, path)
-        vocabs = checkpoint_vocabs(payload)
+        cfg = ckpt.experiment_config()
+        vocabs = ckpt.load_vocabs()
         model = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
-                                 payload["encoder_langs"], payload["decoder_langs"])
-        model.load_state_dict(payload.pop("model"))
+                                 ckpt.encoder_langs, ckpt.decoder_langs)
+        model.load_state_dict(ckpt.weights)
+        ckpt.weights = {}
         restrict_to_vocabs(model, vocabs)
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
     model.to(device).eval()
-    return LoadedModel(model, vocabs, cfg, [tuple(d) for d in payload["directions"]], payload, Path(path),
+    return LoadedModel(model, vocabs, cfg, list(ckpt.directions), ckpt.metadata(), Path(path),
                        int(step) if isinstance(step, int) else None, summary)
 
 
-_SAME_RUN = ("format", "version", "vocabs", "vocab_offsets", "encoder_langs", "decoder_langs", "directions")
 _SAME_CONFIG = ("model", "directions", "preprocess")
 
 
-def average_checkpoints(paths: list[str | Path], out: str | Path) -> Path:
+def _run_identity(ckpt: Checkpoint) -> dict[str, Any]:
+    """What checkpoints of one run share, by their names in the file."""
+    return {"vocabs": ckpt.vocab_protos, "vocab_offsets": ckpt.vocab_offsets, "encoder_langs": ckpt.encoder_langs,
+            "decoder_langs": ckpt.decoder_langs, "directions": ckpt.directions}
+
+
+def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
     """Average the weights of checkpoints of one run (same model, directions, preprocessing and
     vocabularies) into a translation-only checkpoint at `out` (no training state); returns `out`.
 
     Floating-point tensors are averaged in float64 and stored in their own dtype; tensors that
     share storage in the first checkpoint (tied embeddings) share it in the average too."""
-    paths = [Path(p) for p in paths]
-    if not paths:
+    files = [Path(p) for p in paths]
+    if not files:
         raise CheckpointError("average needs at least one checkpoint")
-    first = read_checkpoint(paths[0])
-    first.pop("training", None)
-    cfg = stored_config(first, paths[0]).model_dump(mode="json")
-    ref = first.pop("model")
+    first = Checkpoint.read(files[0])
+    first.training = None
+    cfg = first.experiment_config().model_dump(mode="json")
+    same = _run_identity(first)
+    ref = first.weights
     sums: dict[str, torch.Tensor] = {k: v.double() if v.is_floating_point() else v for k, v in ref.items()}
-    for path in paths[1:]:
-        payload = read_checkpoint(path)
-        other = stored_config(payload, path).model_dump(mode="json")
+    for path in files[1:]:
+        ckpt = Checkpoint.read(path)
+        other = ckpt.experiment_config().model_dump(mode="json")
         differs = ([f"config section '{s}'" for s in _SAME_CONFIG if other[s] != cfg[s]]
-                   + [f"'{k}'" for k in _SAME_RUN if payload.get(k) != first.get(k)])
-        weights = payload["model"]
+                   + [f"'{k}'" for k, v in _run_identity(ckpt).items() if v != same[k]])
+        weights = ckpt.weights
         if not differs and weights.keys() != ref.keys():
             differs = ["the weights' names"]
         if not differs:
             differs = [f"the shape of '{k}'" for k, v in weights.items() if v.shape != ref[k].shape][:1]
         if differs:
-            raise CheckpointError(f"cannot average {path} with {paths[0]}: {differs[0]} differs "
+            raise CheckpointError(f"cannot average {path} with {files[0]}: {differs[0]} differs "
                                   f"(only checkpoints of the same run can be averaged)")
         for k, v in weights.items():
             if v.is_floating_point():
                 sums[k] += v.double()
-        del payload, weights
+        del ckpt, weights
     averaged: dict[str, torch.Tensor] = {}
-    shared: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
+    shared: dict[tuple[Any, ...], torch.Tensor] = {}
     for k, v in ref.items():
         if not v.is_floating_point():
             averaged[k] = v
             continue
         key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), tuple(v.stride()))
         if key not in shared:
-            shared[key] = (sums[k] / len(paths)).to(v.dtype)
+            shared[key] = (sums[k] / len(files)).to(v.dtype)
         averaged[k] = shared[key]
+    first.weights, first.averaged_from = averaged, [str(p) for p in files]
     out = Path(out)
-    save_atomic({**first, "model": averaged, "averaged_from": [str(p) for p in paths]}, out)
+    first.save(out)
     return out

@@ -8,11 +8,13 @@ the previous attentional state joins each input and steps run one at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
+from pydantic import Field
 from torch import nn
 
-from interlingua.config import LSTMDecoderConfig
+from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.modules.base import Decoder, masked_mean
 from interlingua.modules.registry import DECODERS
@@ -41,7 +43,15 @@ class DecoderState:
         )
 
 
-@DECODERS.register("lstm")
+class LSTMDecoderConfig(KindConfig):
+    type: Literal["lstm"] = "lstm"
+    layers: int = Field(2, ge=1, le=16)
+    hidden: int = Field(512, ge=2)
+    input_feed: bool = False
+    """Luong input feeding: slower on CPU (one step at a time in training)."""
+
+
+@DECODERS.register("lstm", config=LSTMDecoderConfig)
 class LSTMDecoder(Decoder):
     def __init__(self, vocab_size: int, embed_dim: int, hidden: int, layers: int, memory_dim: int,
                  dropout: float, input_feed: bool):

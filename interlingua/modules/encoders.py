@@ -1,10 +1,13 @@
 """Language-specific encoders: token ids -> states H (batch, src_len, d_h) and a padding mask (kinds: `bilstm`)."""
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+from pydantic import Field, field_validator
 from torch import nn
 
-from interlingua.config import BiLSTMEncoderConfig
+from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.modules.base import Encoder
 from interlingua.modules.registry import ENCODERS
@@ -23,7 +26,21 @@ def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.gather(1, idx.unsqueeze(-1).expand_as(x))
 
 
-@ENCODERS.register("bilstm")
+class BiLSTMEncoderConfig(KindConfig):
+    type: Literal["bilstm"] = "bilstm"
+    layers: int = Field(2, ge=1, le=16)
+    hidden: int = Field(512, ge=2)
+    """Output size d_h (split in two for the two directions)."""
+
+    @field_validator("hidden")
+    @classmethod
+    def _even(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError("must be even: a bidirectional encoder splits it between two directions")
+        return v
+
+
+@ENCODERS.register("bilstm", config=BiLSTMEncoderConfig)
 class BiLSTMEncoder(Encoder):
     """Stacked bidirectional LSTM (the papers: 2 layers, d_h = 512, 256 per direction).
 

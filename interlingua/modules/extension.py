@@ -28,7 +28,7 @@ import torch
 from interlingua.data.prepare import language_training_text
 from interlingua.data.vocab import EOS, Vocab, language_tag, link_tags
 from interlingua.errors import CheckpointError, ConfigError, LanguageError
-from interlingua.modules.checkpoint import build_payload, load_model, restrict_to_vocabs, save_atomic
+from interlingua.modules.checkpoint import Checkpoint, load_model, restrict_to_vocabs
 from interlingua.modules.model import TranslationModel
 
 DEFAULT_VOCAB_SIZE = 4000
@@ -108,9 +108,9 @@ def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: s
                              [*loaded.model.encoder_langs, lang], [*loaded.model.decoder_langs, lang])
     grown = grow_rows(loaded.model, model, old_size, noise, seed)
     restrict_to_vocabs(model, vocabs)
-    payload = build_payload(cfg, model, vocabs, loaded.directions)
-    payload["extended"] = [*loaded.payload.get("extended", []),
-                           {"lang": lang, "from": str(path), "vocab_size": vocab_size, "noise": noise, "seed": seed}]
+    extended = Checkpoint.of(cfg, model, vocabs, loaded.directions)
+    extended.extended = [*loaded.payload.get("extended", []),
+                         {"lang": lang, "from": str(path), "vocab_size": vocab_size, "noise": noise, "seed": seed}]
     out = Path(out)
-    save_atomic(payload, out)
+    extended.save(out)
     return Extension(out, lang, old_size, len(vocabs[lang]), grown)

@@ -20,19 +20,33 @@ penalty on the heads: the kind's penalty is zero whatever `train.penalty_weight`
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
+from pydantic import Field
 from torch import nn
 
-from interlingua.config import NTDVBridgeConfig
+from interlingua.config import KindConfig
 from interlingua.errors import LanguageError
 from interlingua.modules.base import Bridge, BridgeOutput
 from interlingua.modules.registry import BRIDGES
 
-__all__ = ["NTDVBridge"]
+__all__ = ["NTDVBridge", "NTDVBridgeConfig"]
 
 
-@BRIDGES.register("ntdv")
+class NTDVBridgeConfig(KindConfig):
+    """Paper 003's shared layers (NTDV): a projection per source language, a self-attentive layer
+    of `heads` heads of size `hidden` (no position attends to another), a GRU over the head
+    outputs and a projection back to the encoder's size, which the decoder attends over."""
+
+    type: Literal["ntdv"] = "ntdv"
+    heads: int = Field(4, ge=1, le=64)
+    """r, the self-attention heads (the paper: 4)."""
+    hidden: int = Field(1024, ge=1)
+    """d_h, the size of each head's query/key/value and of the GRU (the paper: 1024)."""
+
+
+@BRIDGES.register("ntdv", config=NTDVBridgeConfig)
 class NTDVBridge(Bridge):
     """Paper 003's shared self-attentive + GRU layers, with a projection per source language."""
 

@@ -20,17 +20,73 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, model_validator
 from torch import nn
 
-from interlingua.config import TransformerDecoderConfig, TransformerEncoderConfig, _TransformerConfig
+from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.errors import ConfigError
 from interlingua.modules.base import Decoder, Encoder
 from interlingua.modules.encoders import lengths_to_mask
 from interlingua.modules.registry import DECODERS, ENCODERS
+
+
+class _TransformerConfig(KindConfig):
+    """Settings shared by the Transformer encoder and decoder (paper 004: pre-norm Transformer)."""
+
+    layers: int = Field(6, ge=1, le=64)
+    hidden: int | None = Field(None, ge=2)
+    """d_model, the width of every layer and of the output; None: the model's `embed_dim`
+    (embeddings of another size are projected to it)."""
+    heads: int = Field(8, ge=1, le=1024)
+    """Attention heads; must divide d_model."""
+    ff_dim: int | None = Field(None, ge=1)
+    """Inner size of the feed-forward sub-layer; None: 4 * d_model."""
+    norm: Literal["pre", "post"] = "pre"
+    """Layer normalisation before each sub-layer (pre: x + F(LN(x)), a final LN on top) or after
+    it (post: LN(x + F(x)), Vaswani et al.)."""
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = Field(1024, ge=1)
+    """Longest sequence with `positions: learned` (the size of its table)."""
+    variational_dropout: bool = False
+    """One dropout mask per sequence, shared over time (embeddings, sub-layer outputs, feed-forward),
+    instead of element-wise dropout."""
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "_TransformerConfig":
+        if self.hidden is not None and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        return self
+
+
+class TransformerEncoderConfig(_TransformerConfig):
+    type: Literal["transformer"] = "transformer"
+    residual_drop_layer: int | None = Field(None, ge=1)
+    """1-based layer whose self-attention sub-layer drops its residual connection (SA(LN(x))
+    instead of x + SA(LN(x))); the feed-forward residual stays. None: every layer keeps it."""
+    position_query: bool = False
+    """In `residual_drop_layer`, compute the self-attention query from sinusoidal position
+    encodings of wavelength base `query_wavelength` alone (keys and values from the layer input)."""
+    query_wavelength: float = Field(100.0, gt=1.0)
+
+    @model_validator(mode="after")
+    def _drop_layer(self) -> "TransformerEncoderConfig":
+        if self.residual_drop_layer is not None and self.residual_drop_layer > self.layers:
+            raise ValueError(f"residual_drop_layer ({self.residual_drop_layer}) is beyond the last layer ({self.layers})")
+        if self.position_query and self.residual_drop_layer is None:
+            raise ValueError("position_query needs residual_drop_layer (the layer whose query it replaces)")
+        return self
+
+
+class TransformerDecoderConfig(_TransformerConfig):
+    type: Literal["transformer"] = "transformer"
+    tie_embeddings: bool = False
+    """One weight matrix for the target embeddings and the output projection (Press & Wolf 2017);
+    needs d_model (`hidden`) equal to `embed_dim`."""
 
 
 def sinusoids(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -275,7 +331,7 @@ def _sizes(cfg: _TransformerConfig, embed_dim: int) -> tuple[int, int]:
     return dim, cfg.ff_dim or 4 * dim
 
 
-@ENCODERS.register("transformer")
+@ENCODERS.register("transformer", config=TransformerEncoderConfig)
 class TransformerEncoder(Encoder):
     """Stack of `EncoderLayer`s; H (batch, n, d_model), zero at padding; a final LayerNorm with pre-norm."""
 
@@ -347,7 +403,7 @@ class TransformerDecoderState:
                                        self.position)
 
 
-@DECODERS.register("transformer")
+@DECODERS.register("transformer", config=TransformerDecoderConfig)
 class TransformerDecoder(Decoder):
     """Stack of `DecoderLayer`s over the bridge memory; incremental decoding with cached keys/values."""
 

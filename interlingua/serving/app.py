@@ -30,7 +30,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 
 from interlingua.data.language_id import identify, supported
-from interlingua.errors import InterlinguaError
+from interlingua.errors import InterlinguaError, LanguageError
 from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.inference.api import AttentionMaps, Model
 from interlingua.serving.admission import RETRY_AFTER_S, AdmissionLimit, InFlight
@@ -46,7 +46,6 @@ from interlingua.serving.request_body import BodyGuard
 from interlingua.serving.schemas import (
     AttentionRequest,
     AttentionResponse,
-    Direction,
     DirectionInfo,
     DirectionsResponse,
     EmbeddingObject,
@@ -63,6 +62,7 @@ from interlingua.serving.schemas import (
     TranslateRequest,
     TranslateResponse,
     TranslateTargetsResponse,
+    TranslationRoute,
     Usage,
 )
 from interlingua.serving.timing import Measured, request_timing
@@ -107,20 +107,24 @@ async def require_json(request: Request) -> None:
 
 
 class _LanguageCheck:
-    """Which languages the model reads and writes, and the errors for the ones it does not."""
+    """Which languages the model reads and writes: `Model.check_source` / `check_target`, their
+    `LanguageError` answered as a 422 naming the request's field."""
 
     def __init__(self, model: Model):
+        self.model = model
         self.languages = model.languages
 
     def source(self, lang: str, field: str) -> None:
-        if lang not in self.languages.sources:
-            raise RequestFieldError(field, f"unknown source language '{lang}': this model reads "
-                                           f"{', '.join(self.languages.sources)}")
+        try:
+            self.model.check_source(lang)
+        except LanguageError as err:
+            raise RequestFieldError(field, str(err)) from None
 
     def target(self, lang: str, field: str) -> None:
-        if lang not in self.languages.targets:
-            raise RequestFieldError(field, f"unknown target language '{lang}': this model translates into "
-                                           f"{', '.join(self.languages.targets)}")
+        try:
+            self.model.check_target(lang)
+        except LanguageError as err:
+            raise RequestFieldError(field, str(err)) from None
 
     def targets(self, tgt: str | None, tgts: list[str] | None) -> list[str]:
         """The request's targets: `tgt` alone, or the list `tgts` (not empty, each known, none twice)."""
@@ -139,23 +143,27 @@ class _LanguageCheck:
                 raise RequestFieldError(f"body.tgts.{index}", f"target language '{lang}' is in `tgts` twice")
         return tgts
 
-    def direction(self, call: TranslateCall) -> Direction:
+    def direction(self, call: TranslateCall) -> TranslationRoute:
         return "pivot" if call.pivot is not None else self.languages.kind(call.src, call.tgt)
 
 
 class _AttentionCheck:
-    """What attention the model can show, and the errors for a request it cannot answer."""
+    """What attention the model can show (`Model.check_attention`), and which encoder layer's
+    self-attention a request may ask for (`body.layer`)."""
 
     def __init__(self, model: Model):
-        self.bridge = model.model.has_bridge
+        self.model = model
+        self.bridge = model.bridge_attention
         self.layers = model.self_attention_layers
-        self.kinds = f"bridge: {model.model.bridge.kind}, encoder: {model.model.cfg.encoder.type}"
+        kinds = model.kinds
+        self.kinds = f"bridge: {kinds.bridge}, encoder: {kinds.encoder}"
 
     def layer(self, layer: int | None) -> int | None:
         """The self-attention layer to answer with (default the last), None for an encoder without one."""
-        if not self.bridge and not self.layers:
-            raise RequestFieldError(None, f"this model shows no attention ({self.kinds}): neither its bridge nor its "
-                                          "encoder attends over the tokens")
+        try:
+            self.model.check_attention()
+        except InterlinguaError as err:
+            raise RequestFieldError(None, str(err)) from None
         if layer is None:
             return self.layers or None
         if not self.layers:
@@ -255,13 +263,13 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
     and the web page at /. `model_name` is what /health and /model report (default: the checkpoint's
     path); with `api_key`, every request but /health, the page and the docs needs it (`auth.py`)."""
     limits = limits or ServiceLimits()
-    name = model_name or str(model.loaded.payload_path or "interlingua")
+    name = model_name or str(model.path or "interlingua")
     check = _LanguageCheck(model)
     attention_check = _AttentionCheck(model)
     guess_languages = _LanguageGuess(check.languages.sources)
     metrics = ServiceMetrics()
     in_flight = InFlight()
-    max_len = model.pre.max_len
+    max_len = model.preprocess.max_len
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -364,7 +372,7 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
         """What the model is made of (so what POST /attention can show) and the request limits."""
         langs = check.languages
         return ModelInfoResponse(model=name, languages=list(langs.sources), targets=list(langs.targets),
-                                 encoder=model.model.cfg.encoder.type, bridge=model.model.bridge.kind,
+                                 encoder=model.kinds.encoder, bridge=model.kinds.bridge,
                                  heads=model.heads, bridge_attention=attention_check.bridge,
                                  self_attention_layers=attention_check.layers, max_texts=limits.max_texts,
                                  max_chars=limits.max_chars)

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from interlingua.serving.model_calls import Pooling
 
-Direction = Literal["supervised", "zero-shot", "pivot"]
+TranslationRoute = Literal["supervised", "zero-shot", "pivot"]
+"""How a translation went: a trained direction, a zero-shot one, or through a pivot language (a direction
+itself is a (src, tgt) pair, `interlingua.data.directions.Direction`)."""
 
 
 class _Request(BaseModel):
@@ -41,7 +43,7 @@ class TranslateResponse(BaseModel):
     src: str
     tgt: str
     pivot: str | None = Field(description="The language translated through, or null for a direct translation.")
-    direction: Direction = Field(description="supervised: a trained direction; zero-shot: never trained "
+    direction: TranslationRoute = Field(description="supervised: a trained direction; zero-shot: never trained "
                                              "together; pivot: through `pivot`.")
 
 

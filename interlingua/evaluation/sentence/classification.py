@@ -22,7 +22,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from interlingua.evaluation.sentence.compute import single_thread
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 from interlingua.evaluation.sentence.tasks import ClassificationTask
 
 C_GRID = tuple(2.0 ** t for t in range(-2, 4))
@@ -143,7 +143,7 @@ def majority_accuracy(train_labels: Sequence, test_labels: Sequence) -> float:
     return 100.0 * float(np.mean([label == top for label in test_labels]))
 
 
-def evaluate_classification(task: ClassificationTask, encoder: Encoder, *, folds: int = 10, inner_folds: int = 5,
+def evaluate_classification(task: ClassificationTask, encoder: CachedEmbedder, *, folds: int = 10, inner_folds: int = 5,
                             seed: int = 0) -> dict:
     """Run one SentEval classification set for one embedder (English side)."""
     X = encoder.mean(task.train.texts, "en")

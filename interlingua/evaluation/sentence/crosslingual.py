@@ -17,16 +17,16 @@ from tqdm import tqdm
 
 from interlingua.evaluation.sentence.classification import fixed_logreg, tuned_logreg
 from interlingua.evaluation.sentence.features import pair_features
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 from interlingua.evaluation.sentence.tasks import Pairs
 
 
-def pair_matrix(encoder: Encoder, pairs: Pairs, lang: str, features: str = "full") -> np.ndarray:
+def pair_matrix(encoder: CachedEmbedder, pairs: Pairs, lang: str, features: str = "full") -> np.ndarray:
     """Pair features of premise/hypothesis vectors in `lang`."""
     return pair_features(encoder.mean(pairs.a, lang), encoder.mean(pairs.b, lang), features)
 
 
-def xnli_transfer(encoder: Encoder, data: Mapping[str, Pairs], *, train_sets: Sequence[Sequence[str]] | None = None,
+def xnli_transfer(encoder: CachedEmbedder, data: Mapping[str, Pairs], *, train_sets: Sequence[Sequence[str]] | None = None,
                   folds: int = 10, inner_folds: int = 5, features: str = "full", seed: int = 0) -> dict:
     """Accuracy matrix {train languages joined by '+': {test language: acc}} over k folds.
 

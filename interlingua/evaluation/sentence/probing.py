@@ -26,7 +26,7 @@ from sklearn.preprocessing import StandardScaler
 
 from interlingua.evaluation.sentence.compute import single_thread
 from interlingua.evaluation.sentence.probing_sets import ProbingTask
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ class ProbeFeatures:
     heads_skipped: str | None = None
 
 
-def probe_features(encoder: Encoder, task: ProbingTask, *, per_head: bool = False, per_head_train: int | None = None,
+def probe_features(encoder: CachedEmbedder, task: ProbingTask, *, per_head: bool = False, per_head_train: int | None = None,
                    seed: int = 0) -> ProbeFeatures:
     """Encode one task's splits (mean vectors; with `per_head`, also each head, training split capped)."""
     splits = ("train", "dev", "test")
@@ -220,12 +220,3 @@ def fit_probe(feats: ProbeFeatures, *, cfg: ProbeConfig = ProbeConfig(), seed: i
     res["fit_s"] = round(time.perf_counter() - start, 2)
     return res
 
-
-def run_probe(encoder: Encoder, task: ProbingTask, *, cfg: ProbeConfig = ProbeConfig(), seed: int = 0,
-              per_head: bool = False, per_head_train: int | None = None, per_head_checks: int | None = 10) -> dict:
-    """Probe the mean vector on one task; with `per_head`, also each bridge head alone.
-
-    `per_head_train` caps the training split and `per_head_checks` the dev checks of the
-    k per-head probes, which train side by side with the L2 chosen for the mean vector."""
-    feats = probe_features(encoder, task, per_head=per_head, per_head_train=per_head_train, seed=seed)
-    return fit_probe(feats, cfg=cfg, seed=seed, per_head_checks=per_head_checks)

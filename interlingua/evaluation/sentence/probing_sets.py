@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from interlingua.atomic_files import write_text_atomic
+from interlingua.data.webis import DOMAINS, training_reviews
 from interlingua.evaluation.sentence.protocol import EvaluationError
 from interlingua.evaluation.sentence.tasks import Labelled, MissingDataError
 from interlingua.workers import InlineExecutor
@@ -130,8 +131,9 @@ _TOKEN = re.compile(r"n't\b|'(?:s|re|ve|ll|d|m)\b|\w+(?=n't\b)|\w+(?:[-.]\w+)*|[
 _SENT_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 
-def tokenize(text: str) -> list[str]:
-    """PTB-like word tokens (`do n't`, `it 's`, punctuation split off), as SentEval's files have them."""
+def word_tokens(text: str) -> list[str]:
+    """PTB-like word tokens (`do n't`, `it 's`, punctuation split off), as SentEval's files have them
+    (words, not the model's subword ids: `Vocab.tokenize` gives those)."""
     return _TOKEN.findall(text)
 
 
@@ -159,15 +161,16 @@ def _multi30k_sentences(data_root: Path) -> Iterable[str]:
 
 
 def _webis_sentences(data_root: Path) -> Iterable[str]:
-    paths = sorted((Path(data_root) / "webis_cls10" / "en").glob("*/train.txt.gz"))
-    if not paths:
-        raise MissingDataError(f"missing probing text {Path(data_root) / 'webis_cls10' / 'en' / '*' / 'train.txt.gz'}")
-    for path in paths:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                review = line.rstrip("\n").partition("\t")[2]
-                # the first "sentence" glues the review's title to its text: leave it out
-                yield from _SENT_END.split(review)[1:]
+    """English review sentences of Webis-CLS-10's training parts, as `interlingua data webis-cls10` puts
+    them under <data_root>/webis_cls10 and `data.webis` reads them."""
+    root = Path(data_root) / "webis_cls10"
+    found = [docs for docs in (training_reviews(root, "en", domain) for domain in DOMAINS) if docs is not None]
+    if not found:
+        raise MissingDataError(f"missing probing text {root / 'en' / '*' / 'train.review[.gz]'}")
+    for docs in found:
+        for review in docs.texts:
+            # the first "sentence" joins the review's summary to its text: leave it out
+            yield from _SENT_END.split(review)[1:]
 
 
 TEXT_SOURCES: dict[str, Callable[[Path], Iterable[str]]] = {"multi30k": _multi30k_sentences, "webis_cls10": _webis_sentences}
@@ -183,7 +186,7 @@ def probing_corpus(data_root: Path, *, sources: Sequence[str] = ("multi30k", "we
         try:
             before = len(pool)
             for text in TEXT_SOURCES[source](data_root):
-                tokens = tokenize(text)
+                tokens = word_tokens(text)
                 key = " ".join(tokens)
                 if key not in seen and _keep(tokens, min_len, max_len):
                     seen.add(key)

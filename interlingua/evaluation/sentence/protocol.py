@@ -34,8 +34,9 @@ class EmbedderLike(Protocol):
 _NO_HEADS_ERRORS = (InterlinguaError, ValueError, NotImplementedError, TypeError)
 
 
-class Encoder:
-    """One embedder inside one suite run: validates shapes and memoises mean vectors.
+class CachedEmbedder:
+    """One embedder inside one suite run: validates shapes and memoises mean vectors (named apart from
+    the model's `Encoder` slot, which it has nothing to do with).
 
     Caching matters because tasks share sentences (SICK pairs repeat sentences; SICK and
     XNLI-en appear in two suites of `all`), and encoding is the slow part for a real model.

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from interlingua.evaluation.cosine import cosine_matrix
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 
 __all__ = ["METHODS", "centered", "cosine_matrix", "multiway_retrieval", "ratio_margin", "retrieval_accuracy",
            "retrieval_tables"]
@@ -66,7 +66,7 @@ def retrieval_tables(vectors: Mapping[str, np.ndarray], *, k: int = 4) -> dict[s
                      for s in langs} for method in METHODS}
 
 
-def multiway_retrieval(encoder: Encoder, texts: Mapping[str, list[str]], *, k: int = 4) -> dict:
+def multiway_retrieval(encoder: CachedEmbedder, texts: Mapping[str, list[str]], *, k: int = 4) -> dict:
     """Every method's accuracy for every ordered pair of the languages the embedder has: {method: {src: {tgt: acc}}}."""
     langs = [lang for lang in texts if encoder.has(lang)]
     missing = [lang for lang in texts if not encoder.has(lang)]

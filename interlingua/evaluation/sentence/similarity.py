@@ -18,7 +18,7 @@ from sklearn.preprocessing import StandardScaler
 
 from interlingua.evaluation.sentence.compute import single_thread
 from interlingua.evaluation.sentence.features import cosine_rows, pair_features
-from interlingua.evaluation.sentence.protocol import Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 from interlingua.evaluation.sentence.tasks import Pairs
 
 
@@ -43,7 +43,7 @@ def aggregate(per_subset: Mapping[str, dict]) -> dict:
     return out
 
 
-def sts_cosine(encoder: Encoder, subsets: Mapping[str, Pairs]) -> dict:
+def sts_cosine(encoder: CachedEmbedder, subsets: Mapping[str, Pairs]) -> dict:
     """Unsupervised STS of one year: cosine similarity vs gold for each subset, plus the aggregate."""
     per = {}
     for name, pairs in subsets.items():
@@ -110,7 +110,7 @@ def relatedness_regression(train: tuple[np.ndarray, Sequence[float]], dev: tuple
     return res
 
 
-def trainable_relatedness(encoder: Encoder, splits: Mapping[str, Pairs], *, score_range: tuple[int, int],
+def trainable_relatedness(encoder: CachedEmbedder, splits: Mapping[str, Pairs], *, score_range: tuple[int, int],
                           features: str = "full", seed: int = 0) -> dict:
     """STS-B (0-5) or SICK-R (1-5): pair features of frozen vectors -> relatedness model -> test correlations."""
     feats = {}

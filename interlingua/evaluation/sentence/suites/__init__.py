@@ -3,7 +3,7 @@
 `run_suite(name, embedders, data_root, out_dir)` evaluates every embedder on the suite's
 tasks, writes `out_dir/<suite>.md` and `.json` and returns the result. A missing data set
 is skipped with a note; an embedder lacking a language is skipped for the tasks needing it.
-Each suite (one module here) supplies its tasks and tables; skeleton.py runs them all alike.
+Each suite (one `<name>_suite.py` module here) supplies its tasks and tables; skeleton.py runs them all alike.
 """
 from __future__ import annotations
 
@@ -12,22 +12,23 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from interlingua.evaluation.sentence.features import PAIR_FEATURES
-from interlingua.evaluation.sentence.protocol import EmbedderLike, Encoder, EvaluationError
+from interlingua.evaluation.sentence.protocol import CachedEmbedder, EmbedderLike, EvaluationError
 from interlingua.evaluation.sentence.suites.context import Budget, Context
-from interlingua.evaluation.sentence.suites.crosslingual import XNLITransfer
-from interlingua.evaluation.sentence.suites.downstream import Downstream
-from interlingua.evaluation.sentence.suites.nli import Nli
-from interlingua.evaluation.sentence.suites.probing import Probing
+from interlingua.evaluation.sentence.suites.downstream_suite import Downstream
+from interlingua.evaluation.sentence.suites.nli_suite import Nli
+from interlingua.evaluation.sentence.suites.probing_suite import Probing
 from interlingua.evaluation.sentence.suites.results import AllResult, SuiteResult, TaskRun, Timing
-from interlingua.evaluation.sentence.suites.retrieval import Retrieval
-from interlingua.evaluation.sentence.suites.similarity import Similarity
+from interlingua.evaluation.sentence.suites.retrieval_suite import Retrieval
+from interlingua.evaluation.sentence.suites.similarity_suite import Similarity
 from interlingua.evaluation.sentence.suites.skeleton import Suite, Task
+from interlingua.evaluation.sentence.suites.xnli_suite import XNLITransfer
 
 __all__ = ["SUITES", "SUITE_ORDER", "AllResult", "Budget", "Context", "Suite", "SuiteResult", "Task", "TaskRun",
            "Timing", "run_all", "run_suite"]
 
-SUITE_ORDER = ("downstream", "similarity", "nli", "probing", "xnli", "retrieval")
 _SUITES: dict[str, Suite] = {s.name: s for s in (Downstream(), Similarity(), Nli(), Probing(), XNLITransfer(), Retrieval())}
+SUITE_ORDER = tuple(_SUITES)
+"""The order `all` runs the suites in."""
 
 
 def run_all(ctx: Context) -> AllResult:
@@ -75,7 +76,7 @@ def run_suite(name: str, embedders: Mapping[str, EmbedderLike], data_root: Path,
         raise EvaluationError(f"data root {data_root} is not a folder (expected senteval_downstream/, xnli/, multi30k/ in it)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = Context(encoders={n: Encoder(n, e, batch_size, encode_threads) for n, e in embedders.items()}, data_root=data_root,
+    ctx = Context(encoders={n: CachedEmbedder(n, e, batch_size, encode_threads) for n, e in embedders.items()}, data_root=data_root,
                   out_dir=out_dir, budget=Budget.make(quick, max_examples), seed=seed, features=pair_features,
                   probing_dir=Path(probing_dir) if probing_dir else None,
                   per_head_embedders=None if per_head_embedders is None else list(per_head_embedders), jobs=jobs)

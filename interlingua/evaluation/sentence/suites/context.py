@@ -6,7 +6,7 @@ from pathlib import Path
 
 from interlingua.evaluation.sentence.probing import ProbeConfig
 from interlingua.evaluation.sentence.probing_sets import SplitSizes
-from interlingua.evaluation.sentence.protocol import Encoder
+from interlingua.evaluation.sentence.protocol import CachedEmbedder
 from interlingua.evaluation.sentence.tasks import Labelled, Pairs, subsample
 
 
@@ -40,7 +40,7 @@ class Budget:
 class Context:
     """Everything a suite needs; encoders keep their caches across the suites of `all`."""
 
-    encoders: dict[str, Encoder]
+    encoders: dict[str, CachedEmbedder]
     data_root: Path
     out_dir: Path
     budget: Budget

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from tqdm import tqdm
 
-from interlingua.evaluation.sentence.protocol import Encoder
+from interlingua.evaluation.sentence.protocol import CachedEmbedder
 from interlingua.evaluation.sentence.suites.context import Context
 from interlingua.evaluation.sentence.suites.results import Score, SuiteResult, Timing
 from interlingua.workers import process_pool
@@ -36,7 +36,7 @@ class Task:
     scored; `data` is whatever the suite's tables need from the loaded set."""
 
     name: str
-    score: Callable[[Encoder], Score | Future]
+    score: Callable[[CachedEmbedder], Score | Future]
     needs: tuple[str, ...] = ("en",)
     reference: dict[str, object] | None = None
     data: Any = None
@@ -83,10 +83,10 @@ class _Pending:
     future: Future
 
 
-def _able(task: Task, ctx: Context, result: SuiteResult) -> dict[str, Encoder]:
+def _able(task: Task, ctx: Context, result: SuiteResult) -> dict[str, CachedEmbedder]:
     """The encoders that have every language the task needs; the others get a None score and a note."""
     run = result.task(task.name)
-    able: dict[str, Encoder] = {}
+    able: dict[str, CachedEmbedder] = {}
     for name, enc in ctx.encoders.items():
         lacking = [lang for lang in task.needs if not enc.has(lang)]
         if lacking:

@@ -16,7 +16,7 @@ from interlingua.evaluation.sentence.heads import plot_per_head_accuracy
 from interlingua.evaluation.sentence.probing import fit_probe, probe_features
 from interlingua.evaluation.sentence.probing_sets import (OFFICIAL_PROBING, ProbingTask, local_probing_tasks,
                                                           official_probing_tasks)
-from interlingua.evaluation.sentence.protocol import Encoder
+from interlingua.evaluation.sentence.protocol import CachedEmbedder
 from interlingua.evaluation.sentence.report import Table
 from interlingua.evaluation.sentence.suites.context import Context
 from interlingua.evaluation.sentence.suites.results import SuiteResult
@@ -76,7 +76,7 @@ class Probing(Suite):
                                   "source": task.source})
 
     @staticmethod
-    def _submit(enc: Encoder, task: ProbingTask, ctx: Context, pool: Executor) -> Future:
+    def _submit(enc: CachedEmbedder, task: ProbingTask, ctx: Context, pool: Executor) -> Future:
         """Encode here, fit on the pool."""
         per_head = ctx.per_head_embedders is None or enc.name in ctx.per_head_embedders
         feats = probe_features(enc, task, per_head=per_head, per_head_train=ctx.budget.per_head_train, seed=ctx.seed)

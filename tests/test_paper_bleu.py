@@ -1,4 +1,4 @@
-"""The published Multi30k BLEU (paper 000, Table 1) in `paper_numbers.TABLE1`: every number
+"""The published Multi30k BLEU (paper 000, Table 1) in `paper_bleu.TABLE1`: every number
 checked against the table in the paper text, in its cell (sub-table, source row, target column)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from interlingua.evaluation.paper_numbers import TABLE1, paper_bleu
+from interlingua.evaluation.paper_bleu import TABLE1, paper_bleu
 
 from conftest import REPO, missing
 

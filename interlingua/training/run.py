@@ -1,0 +1,272 @@
+"""Everything a training run is made of before its first step: `build_run` turns a config into the
+model, optimizer, learning-rate and direction schedules, batch plans and dev sets, with the training
+state of a resumed run (or the weights of an `--init` checkpoint) loaded into them.
+
+The order of the building is part of the run: the model's initial weights and everything after
+are drawn from the seeded RNG in this order, so it is kept as it is (a reordering changes every
+number a run produces).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interlingua.config import ExperimentConfig
+from interlingua.data.batching import DirectionBatches
+from interlingua.data.directions import (
+    Direction,
+    DirectionScheduler,
+    build_directions,
+    pair_shares,
+    zero_shot_directions,
+)
+from interlingua.data.prepare import PreparedData, direction_pairs, prepare
+from interlingua.data.vocab import decoder_start, source_prefix
+from interlingua.distributed import Distributed
+from interlingua.errors import ConfigError, DataError
+from interlingua.modules.checkpoint import restrict_to_vocabs
+from interlingua.modules.model import TranslationModel
+from interlingua.runtime import Runtime
+from interlingua.training.distribution import check_batch_split, check_same_vocabs, lock_work_dir, seed_dropout
+from interlingua.training.metrics import MetricsLog
+from interlingua.training.precision_probe import auto_precision
+from interlingua.training.state import (
+    Progress,
+    direction_name,
+    load_init_weights,
+    read_init_checkpoint,
+    read_resume_checkpoint,
+    resume_run,
+)
+from interlingua.training.tensorboard_log import require_tensorboard
+from interlingua.training.validation import DevSet, build_devsets, check_dev_files, validate
+from interlingua.training.work_dir_lock import WorkDirLock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """A run ready to train: what `build_run` made, and `progress`, which the loop advances."""
+
+    cfg: ExperimentConfig
+    dist: Distributed
+    """This process's place among several (one process: rank 0 of 1)."""
+    runtime: Runtime
+    data: PreparedData
+    directions: list[Direction]
+    zero_shot: list[Direction]
+    model: TranslationModel
+    optimizer: torch.optim.Optimizer
+    lr_factor: Callable[[int], float]
+    lr_scheduler: torch.optim.lr_scheduler.LambdaLR
+    scheduler: DirectionScheduler
+    """Which direction each step trains."""
+    batches: dict[Direction, DirectionBatches]
+    """The batch plan of each direction the scheduler rotates over: all, or with `both_directions` one per pair."""
+    max_steps: int
+    """The step to stop at: `train.max_steps`, or `train.epochs` passes over every direction (the
+    rotation gives each direction one batch per cycle, so directions of equal size end together)."""
+    scaler: torch.amp.GradScaler | None
+    """fp16 only (older GPUs): the loss scaling that keeps its gradients from underflowing."""
+    devsets: dict[Direction, DevSet]
+    metrics: MetricsLog
+    """Written by rank 0 only (as are checkpoints and config.json)."""
+    init: str | None = None
+    """The checkpoint a fine-tuning run started from (`--init`), kept across resumes."""
+    progress: Progress = field(default_factory=Progress)
+    trained: torch.nn.Module | None = None
+    """The module the steps run through: the model, or DDP around it (which shares its weights)."""
+    lock: WorkDirLock | None = None
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.cfg.work_dir)
+
+    @property
+    def precision(self) -> str:
+        return self.runtime.precision
+
+    def loss_terms(self) -> dict[str, Any]:
+        """What `model(batch, ...)` takes besides the batch: the loss's terms and their weights."""
+        return loss_terms(self.cfg)
+
+    def prefix(self, src: str, tgt: str) -> int | None:
+        """The id put before a `src` sentence that is translated into `tgt` (None: no prefix)."""
+        return source_prefix(self.data.vocabs[src], tgt, self.cfg.model.shared, self.cfg.model.tag_position)
+
+    def start(self, tgt: str) -> int:
+        """The id the decoder of `tgt` starts from."""
+        return decoder_start(self.data.vocabs[tgt], tgt, self.cfg.model.shared, self.cfg.model.tag_position)
+
+    def validate(self, step: int) -> dict[str, Any]:
+        """One validation record: dev loss, BLEU and chrF per direction, mean BLEU of the trained ones."""
+        return validate(self.model, self.devsets, self.data.vocabs, self.zero_shot, step, self.runtime.autocast,
+                        beam=self.cfg.train.valid_beam, max_len=2 * self.cfg.preprocess.max_len)
+
+    def close(self) -> None:
+        """Give back the work_dir lock (the loop does it when it ends)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def build_run(cfg: ExperimentConfig, resume: bool = False, init: str | Path | None = None,
+              data: PreparedData | None = None, dist: Distributed | None = None, device: str | None = None) -> Run:
+    """The run `cfg` describes, holding the work_dir's lock (given back by `Run.close`, or here if
+    building fails). `resume`: go on from work_dir/last.pt. `init`: start from that checkpoint's
+    weights and vocabularies (fine-tuning, e.g. after `interlingua extend`), with a fresh optimizer
+    and step count. `data`: the corpus already prepared; `dist`: this process's place among several;
+    `device`: the process's device in place of `train.device`."""
+    dist = dist or Distributed()
+    work_dir = Path(cfg.work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.train.tensorboard:
+        require_tensorboard()
+    lock = lock_work_dir(work_dir, dist)
+    try:
+        run = _build(cfg, resume, init, data, dist, device)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    return run
+
+
+def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: PreparedData | None,
+           dist: Distributed, device: str | None) -> Run:
+    tc = cfg.train
+    check_batch_split(tc, dist)
+    # precision `auto` is settled below by timing this model (a placeholder until then)
+    runtime = Runtime.create(device or tc.device, "fp32" if tc.precision == "auto" else tc.precision,
+                             tc.threads, tc.seed).apply()
+    if tc.trainable == "bridge" and init is None and not resume:
+        raise ConfigError("train.trainable: bridge trains new shared layers on top of a trained translation "
+                          "model: give that model with --init CHECKPOINT")
+    # Read the checkpoint before the (possibly long) data preparation: a bad one fails at once.
+    resume_from = read_resume_checkpoint(Path(cfg.work_dir)) if resume else None
+    init_from = read_init_checkpoint(cfg, init) if init is not None and resume_from is None else None
+    init_name = str(init) if init is not None else None
+    if resume_from is not None and resume_from.training is not None and resume_from.training.init:
+        init_name = resume_from.training.init  # a fine-tuning run: its vocabularies
+        init_from = resume_from
+    given_vocabs = init_from.load_vocabs() if init_from is not None else None
+    data = data or dist.in_turn(lambda: prepare(cfg, vocabs=given_vocabs))
+    check_same_vocabs(data, dist, Path(cfg.work_dir))
+    check_dev_files(data, cfg.corpus)
+
+    directions = build_directions(cfg.directions, data.languages)
+    zero_shot = zero_shot_directions(directions, data.languages)
+    model = TranslationModel(cfg.model, {lang: len(v) for lang, v in data.vocabs.items()},
+                             sorted({s for s, _ in directions}), sorted({t for _, t in directions}))
+    if init_from is not None and resume_from is None:
+        assert init is not None
+        load_init_weights(model, init_from, tc.trainable, Path(init))
+    if tc.trainable == "bridge":
+        model.freeze_translation()
+    model.check_agreement(tc.agreement, directions)
+    restrict_to_vocabs(model, data.vocabs)
+    model.to(runtime.device)
+
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = (torch.optim.SGD(trained, lr=tc.lr) if tc.optimizer == "sgd"
+                 else torch.optim.Adam(trained, lr=tc.lr, fused=True))
+    factor = lr_factor(tc.lr_schedule, tc.warmup_steps)
+    lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    rotated = step_directions(cfg, directions)
+    scheduler = DirectionScheduler(rotated, tc.seed)
+    batches = {d: direction_batches(cfg, data, directions, d) for d in rotated}
+    max_steps = tc.max_steps if tc.epochs is None else tc.epochs * sum(len(b) for b in batches.values())
+
+    if tc.precision == "auto":
+        vocab_sizes = {lang: len(v) for lang, v in data.vocabs.items()}
+        chosen = (auto_precision(cfg, model, next(iter(batches.values())), runtime, loss_terms(cfg), vocab_sizes)
+                  if dist.is_main else None)
+        decided = dist.broadcast(chosen)  # rank 0's
+        assert decided is not None
+        runtime = runtime.with_precision(decided)
+    scaler = runtime.grad_scaler()  # after `auto` is settled: fp16 (older GPUs) needs one
+    log.info("training on %s%s", runtime.describe(),
+             f"; process {dist.rank} of {dist.world_size} ({dist.backend})" if dist.active else "")
+    devsets = build_devsets(data, directions, zero_shot, cfg.preprocess.max_valid_sentences, cfg.preprocess.max_len)
+    run = Run(cfg, dist, runtime, data, directions, zero_shot, model, optimizer, factor, lr_scheduler, scheduler,
+              batches, max_steps, scaler, devsets, MetricsLog(Path(cfg.work_dir)), init=init_name)
+
+    if resume_from is not None:
+        run.progress = resume_run(run, resume_from)
+    elif (run.work_dir / "last.pt").exists():
+        raise ConfigError(f"{run.work_dir} already holds a run (last.pt); use --resume to continue it or choose "
+                          f"another work_dir")
+    seed_dropout(dist, tc.seed, run.progress.step)
+    run.trained = dist.wrap(model, some_unused=len(rotated) > 1)
+    return run
+
+
+def loss_terms(cfg: ExperimentConfig) -> dict[str, Any]:
+    """What `model(batch, ...)` takes besides the batch: the loss's terms and their weights."""
+    tc = cfg.train
+    return {"penalty_weight": tc.penalty_weight, "label_smoothing": tc.label_smoothing,
+            "softmax_sample": tc.softmax_sample, "agreement": tc.agreement if tc.agreement.weight > 0 else None}
+
+
+def step_directions(cfg: ExperimentConfig, directions: list[Direction]) -> list[Direction]:
+    """The directions the scheduler rotates over: all, or with `both_directions` one per pair (a
+    step trains it both ways)."""
+    if not cfg.train.both_directions:
+        return list(directions)
+    missing = [f"{t}->{s}" for s, t in directions if (t, s) not in directions]
+    if missing:
+        raise ConfigError("train.both_directions trains every pair both ways in one step, but these reverse "
+                          f"directions are not trained: {', '.join(missing)}")
+    return [(s, t) for s, t in directions if s < t]
+
+
+def direction_batches(cfg: ExperimentConfig, data: PreparedData, directions: list[Direction],
+                      d: Direction) -> DirectionBatches:
+    """The batch plan of direction `d`, seeded from the run's seed and the direction's name."""
+    def prefix(src: str, tgt: str) -> int | None:
+        return source_prefix(data.vocabs[src], tgt, cfg.model.shared, cfg.model.tag_position)
+
+    share = pair_shares(directions, cfg.directions.pair_lines).get(d)
+    src, tgt = direction_pairs(data, "train", *d, share=share)
+    if not src:
+        raise DataError(f"no training sentence pairs for direction {d[0]}->{d[1]} in the corpus")
+    forward, start = prefix(*d), decoder_start(data.vocabs[d[1]], d[1], cfg.model.shared, cfg.model.tag_position)
+    reverse = None  # the prefix of the target sentences encoded as sources (tgt->src) for the agreement loss
+    if cfg.train.agreement.weight > 0 and d[0] != d[1]:
+        try:
+            reverse = prefix(d[1], d[0])
+        except KeyError:
+            raise ConfigError(f"train.agreement encodes {d[1]} sentences as sources for {d[0]}, but the vocabulary "
+                              f"has no tag for {d[0]}") from None
+    seed = cfg.train.seed * 7919 + zlib.crc32(direction_name(d).encode())
+    return DirectionBatches(src, tgt, d[0], d[1], cfg.train.batch_size, seed, cfg.train.bucket_pool,
+                            forward, start, reverse)
+
+
+def lr_factor(schedule: str, warmup: int) -> Callable[[int], float]:
+    """LambdaLR's factor of `train.lr` for the update after `done` updates (update n = done + 1 uses
+    lr * min(n / warmup, sqrt(warmup / n)) with `inverse_sqrt`, lr with `constant`)."""
+    if schedule == "constant":
+        return _constant
+    if schedule == "inverse_sqrt":
+        return functools.partial(_inverse_sqrt, warmup=warmup)
+    raise ConfigError(f"unknown train.lr_schedule {schedule!r}")
+
+
+def _constant(done: int) -> float:
+    return 1.0
+
+
+def _inverse_sqrt(done: int, warmup: int) -> float:
+    n = done + 1
+    return min(n / warmup, math.sqrt(warmup / n))

@@ -1,0 +1,160 @@
+"""The training state between the live run and its checkpoints: what the loop advances (`Progress`),
+what a checkpoint stores of a run (`capture_state`), and going on from one (`resume`) or starting
+from another run's weights (`read_init_checkpoint`, `load_init_weights`).
+
+Every source of randomness is either derived from the seed and a counter (direction order, batch
+order) or saved here (torch's RNG for dropout), so a run resumed from `last.pt` continues exactly
+as an uninterrupted one with the same seed. The file layout is `interlingua.modules.checkpoint`'s.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interlingua.config import ExperimentConfig
+from interlingua.data.directions import Direction
+from interlingua.errors import CheckpointError, ConfigError
+from interlingua.modules.checkpoint import Checkpoint, TrainingState
+from interlingua.modules.model import TranslationModel
+from interlingua.training.metrics import empty_window
+
+if TYPE_CHECKING:
+    from interlingua.training.run import Run
+
+log = logging.getLogger(__name__)
+
+SAME_SECTIONS = ("model", "directions", "preprocess")
+"""The config sections a resumed run must share with its checkpoint (the others may change, e.g. the budget)."""
+
+
+def direction_name(d: Direction) -> str:
+    return f"{d[0]}-{d[1]}"
+
+
+@dataclass
+class Progress:
+    """Where the loop stands: the counters a step and a validation advance."""
+
+    step: int = 0
+    elapsed: float = 0.0
+    """Seconds of training (the steps' own time, the mean over the processes)."""
+    best_bleu: float | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """The validation records so far."""
+    window: dict[str, Any] = field(default_factory=empty_window)
+    """The running sums of the next train log line."""
+
+    @property
+    def validated(self) -> bool:
+        """Whether the validation of this step is done (a run stopped in between owes it)."""
+        return bool(self.history) and self.history[-1]["step"] == self.step
+
+
+def capture_state(run: Run, progress: Progress, history: list[dict[str, Any]] | None = None,
+                  best_bleu: float | None = None) -> TrainingState:
+    """The run's state now, for a checkpoint; `history` and `best_bleu` in place of the progress's
+    (a validation saves its files before the progress takes its record)."""
+    return TrainingState(
+        step=progress.step,
+        max_steps=run.max_steps,
+        elapsed=progress.elapsed,
+        best_bleu=progress.best_bleu if best_bleu is None else best_bleu,
+        history=progress.history if history is None else history,
+        optimizer=run.optimizer.state_dict(),
+        scheduler=run.scheduler.state_dict(),
+        lr_scheduler=run.lr_scheduler.state_dict(),
+        batches={direction_name(d): b.state_dict() for d, b in run.batches.items()},
+        torch_rng=run.runtime.rng_state(),
+        grad_scaler=run.scaler.state_dict() if run.scaler else None,
+        log_window=dict(progress.window),
+        init=run.init,
+    )
+
+
+def read_resume_checkpoint(work_dir: Path) -> Checkpoint:
+    """work_dir/last.pt, which must hold a training state."""
+    path = work_dir / "last.pt"
+    if not path.exists():
+        raise CheckpointError(f"nothing to resume: {path} does not exist (start the run without --resume)")
+    ckpt = Checkpoint.read(path)
+    if ckpt.training is None:
+        raise CheckpointError(f"{path} holds no training state to resume from (a checkpoint for translation only?)")
+    return ckpt
+
+
+def resume_run(run: Run, ckpt: Checkpoint) -> Progress:
+    """Put the run where `ckpt` (its last.pt) left it: weights, optimizer, schedules, batch positions,
+    RNG; drop the metrics.jsonl lines written after it. Returns the progress it had."""
+    path = run.work_dir / "last.pt"
+    stored = ckpt.experiment_config().model_dump(mode="json")
+    wanted = run.cfg.model_dump(mode="json")
+    for section in SAME_SECTIONS:
+        if stored[section] != wanted[section]:
+            raise ConfigError(f"cannot resume {path}: config section '{section}' differs from the one it was "
+                              f"trained with")
+    st = ckpt.training
+    assert st is not None  # read_resume_checkpoint's check
+    optimizer, scheduler = st.optimizer, st.scheduler
+    try:
+        if optimizer is None or scheduler is None:
+            raise KeyError("optimizer" if optimizer is None else "scheduler")
+        run.model.load_state_dict(ckpt.weights)
+        run.optimizer.load_state_dict(optimizer)
+        run.scheduler.load_state_dict(scheduler)
+        if st.lr_scheduler is not None:  # checkpoints written before the schedule existed: constant lr
+            run.lr_scheduler.load_state_dict(st.lr_scheduler)
+        for d, b in run.batches.items():
+            b.load_state_dict(st.batches[direction_name(d)])
+        run.runtime.set_rng_state(st.torch_rng)
+        if run.scaler and st.grad_scaler:
+            run.scaler.load_state_dict(st.grad_scaler)
+    except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as err:
+        raise CheckpointError(f"cannot resume {path}: its training state does not fit this run "
+                              f"(corrupt checkpoint?): {_one_line(err)}") from None
+    progress = Progress(st.step, st.elapsed, st.best_bleu, list(st.history), {**empty_window(), **st.log_window})
+    if run.dist.is_main:
+        run.metrics.reconcile(progress.step, progress.validated, window_open=progress.window["n"] > 0)
+    log.info("resumed from %s at step %d", path, progress.step)
+    return progress
+
+
+def read_init_checkpoint(cfg: ExperimentConfig, init: str | Path) -> Checkpoint:
+    """The checkpoint to fine-tune from; its model section must be the config's (but for the
+    bridge, where only a new bridge is trained on top of it)."""
+    ckpt = Checkpoint.read(init)
+    stored = ckpt.experiment_config().model_dump(mode="json")["model"]
+    wanted = cfg.model_dump(mode="json")["model"]
+    if cfg.train.trainable == "bridge":
+        stored.pop("bridge"), wanted.pop("bridge")
+    if stored != wanted:
+        diff = next(k for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k))
+        raise ConfigError(f"cannot start from {init}: the config's model section differs from the checkpoint's "
+                          f"(model.{diff}: {wanted.get(diff)!r} here, {stored.get(diff)!r} in the checkpoint)")
+    return ckpt
+
+
+def load_init_weights(model: TranslationModel, ckpt: Checkpoint, trainable: str, path: Path) -> None:
+    """The checkpoint's weights; with `trainable: bridge` its encoders and decoders only (those of
+    languages this run does not use are left out) and the bridge stays new."""
+    weights = ckpt.weights
+    if trainable == "bridge":
+        wanted = {k for k in model.state_dict() if not k.startswith("bridge.")}
+        missing = sorted(wanted - set(weights))
+        if missing:
+            raise CheckpointError(f"cannot start from {path}: it lacks {len(missing)} weights this run's encoders "
+                                  f"and decoders need (languages or directions it was not trained on?), "
+                                  f"e.g. {missing[0]}")
+        weights = {k: v for k, v in weights.items() if k in wanted}
+        weights.update({k: v for k, v in model.state_dict().items() if k.startswith("bridge.")})
+    try:
+        model.load_state_dict(weights)
+    except (KeyError, RuntimeError) as err:
+        raise CheckpointError(f"cannot start from {path}: its weights do not fit this run's model "
+                              f"(directions or languages?): {_one_line(err)}") from None
+    log.info("starting from the weights of %s", path)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]
