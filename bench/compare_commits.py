@@ -8,7 +8,8 @@ Each commit runs from its own `git worktree` (under --work) with this checkout's
 only the project's code differs. Both sides are timed the same way: training tokens/s is the
 median of the logged windows after the first, translation speed is the wall clock of the whole
 `interlingua evaluate bleu` command (loading included) divided by the sentences translated.
-One JSON line per commit and one with the head/base ratios are appended to --out.
+One JSON line per commit and one with the head/base ratios are appended to --out; that line also says
+whether the two runs logged bit-identical training losses at every logged step (`losses_identical`).
 
 Two processes side by side share the two cores unevenly, so `--speed-rounds R` adds R rounds
 of training-speed runs one at a time, alternating base and head (220 steps each, validation
@@ -64,6 +65,19 @@ def train_rate(metrics: Path) -> float:
     rates = [json.loads(line)["tokens_per_s"] for line in metrics.read_text().splitlines()
              if json.loads(line).get("type") == "train"]
     return statistics.median(rates[1:] or rates)
+
+
+def train_losses(metrics: Path) -> list[tuple[int, float | None]]:
+    """(step, training loss) of every logged window: what two commits must agree on bit for bit."""
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return [(r["step"], r.get("loss")) for r in records if r.get("type") == "train"]
+
+
+def loss_agreement(base: Path, head: Path) -> dict[str, object]:
+    """Whether the two runs logged the same losses at the same steps, and the first step where not."""
+    a, b = train_losses(base), train_losses(head)
+    differing = next((x[0] for x, y in zip(a, b) if x != y), None)
+    return {"losses_identical": a == b, "loss_windows": len(a), "first_differing_step": differing}
 
 
 def test_bleu(eval_dir: Path, lines_per_direction: int) -> tuple[float, int]:
@@ -175,7 +189,8 @@ def main() -> None:
     append_result(args.out, {"bench": "compare_commits", "side": "ratio head/base", "base": shas["base"], "head": shas["head"],
                              "train_tokens_per_s": round(h["train_tokens_per_s"] / b["train_tokens_per_s"], 3),
                              "translate_sentences_per_s": round(h["translate_sentences_per_s"] / b["translate_sentences_per_s"], 3),
-                             "test_bleu_difference": round(h["test_bleu_mean_supervised"] - b["test_bleu_mean_supervised"], 2)})
+                             "test_bleu_difference": round(h["test_bleu_mean_supervised"] - b["test_bleu_mean_supervised"], 2),
+                             **loss_agreement(runs["base"] / "metrics.jsonl", runs["head"] / "metrics.jsonl")})
     if args.speed_rounds:
         alternating_speed(trees, shas, runs, args.recipe, corpus, work, args.speed_rounds, args.out)
 
