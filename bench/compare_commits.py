@@ -126,16 +126,21 @@ def alternating_speed(trees: dict[str, Path], shas: dict[str, str], runs: dict[s
     for r in range(rounds):
         for side in ("base", "head"):
             env = {**os.environ, "PYTHONPATH": str(trees[side]), "OMP_NUM_THREADS": "1"}
-            res = subprocess.run([sys.executable, "-c", SPEED_RUN, str(trees[side] / recipe), str(corpus), str(runs[side]),
-                                  str(work / f"speed_{side}")], cwd=trees[side], env=env, capture_output=True, text=True)
+            res = subprocess.run(
+                [sys.executable, "-c", SPEED_RUN, str(trees[side] / recipe), str(corpus), str(runs[side]),
+                 str(work / f"speed_{side}")],
+                cwd=trees[side], env=env, capture_output=True, text=True,
+            )
             if res.returncode != 0:
                 raise SystemExit(f"{side} speed run failed:\n{res.stderr[-2000:]}")
             rates[side].append(float(res.stdout.strip().splitlines()[-1]))
             append_result(out, {"bench": "compare_commits", "mode": "alternating", "side": side, "commit": shas[side],
-                                "round": r + 1, "steps": 220, "threads": 1, "train_tokens_per_s": round(rates[side][-1], 1)})
+                                "round": r + 1, "steps": 220, "threads": 1,
+                                "train_tokens_per_s": round(rates[side][-1], 1)})
     append_result(out, {"bench": "compare_commits", "mode": "alternating", "side": "ratio head/base", "rounds": rounds,
                         "base": shas["base"], "head": shas["head"],
-                        "train_tokens_per_s": round(statistics.median(rates["head"]) / statistics.median(rates["base"]), 3)})
+                        "train_tokens_per_s": round(
+                            statistics.median(rates["head"]) / statistics.median(rates["base"]), 3)})
 
 
 def main() -> None:
@@ -180,16 +185,20 @@ def main() -> None:
     for side in trees:
         bleu, sentences = test_bleu(runs[side] / "eval", lines)
         records[side] = {"bench": "compare_commits", "side": side, "commit": shas[side], "recipe": args.recipe,
-                         "steps": args.steps, "threads": 1, "train_tokens_per_s": round(train_rate(runs[side] / "metrics.jsonl"), 1),
+                         "steps": args.steps, "threads": 1,
+                         "train_tokens_per_s": round(train_rate(runs[side] / "metrics.jsonl"), 1),
                          "train_wall_s": round(train_walls[side], 1), "test_bleu_mean_supervised": round(bleu, 2),
                          "translate_sentences_per_s": round(sentences / eval_walls[side], 2),
                          "translate_wall_s": round(eval_walls[side], 1)}
         append_result(args.out, records[side])
     b, h = records["base"], records["head"]
-    append_result(args.out, {"bench": "compare_commits", "side": "ratio head/base", "base": shas["base"], "head": shas["head"],
+    append_result(args.out, {"bench": "compare_commits", "side": "ratio head/base",
+                             "base": shas["base"], "head": shas["head"],
                              "train_tokens_per_s": round(h["train_tokens_per_s"] / b["train_tokens_per_s"], 3),
-                             "translate_sentences_per_s": round(h["translate_sentences_per_s"] / b["translate_sentences_per_s"], 3),
-                             "test_bleu_difference": round(h["test_bleu_mean_supervised"] - b["test_bleu_mean_supervised"], 2),
+                             "translate_sentences_per_s": round(
+                                 h["translate_sentences_per_s"] / b["translate_sentences_per_s"], 3),
+                             "test_bleu_difference": round(
+                                 h["test_bleu_mean_supervised"] - b["test_bleu_mean_supervised"], 2),
                              **loss_agreement(runs["base"] / "metrics.jsonl", runs["head"] / "metrics.jsonl")})
     if args.speed_rounds:
         alternating_speed(trees, shas, runs, args.recipe, corpus, work, args.speed_rounds, args.out)

@@ -29,7 +29,8 @@ from _results import append_result  # noqa: E402
 
 
 def run_layout(args: argparse.Namespace, procs: int, threads: int, work: Path) -> dict:
-    sets = ["--set", f"work_dir={work}", "--set", f"train.max_steps={args.steps}", "--set", "train.valid_every=100000000",
+    sets = ["--set", f"work_dir={work}", "--set", f"train.max_steps={args.steps}",
+            "--set", "train.valid_every=100000000",
             "--set", f"train.log_every={args.log_every}", "--set", f"train.threads={threads}",
             "--set", "preprocess.max_valid_sentences=100", "--set", f"train.device={args.device}",
             *[x for kv in args.set for x in ("--set", kv)]]

@@ -29,8 +29,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-
 from _results import append_result, machine  # noqa: E402
+
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.inference.api import load  # noqa: E402
 
@@ -134,7 +134,8 @@ def main() -> None:
                     n, args, model=where)
     append_result(args.out, theirs)
     print(f"interlingua / {PEER}: {ours['sent_per_s_median'] / theirs['sent_per_s_median']:.2f}x sentences/s "
-          f"({ours['sent_per_s_median']:.0f} vs {theirs['sent_per_s_median']:.0f}, {args.threads} threads, batch {args.batch_size})")
+          f"({ours['sent_per_s_median']:.0f} vs {theirs['sent_per_s_median']:.0f}, "
+          f"{args.threads} threads, batch {args.batch_size})")
 
 
 if __name__ == "__main__":

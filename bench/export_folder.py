@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
 from _results import append_result  # noqa: E402
+
 from interlingua.cli import positive_int  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.inference.api import load  # noqa: E402

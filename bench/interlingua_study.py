@@ -116,7 +116,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             "downstream avg |\n|" + "---|" * 14)
     lines = [head]
     for r in rows:
-        lines.append(f"| {r['run']} | {r['agreement']} | {r['steps']} | {r['train_seconds'] / 60:.1f} | {_f(r['dev_bleu'])} | "
+        lines.append(f"| {r['run']} | {r['agreement']} | {r['steps']} | {r['train_seconds'] / 60:.1f} | "
+                     f"{_f(r['dev_bleu'])} | "
                      f"{_f(r['supervised_bleu'])} | {_f(r['zero_shot_bleu'])} | {_f(r['pivot_bleu'])} | "
                      f"{_f(r['off_target_zero_shot'])} | {_f(r['retrieval_mean'])} / {_f(r['retrieval_min'])} | "
                      f"{_f(r['retrieval_centered_mean'])} | {_f(r['probe'])} ({_f(r['probe_chance'])}) | "

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _results import append_result  # noqa: E402
+
 from interlingua.data.corpus import load_corpus, read_group, write_corpus_yaml  # noqa: E402
 from interlingua.data.download import get_multi30k  # noqa: E402
 from interlingua.training.metrics import MetricsLog  # noqa: E402

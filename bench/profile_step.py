@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-
 from _results import append_result  # noqa: E402
 
 
@@ -115,7 +114,8 @@ def main() -> None:
     fp32 = gemm_rate(args.gemm_n, torch.float32, args.gemm_reps)
     bf16 = gemm_rate(args.bf16_n, torch.bfloat16, args.gemm_reps)
     append_result(args.out, {"kind": "gemm", "threads": args.threads, "fp32_n": args.gemm_n,
-                             "fp32_gflop_per_s": round(fp32, 1), "bf16_n": args.bf16_n, "bf16_gflop_per_s": round(bf16, 2)})
+                             "fp32_gflop_per_s": round(fp32, 1), "bf16_n": args.bf16_n,
+                             "bf16_gflop_per_s": round(bf16, 2)})
     if not args.no_step:
         append_result(args.out, profile_steps(args))
 

@@ -29,13 +29,13 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _results import append_result  # noqa: E402
 from sklearn.datasets import make_classification  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.model_selection import GridSearchCV  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
-from _results import append_result  # noqa: E402
 from interlingua.evaluation.sentence.classification import C_GRID, _folds, tuned_logreg  # noqa: E402
 from interlingua.evaluation.sentence.compute import single_thread  # noqa: E402
 from interlingua.evaluation.sentence.probing import ProbeConfig, train_probes  # noqa: E402
@@ -146,7 +146,8 @@ def main() -> None:
     ap.add_argument("--probe-train", type=int, default=2000,
                     help="probe training examples (the suite's per-head cap; its mean-vector probes train on 6,000: "
                          "the time per step, and so the ratio, does not depend on it)")
-    ap.add_argument("--probe-checks", type=int, default=1, help="dev checks (each after 4 passes over the training data)")
+    ap.add_argument("--probe-checks", type=int, default=1,
+                    help="dev checks (each after 4 passes over the training data)")
     ap.add_argument("--lr-dim", type=int, default=512)
     ap.add_argument("--lr-train", type=int, default=5452, help="TREC's training size")
     ap.add_argument("--only", choices=["probe_stack", "c_search", "logreg_tol"], default=None)

@@ -65,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _results import append_result  # noqa: E402
+
 from interlingua.cli import non_negative_float, positive_float, positive_int  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
 

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _timing import StampedTrainer  # noqa: E402
+
 from interlingua.config import load_config  # noqa: E402
 from interlingua.training.run import build_run  # noqa: E402
 

@@ -28,9 +28,10 @@ sys.path.insert(0, str(ROOT))
 import _peer  # noqa: E402
 from _results import append_result  # noqa: E402
 from _timing import StampedTrainer, onmt_marks, our_marks, window_rates  # noqa: E402
+
 from interlingua.config import load_config  # noqa: E402
-from interlingua.training.run import build_run  # noqa: E402
 from interlingua.data.download import get_multi30k  # noqa: E402
+from interlingua.training.run import build_run  # noqa: E402
 
 THREADS = 2  # the peer's script runs on 2 threads; ours matches it
 LOG_EVERY = 25  # the peer's bench config reports every 25 steps

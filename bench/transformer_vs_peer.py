@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 import _peer  # noqa: E402
 from _results import append_result  # noqa: E402
 from _timing import onmt_marks, our_marks, window_rates  # noqa: E402
+
 from interlingua.config import apply_override, load_config  # noqa: E402
 from interlingua.data.prepare import direction_pairs, prepare  # noqa: E402
 from interlingua.data.vocab import EOS  # noqa: E402

@@ -37,15 +37,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-
 from _results import append_result  # noqa: E402
+
 from interlingua.config import parse_config  # noqa: E402
 from interlingua.data.corpus import normalize_line, read_lines  # noqa: E402
 from interlingua.data.vocab import Vocab  # noqa: E402
 from interlingua.demo import DEMO_CONFIG  # noqa: E402
 from interlingua.inference.api import Model, load  # noqa: E402
 from interlingua.modules.checkpoint import build_payload, save_atomic  # noqa: E402
-from interlingua.modules.model import TranslationModel  # noqa: E402
+from interlingua.modules.model import TranslationNetwork  # noqa: E402
 
 DEMO_LANGS = ("de", "en", "fr")
 
@@ -60,7 +60,8 @@ def untrained_demo_model(data: Path, folder: Path, vocab_lines: int, seed: int =
                                 vocab_size=pre.vocab_size, threads=1)
               for lang in DEMO_LANGS}
     torch.manual_seed(seed)
-    net = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, list(DEMO_LANGS), list(DEMO_LANGS))
+    net = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
+                             list(DEMO_LANGS), list(DEMO_LANGS))
     held_out = {tuple(pair) for pair in DEMO_CONFIG["directions"].get("held_out", [])}
     directions = [(s, t) for s in DEMO_LANGS for t in DEMO_LANGS if (s, t) not in held_out]
     path = folder / "untrained_demo.pt"
@@ -127,10 +128,11 @@ def main() -> None:
         b = encoded_once(model, sentences, args.src, targets, args.beam, single)
         if a != b:
             raise SystemExit(f"{mode}: represent + generate gave other translations than translate")
-        times = alternating_times({"a": lambda: per_target(model, sentences, args.src, targets, args.beam, single),
-                                   "b": lambda: encoded_once(model, sentences, args.src, targets, args.beam, single),
-                                   "encode": lambda: encoded_once(model, sentences, args.src, [], args.beam, single)},
-                                  args.reps)
+        times = alternating_times(
+            {"a": lambda single=single: per_target(model, sentences, args.src, targets, args.beam, single),
+             "b": lambda single=single: encoded_once(model, sentences, args.src, targets, args.beam, single),
+             "encode": lambda single=single: encoded_once(model, sentences, args.src, [], args.beam, single)},
+            args.reps)
         med = {way: statistics.median(t) for way, t in times.items()}
         record[mode] = {"translate_per_target_s": round(med["a"], 3), "represent_once_s": round(med["b"], 3),
                         "ratio": round(med["a"] / med["b"], 3),

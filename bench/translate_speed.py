@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-
 from _results import append_result  # noqa: E402
+
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.inference.api import load  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
@@ -92,7 +92,8 @@ def main() -> None:
                 "".join(h + "\n" for h in hyps), encoding="utf-8")
         bleu, chrf = corpus_scores(hyps, ref)
         res = {"system": "interlingua", "model": args.model, "step": step, "direction": f"{args.src}-{args.tgt}",
-               "beam": beam, "beam_stop": args.beam_stop, "precision": tr.runtime.precision, "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len,
+               "beam": beam, "beam_stop": args.beam_stop, "precision": tr.runtime.precision,
+               "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len,
                "sentences": len(src), "sent_per_s_best": round(len(src) / min(times), 1),
                "seconds": [round(t, 3) for t in times], "bleu_lc": round(bleu, 2), "chrf_lc": round(chrf, 2),
                **output_stats(hyps)}

@@ -11,7 +11,8 @@ sentences: CTranslate2 (`Translator.translate_batch`, 1 translator x `--threads`
 threads, batches of 64, max_decoding_length 100, its default beam rule: a sentence stops when
 its best beam finishes), OpenNMT-py (`onmt_translate`), and ours (`bench/translate_speed.py`,
 raw text in, `--max-len 100`, each `--beam-stops` rule; with `--own-limit` also with the
-library's default per-sentence limit, twice the source length + 10, which the peers lack). The peer's input is our test sentences
+library's default per-sentence limit, twice the source length + 10, which the peers lack). \
+The peer's input is our test sentences
 cut into our joint vocabulary's pieces, exactly what it was trained on. Every timed pass is a
 fresh process, each timed by its own in-process clock from first sentence in to last out
 (model loading excluded); the system order rotates from round to round. All outputs are scored
@@ -37,9 +38,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import _peer  # noqa: E402
 from _results import append_result  # noqa: E402
+from translate_speed import output_stats, timed_pass  # noqa: E402
+
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
-from translate_speed import output_stats, timed_pass  # noqa: E402
 
 CT2_PASS = """
 import sys, time, ctranslate2
@@ -105,7 +107,8 @@ def ct2_pass(peer_dir: Path, model: Path, src: Path, out: Path, beam: int, args:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ours", default=str(ROOT / "runs" / "bench_transformer" / "ours" / "last.pt"))
-    ap.add_argument("--peer-ckpt", default=None, help="default: the last model_step_*.pt of bench_transformer's peer run")
+    ap.add_argument("--peer-ckpt", default=None,
+                    help="default: the last model_step_*.pt of bench_transformer's peer run")
     ap.add_argument("--peer-dir", default=str(_peer.DEFAULT_PEER_DIR))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--beams", default="1,5")

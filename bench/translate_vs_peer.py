@@ -33,16 +33,18 @@ sys.path.insert(0, str(ROOT))
 
 import _peer  # noqa: E402
 from _results import append_result  # noqa: E402
+from translate_speed import output_stats, timed_pass  # noqa: E402
+
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
-from translate_speed import output_stats, timed_pass  # noqa: E402
 
 PEER = "opennmt-py"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ours", action="append", required=True, metavar="NAME=CKPT", help="one of our checkpoints (repeat)")
+    ap.add_argument("--ours", action="append", required=True, metavar="NAME=CKPT",
+                    help="one of our checkpoints (repeat)")
     ap.add_argument("--peer-dir", default=str(_peer.DEFAULT_PEER_DIR))
     ap.add_argument("--peer-ckpt", default=None, help="default: the last model_step_*.pt of the peer's budget run")
     ap.add_argument("--src", default="en")
@@ -79,7 +81,8 @@ def main() -> None:
 
     for beam in [int(b) for b in args.beams.split(",")]:
         # (system name, checkpoint, stop rule): greedy search has no stop rule to vary
-        runs = {(name if stop == "all" else f"{name}/{stop}") + ("" if prec == "fp32" else f"@{prec}"): (ckpt, stop, prec)
+        runs = {(name if stop == "all" else f"{name}/{stop}") + ("" if prec == "fp32" else f"@{prec}"):
+                (ckpt, stop, prec)
                 for prec in args.precisions.split(",") for stop in (stops if beam > 1 else ["all"])
                 for name, ckpt in ours.items()}
         systems = [PEER, *runs]

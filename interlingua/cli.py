@@ -6,6 +6,7 @@ import logging
 import math
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 from interlingua.errors import InterlinguaError
 from interlingua.textio import decode_lines
@@ -24,12 +25,17 @@ def _read_lines(path: str | None) -> list[str]:
     return decode_lines(p.read_bytes(), str(p))
 
 
-def _number(text: str, kind: type, low: float, strict: bool) -> int | float:
+Number = TypeVar("Number", int, float)
+
+
+def _number(text: str, kind: type[Number], low: float, strict: bool) -> Number:
     """Parse `text` as `kind` and insist that it is >= low (> low when strict), finite."""
     try:
         value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, got '{text}'") from None
+        raise argparse.ArgumentTypeError(
+            f"expected {'a whole number' if kind is int else 'a number'}, got '{text}'"
+        ) from None
     if not math.isfinite(value) or value < low or (strict and value == low):
         raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {text}")
     return value
@@ -152,7 +158,8 @@ def _add_device(parser: argparse.ArgumentParser, overrides_config: bool = False)
     """The one `--device` option; for train/experiment it overrides the config's train.device."""
     parser.add_argument("--device", default=None if overrides_config else "auto",
                         help="where the model runs: auto (a GPU when available, else the CPU), cpu, cuda, cuda:N, mps"
-                             + (" (default: the config's train.device, auto)" if overrides_config else " (default: auto)"))
+                             + (" (default: the config's train.device, auto)"
+                                if overrides_config else " (default: auto)"))
 
 
 def _device_override(args: argparse.Namespace) -> list[str]:
@@ -212,7 +219,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
                                batch_size=args.batch_size, progress=True)
         if args.other:
             with atomic_output(args.output) as f:  # a file object: numpy adds no `.npz` to the name
-                np.savez(f, **docs.vectors)
+                np.savez(f, **docs.vectors)  # type: ignore[arg-type]  # numpy's stub: keys are array names
             log.info("wrote %s to %s", ", ".join(f"{k} {'x'.join(map(str, v.shape))}" for k, v in docs.vectors.items()),
                      args.output)
             return
@@ -341,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "webis-cls10", "webis-monolingual"],
                    help="multi30k: translation corpus; europarl: Europarl v7 {de,es,fr}<->en with the WMT07 "
                         "dev2006/devtest2006/test2006 sets (paper 000); iwslt17: IWSLT 2017 multilingual TED "
-                        "(de en it nl ro) with dev2010/tst2010 and a multi-way tst2010 (paper 004); senteval: SentEval downstream tasks (put them in "
+                        "(de en it nl ro) with dev2010/tst2010 and a multi-way tst2010 (paper 004); "
+                        "senteval: SentEval downstream tasks (put them in "
                         "<data-root>/senteval_downstream); xnli: XNLI dev (<data-root>/xnli); senteval-probing: "
                         "the ten official probing sets; webis-cls10: cross-lingual sentiment reviews for "
                         "`evaluate cldc` (<data-root>/webis_cls10); webis-monolingual: the review text of "
@@ -416,11 +424,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--pooling", choices=["mean", "heads"], default="mean")
     e.add_argument("--batch-size", type=positive_int, default=64)
     e.add_argument("-i", "--input", default=None,
-                   help="one sentence a line (with --documents: one document a line); an empty line gets a vector of zeros")
+                   help="one sentence a line (with --documents: one document a line); "
+                        "an empty line gets a vector of zeros")
     e.add_argument("-o", "--output", default=None, help=".npy file (default: stdout); .npz with --other")
     e.add_argument("--documents", action="store_true",
                    help="document vectors (paper 003): the whole line as one sequence (--unit document, DV, at most "
-                        "2,000 subwords) or the mean of its sentences (--unit sentences, SV, at most 500 subwords each)")
+                        "2,000 subwords) or the mean of its sentences "
+                        "(--unit sentences, SV, at most 500 subwords each)")
     e.add_argument("--unit", choices=["document", "sentences"], default="document")
     e.add_argument("--other", default=None, metavar="LANG",
                    help="with --documents: also the vectors of the documents translated into LANG (greedy, sentence by "
@@ -430,7 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_embed)
 
     _add_evaluations(sub.add_parser("evaluate", help="BLEU/chrF matrix, a sentence-vector suite, cross-lingual "
-                                                     "document classification, or the cross-lingual report"), "evaluate")
+                                                     "document classification, or the cross-lingual report"),
+                     "evaluate")
 
     a = sub.add_parser("attention", help="heat map of the bridge attention of one sentence")
     a.add_argument("--model", required=True)
@@ -444,8 +455,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "source length, or per-layer encoder probes, SVCCA, language ID "
                                                     "and retrieval"), "analyze")
 
-    g = sub.add_parser("average", help="average the weights of checkpoints of one run into a translation-only checkpoint")
-    g.add_argument("checkpoints", nargs="+", metavar="CKPT", help="checkpoints of the same run (same config and vocabularies)")
+    g = sub.add_parser("average",
+                       help="average the weights of checkpoints of one run into a translation-only checkpoint")
+    g.add_argument("checkpoints", nargs="+", metavar="CKPT",
+                   help="checkpoints of the same run (same config and vocabularies)")
     g.add_argument("--out", required=True, help="checkpoint to write")
     g.set_defaults(func=cmd_average)
 
@@ -463,7 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--out", default="docs/results/multi30k.md")
     x.add_argument("--beam", type=beam_size, default=1)
     x.add_argument("--max-test-sentences", type=positive_int, default=None)
-    x.add_argument("--jobs", type=positive_int, default=1, help="recipes trained at once, one thread each (e.g. one per core)")
+    x.add_argument("--jobs", type=positive_int, default=1,
+                   help="recipes trained at once, one thread each (e.g. one per core)")
     x.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads for scoring (training uses each recipe's train.threads); 1 beside other jobs")
     x.add_argument("--notes", default=None, help="markdown file appended to the report (discussion of the numbers)")
@@ -472,7 +486,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_experiment)
 
     s = sub.add_parser("serve", help="HTTP service: translate, embed, OpenAI-style /v1/embeddings (docs at /docs)")
-    s.add_argument("--model", required=True, metavar="MODEL", help="a .pt checkpoint or a model folder (`export folder`)")
+    s.add_argument("--model", required=True, metavar="MODEL",
+                   help="a .pt checkpoint or a model folder (`export folder`)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     s.add_argument("--port", type=port_number, default=8080, help="TCP port (default: 8080; 0: any free port)")
     s.add_argument("--max-texts", type=positive_int, default=64, help="texts in one request (default: 64)")
@@ -510,7 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")
     m.add_argument("--work", default="demo_run")
     m.add_argument("--minutes", type=positive_float, default=8.0, help="training budget")
-    m.add_argument("--from", dest="source", default=None, help="local Multi30k folder (default: ../shared/data/multi30k if present, else download)")
+    m.add_argument("--from", dest="source", default=None,
+                   help="local Multi30k folder (default: ../shared/data/multi30k if present, else download)")
     m.set_defaults(func=cmd_demo)
     return p
 

@@ -12,9 +12,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, SerializeAsAny,
-                      SerializerFunctionWrapHandler, ValidationError, field_validator, model_serializer,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    SerializeAsAny,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from interlingua.errors import ConfigError
@@ -82,7 +91,7 @@ class DirectionsConfig(_Strict):
     share for every pair (as many lines per pair as `disjoint`, still multi-way: its control)."""
 
     @model_validator(mode="after")
-    def _pairs_needed(self) -> "DirectionsConfig":
+    def _pairs_needed(self) -> DirectionsConfig:
         if self.mode == "bilingual" and len(self.pairs) != 1:
             raise ValueError("mode 'bilingual' needs exactly one entry in 'pairs', e.g. pairs: [[en, de]]")
         if self.mode == "explicit" and not self.pairs:
@@ -240,7 +249,7 @@ class ModelConfig(_Strict):
         return data
 
     @model_validator(mode="after")
-    def _tied_sizes(self) -> "ModelConfig":
+    def _tied_sizes(self) -> ModelConfig:
         dec = self.decoder
         if getattr(dec, "tie_embeddings", False) and dec.hidden is not None and dec.hidden != self.embed_dim:
             raise ValueError(f"decoder.tie_embeddings needs decoder.hidden ({dec.hidden}) equal to embed_dim "
@@ -370,7 +379,7 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc)
 
 
-def parse_config(data: dict[str, Any], source: str = "<dict>", base_dir: Path | None = None) -> ExperimentConfig:
+def parse_config(data: object, source: str = "<dict>", base_dir: Path | None = None) -> ExperimentConfig:
     """Validate a config dict; `corpus` is resolved relative to `base_dir` (the YAML's folder)."""
     if not isinstance(data, dict):
         raise ConfigError(f"invalid config {source}: expected a mapping at the top level, got {type(data).__name__}")

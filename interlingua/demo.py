@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from interlingua.config import parse_config
-from interlingua.data.corpus import read_group, load_corpus
+from interlingua.data.corpus import load_corpus, read_group
 from interlingua.data.download import get_multi30k
 from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
 from interlingua.evaluation.sentence.retrieval import retrieval_accuracy
@@ -24,7 +25,7 @@ from interlingua.training.trainer import train
 
 log = logging.getLogger(__name__)
 
-DEMO_CONFIG = {
+DEMO_CONFIG: dict[str, Any] = {
     # Small enough to learn something real in minutes on 2 CPU cores: three languages,
     # one-layer BiLSTM/LSTM of 256, k = 10 bridge heads, 2k BPE per language.
     "name": "demo_m2m_mono",
@@ -45,7 +46,8 @@ DEMO_CONFIG = {
 def _find_local_multi30k(explicit: str | None) -> Path | None:
     if explicit:
         return Path(explicit)
-    for cand in (Path.cwd().parent / "shared" / "data" / "multi30k", Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"):
+    for cand in (Path.cwd().parent / "shared" / "data" / "multi30k",
+                 Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"):
         if (cand / "train.en.gz").is_file():
             return cand
     return None
@@ -56,7 +58,8 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
     """Run the demo; `max_steps` and `test_sentences` shrink it (for smoke tests)."""
     work = Path(work)
     source = _find_local_multi30k(data_from)
-    print(f"== 1/5 data: Multi30k into {work / 'multi30k'} ({'copied from ' + str(source) if source else 'downloaded'})")
+    print(f"== 1/5 data: Multi30k into {work / 'multi30k'} "
+          f"({'copied from ' + str(source) if source else 'downloaded'})")
     corpus_yaml = get_multi30k(work / "multi30k", source)
 
     cfg_dict = {**DEMO_CONFIG, "corpus": str(corpus_yaml), "work_dir": str(work / "model")}
@@ -67,8 +70,9 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
         cfg_dict["train"]["log_every"] = min(max_steps, DEMO_CONFIG["train"]["log_every"])
     cfg = parse_config(cfg_dict, source="demo")
     resume = (cfg.work_dir / "last.pt").exists()
-    print(f"== 2/5 train: en/de/fr many-to-many + monolingual, de<->fr held out, contrastive agreement, {minutes:g} min budget"
-          f"{' (resuming)' if resume else ''}; log {cfg.work_dir / 'metrics.jsonl'}, curves {cfg.work_dir / 'curves.png'}")
+    print(f"== 2/5 train: en/de/fr many-to-many + monolingual, de<->fr held out, contrastive agreement, "
+          f"{minutes:g} min budget{' (resuming)' if resume else ''}; "
+          f"log {cfg.work_dir / 'metrics.jsonl'}, curves {cfg.work_dir / 'curves.png'}")
     result = train(cfg, resume=resume)
     model = load(result.best_checkpoint or result.last_checkpoint)
 
@@ -116,12 +120,14 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
     unrelated = cos(vecs["en"], vecs["en(other)"])
     nearest = min(cos(vecs["en"], vecs[lang]) for lang in langs if lang != "en")
     print(f"  the English caption's translations (cosine >= {nearest:.3f}) are "
-          f"{'nearer to it than' if nearest > unrelated else 'NOT nearer to it than'} the unrelated caption ({unrelated:.3f})")
+          f"{'nearer to it than' if nearest > unrelated else 'NOT nearer to it than'} "
+          f"the unrelated caption ({unrelated:.3f})")
     test_vecs = {lang: model.encode(test[lang], lang) for lang in langs}
     acc = {(s, t): retrieval_accuracy(test_vecs[s], test_vecs[t]) for s in langs for t in langs if s != t}
-    print(f"  translation retrieval among {len(test['en']):,} test captions (cosine nearest neighbour), src -> tgt accuracy:")
-    for (s, t), a in sorted(acc.items()):
-        print(f"    {s}->{t}: {a:.1f}%")
+    print(f"  translation retrieval among {len(test['en']):,} test captions "
+          "(cosine nearest neighbour), src -> tgt accuracy:")
+    for (s, t), pct in sorted(acc.items()):
+        print(f"    {s}->{t}: {pct:.1f}%")
     return {"bleu": matrix.bleu, "retrieval": {f"{s}-{t}": a for (s, t), a in acc.items()}, "steps": result.steps,
             "pivot_bleu": pivoted.bleu if pivoted is not None else {}, "similarity": {"translations_min": nearest,
                                                                                     "unrelated": unrelated}}

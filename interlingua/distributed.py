@@ -17,8 +17,9 @@ import contextlib
 import datetime
 import hashlib
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -51,7 +52,7 @@ class Distributed:
         return self.rank == 0
 
     @classmethod
-    def from_environment(cls, device: str) -> tuple["Distributed", str]:
+    def from_environment(cls, device: str) -> tuple[Distributed, str]:
         """The context torchrun's environment describes, with its process group joined, and the
         device this process trains on (`device` as configured; a GPU request becomes the local
         rank's GPU). Without torchrun, or with one process: the one-process context, `device`."""
@@ -97,7 +98,7 @@ class Distributed:
             return value
         box = [value if self.is_main else None]
         dist.broadcast_object_list(box, src=0, device=self._device())
-        return box[0]
+        return cast(T, box[0])  # rank 0's value, on every rank
 
     def gather(self, value: T) -> list[T]:
         """Every rank's `value`, in rank order, on every rank."""

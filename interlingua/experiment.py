@@ -19,7 +19,7 @@ import re
 import time
 from concurrent.futures import as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -112,7 +112,8 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     if pivot and matrix.zero_shot and pivot in model.languages.sources and pivot in model.languages.targets:
         pivoted = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test,
                               progress=False, pivot=pivot, pairs=matrix.zero_shot)
-        write_matrix(pivoted, work / "eval", f"bleu_test_2016_flickr_beam{beam}_pivot-{pivot}", title=f"{recipe.stem}, pivot {pivot}")
+        write_matrix(pivoted, work / "eval", f"bleu_test_2016_flickr_beam{beam}_pivot-{pivot}",
+                     title=f"{recipe.stem}, pivot {pivot}")
     run = {
         "recipe": recipe.stem, "name": cfg.name, "setting": paper_setting(cfg.name),
         "checkpoint": best.name,
@@ -145,12 +146,15 @@ def results_markdown(runs: list[dict[str, Any]], title: str = "Multi30k results"
         m = MatrixResult.from_json(run["matrix"])
         c = run["compute"]
         out += [f"## {run['recipe']}", "",
-                f"Compute: {c['train_minutes']} min of training, {c['steps']} steps, {c['threads']} CPU threads ({c['machine']}); "
-                f"best mean dev BLEU {c['best_dev_bleu'] if c['best_dev_bleu'] is None else round(c['best_dev_bleu'], 2)}; beam {m.beam_size}.", ""]
+                f"Compute: {c['train_minutes']} min of training, {c['steps']} steps, "
+                f"{c['threads']} CPU threads ({c['machine']}); best mean dev BLEU "
+                f"{c['best_dev_bleu'] if c['best_dev_bleu'] is None else round(c['best_dev_bleu'], 2)}; "
+                f"beam {m.beam_size}.", ""]
         zs = set(m.zero_shot)
         out += ["| src \\ tgt | " + " | ".join(m.languages) + " |", "|---" * (len(m.languages) + 1) + "|"]
         for s in m.languages:
-            cells = [_cell(m.bleu.get(s, {}).get(t), paper_bleu(run["setting"] or "", s, t), (s, t) in zs) if s != t else "-"
+            cells = [_cell(m.bleu.get(s, {}).get(t), paper_bleu(run["setting"] or "", s, t), (s, t) in zs)
+                     if s != t else "-"
                      for t in m.languages]
             out.append(f"| **{s}** | " + " | ".join(cells) + " |")
         if zs:
@@ -184,16 +188,20 @@ def summary_markdown(runs: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     if bilingual and multi:
         lines += ["## Multilingual vs bilingual (same steps per direction)", "",
-                  "| pair | bilingual | " + " | ".join(r["recipe"] for r in multi) + " |", "|---" * (len(multi) + 2) + "|"]
+                  "| pair | bilingual | " + " | ".join(r["recipe"] for r in multi) + " |",
+                  "|---" * (len(multi) + 2) + "|"]
         for (s, t), run in sorted(bilingual.items()):
             base = cell(run, s, t)
+            assert base is not None  # (s, t) is a scored pair of this run
             cells = []
             for r in multi:
                 v = cell(r, s, t)
                 cells.append("-" if v is None else f"{v:.1f} ({v - base:+.1f})")
             lines.append(f"| {s}->{t} | {base:.1f} | " + " | ".join(cells) + " |")
         lines.append("")
-    zs = [(r["recipe"], sum(cell(r, *p.split("-")) for p in r["matrix"]["zero_shot"]) / len(r["matrix"]["zero_shot"]))
+    # every zero-shot direction of a run's matrix is scored
+    zs = [(r["recipe"], sum(cast(float, cell(r, *p.split("-"))) for p in r["matrix"]["zero_shot"])
+           / len(r["matrix"]["zero_shot"]))
           for r in runs if r["matrix"]["zero_shot"]]
     if zs:
         lines += ["## Mean zero-shot BLEU", "", "| run | mean zero-shot BLEU |", "|---|---|"]
@@ -216,8 +224,8 @@ def zero_shot_study_markdown(runs: list[dict[str, Any]]) -> list[str]:
              "outputs that langid.py (restricted to the model's languages) does not find in the requested language "
              "(our addition; its ceiling on the references is below). Pivot: the run's own zero-shot directions "
              "translated through the pivot language.", "",
-             "| run | checkpoint | steps | train min | tokens/s | supervised BLEU | zero-shot BLEU | zero-shot via pivot "
-             "| off-target zero-shot % | off-target supervised % |",
+             "| run | checkpoint | steps | train min | tokens/s | supervised BLEU | zero-shot BLEU "
+             "| zero-shot via pivot | off-target zero-shot % | off-target supervised % |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     ceilings: dict[str, float] = {}
     pair_rows: list[str] = []
@@ -227,7 +235,8 @@ def zero_shot_study_markdown(runs: list[dict[str, Any]]) -> list[str]:
         c = run["compute"]
         sup = f"{_fmt(m.mean('bleu_cased', False))} / {_fmt(m.mean('bleu', False))}"
         zs = f"{_fmt(m.mean('bleu_cased', True))} / {_fmt(m.mean('bleu', True))}"
-        piv = f"{_fmt(p.mean('bleu_cased', True))} / {_fmt(p.mean('bleu', True))}" if p else "-"  # its pairs are the zero-shot ones
+        # its pairs are the zero-shot ones
+        piv = f"{_fmt(p.mean('bleu_cased', True))} / {_fmt(p.mean('bleu', True))}" if p else "-"
         lines.append(f"| {run['recipe']} | {run.get('checkpoint', 'best.pt')} | {c['steps']} | {c['train_minutes']} | "
                      f"{_fmt(c.get('tokens_per_s'), 0)} | {sup} | {zs} | {piv} | {_fmt(m.mean('off_target', True))} | "
                      f"{_fmt(m.mean('off_target', False))} |")
@@ -282,11 +291,13 @@ def added_language_markdown(runs: list[dict[str, Any]]) -> list[str]:
         if run.get("added"):
             sup = f"{_fmt(m.mean('bleu_cased', False, from_new))} / {_fmt(m.mean('bleu_cased', False, into_new))}"
             zs = f"{_fmt(m.mean('bleu_cased', True, from_new))} / {_fmt(m.mean('bleu_cased', True, into_new))}"
-            piv = f"{_fmt(p.mean('bleu_cased', True, from_new))} / {_fmt(p.mean('bleu_cased', True, into_new))}" if p else "-"
+            piv = (f"{_fmt(p.mean('bleu_cased', True, from_new))} / {_fmt(p.mean('bleu_cased', True, into_new))}"
+                   if p else "-")
             off = _fmt(m.mean("off_target", True, lambda s, t: not is_old(s, t)))
         else:
             sup = zs = piv = off = "-"
-        lines.append(f"| {run['recipe']} | {origin} | {run['compute']['steps']} | {_fmt(m.mean('bleu_cased', False, is_old))} | "
+        lines.append(f"| {run['recipe']} | {origin} | {run['compute']['steps']} | "
+                     f"{_fmt(m.mean('bleu_cased', False, is_old))} | "
                      f"{_fmt(m.mean('bleu_cased', True, is_old))} | {sup} | {zs} | {piv} | {off} |")
     return lines + [""]
 
@@ -322,7 +333,8 @@ def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: 
             _write([done[j] for j in sorted(done)], out, notes)
     else:
         with process_pool(jobs) as pool:
-            futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test, pivot): i for i, r in enumerate(recipes)}
+            futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test, pivot): i
+                       for i, r in enumerate(recipes)}
             for fut in as_completed(futures):
                 done[futures[fut]] = fut.result()
                 _write([done[j] for j in sorted(done)], out, notes)

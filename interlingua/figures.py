@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -31,7 +32,8 @@ def save_figure(fig, out_png: Path) -> Path:
 def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
     """Train loss / penalty (and the agreement loss, where it is on) over steps, and dev BLEU per
     direction at each validation."""
-    train, valid = [], []
+    train: list[dict[str, Any]] = []
+    valid: list[dict[str, Any]] = []
     for line in metrics_jsonl.read_text().splitlines():
         rec = json.loads(line)
         (train if rec.get("type") == "train" else valid).append(rec)
@@ -53,7 +55,8 @@ def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
         steps = [r["step"] for r in valid]
         for name in valid[-1]["directions"]:
             vals = [r["directions"].get(name, {}).get("bleu", np.nan) for r in valid]
-            axes[2].plot(steps, vals, marker=".", label=name, linestyle="--" if valid[-1]["directions"][name].get("zero_shot") else "-")
+            axes[2].plot(steps, vals, marker=".", label=name,
+                         linestyle="--" if valid[-1]["directions"][name].get("zero_shot") else "-")
         axes[2].plot(steps, [r["mean_bleu"] for r in valid], color="black", linewidth=2.5, label="mean (selection)")
         axes[2].set_title("dev BLEU")
         axes[2].set_xlabel("step")

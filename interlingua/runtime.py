@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 
@@ -83,15 +83,15 @@ class Runtime:
 
     @classmethod
     def create(cls, device: str = "auto", precision: str = "auto", threads: int | None = None,
-               seed: int | None = None) -> "Runtime":
+               seed: int | None = None) -> Runtime:
         dev = resolve_device(device)
         return cls(dev, resolve_device_precision(precision, dev), threads, seed)
 
-    def with_precision(self, precision: str) -> "Runtime":
+    def with_precision(self, precision: str) -> Runtime:
         """The same runtime with `precision` (already resolved) instead."""
         return replace(self, precision=precision)
 
-    def apply(self) -> "Runtime":
+    def apply(self) -> Runtime:
         """Set torch's CPU thread count (when given) and seed every generator (when given)."""
         if self.threads:
             torch.set_num_threads(self.threads)
@@ -112,7 +112,7 @@ class Runtime:
 
     def rng_state(self) -> dict:
         """Every random generator a training step draws from, for exact resume."""
-        state = {"cpu": torch.get_rng_state()}
+        state: dict[str, torch.Tensor | list[torch.Tensor]] = {"cpu": torch.get_rng_state()}
         if self.device.type == "cuda":
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state

@@ -92,7 +92,8 @@ def trained_model(multi30k_corpus, tmp_path_factory) -> Path:
     from interlingua.training.trainer import train
     work = tmp_path_factory.mktemp("trained")
     cfg = parse_config(tiny_config(multi30k_corpus, work,
-                                   directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]], "monolingual": True},
+                                   directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]],
+                                               "monolingual": True},
                                    train={"max_steps": 600, "valid_every": 600, "batch_size": 25, "lr": 0.01}))
     result = train(cfg)
     return result.best_checkpoint
@@ -100,7 +101,8 @@ def trained_model(multi30k_corpus, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def untrained_model(trained_model, tmp_path_factory) -> Path:
-    """trained_model's architecture and vocabularies with freshly initialised weights: a checkpoint that learned nothing."""
+    """trained_model's architecture and vocabularies with freshly initialised weights: \
+a checkpoint that learned nothing."""
     from interlingua.inference.api import load
     from interlingua.modules.checkpoint import read_checkpoint, save_atomic
     payload = read_checkpoint(trained_model)

@@ -12,14 +12,13 @@ import random
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config, write_multiway_corpus
 
 from interlingua.config import AgreementConfig, ModelConfig, parse_config
 from interlingua.data.batching import make_batch
 from interlingua.errors import ConfigError
 from interlingua.modules.agreement import agreement_losses
-from interlingua.modules.model import TranslationModel
-
-from conftest import tiny_config, write_multiway_corpus
+from interlingua.modules.model import TranslationNetwork
 
 VOCAB = 60
 
@@ -53,12 +52,12 @@ def test_contrastive_with_a_batch_of_one_is_zero_and_finite():
     assert loss.shape == (1,) and torch.isfinite(loss).all() and float(loss) == pytest.approx(0.0, abs=1e-6)
 
 
-def _model(**model) -> TranslationModel:
+def _model(**model) -> TranslationNetwork:
     cfg = ModelConfig.model_validate({"embed_dim": 16, "encoder": {"hidden": 16, "layers": 1},
                                       "bridge": {"heads": 3, "hidden": 8}, "decoder": {"hidden": 16, "layers": 1},
                                       "dropout": 0.0, **model})
     torch.manual_seed(0)
-    return TranslationModel(cfg, {"en": VOCAB, "de": VOCAB}, ["de", "en"], ["de", "en"])
+    return TranslationNetwork(cfg, {"en": VOCAB, "de": VOCAB}, ["de", "en"], ["de", "en"])
 
 
 def _batch(src_lang: str = "en", tgt_lang: str = "de", n: int = 5, prefix: int | None = None):
@@ -68,7 +67,7 @@ def _batch(src_lang: str = "en", tgt_lang: str = "de", n: int = 5, prefix: int |
     return make_batch(src, tgt, src_lang, tgt_lang, src_prefix=prefix, reverse_prefix=prefix)
 
 
-def _encoder_grads(model: TranslationModel, lang: str) -> float:
+def _encoder_grads(model: TranslationNetwork, lang: str) -> float:
     return sum(float(p.grad.abs().sum()) for p in model.encoders[lang].parameters() if p.grad is not None)
 
 
@@ -133,7 +132,7 @@ def test_settings_that_cannot_work_are_refused_before_training():
         model.check_agreement(AgreementConfig(weight=1.0, pooling="heads"), [("en", "de")])
     with pytest.raises(ConfigError, match="layer 5 is beyond"):
         model.check_agreement(AgreementConfig(weight=1.0, layer=5), [("en", "de")])
-    bilingual = TranslationModel(model.cfg, {"en": VOCAB, "de": VOCAB}, ["en"], ["de"])
+    bilingual = TranslationNetwork(model.cfg, {"en": VOCAB, "de": VOCAB}, ["en"], ["de"])
     with pytest.raises(ConfigError, match="target languages have none.*de"):
         bilingual.check_agreement(AgreementConfig(weight=1.0), [("en", "de")])
     bilingual.check_agreement(AgreementConfig(weight=0.0), [("en", "de")])  # off: nothing to check
@@ -162,7 +161,8 @@ def test_agreement_raises_retrieval_on_a_synthetic_task(tmp_path):
     retrieval = {}
     for name, weight in (("without", 0.0), ("with", 5.0)):
         cfg = parse_config(tiny_config(
-            corpus, tmp_path / name, preprocess={"vocab_size": 120, "max_train_sentences": 600, "max_valid_sentences": 20},
+            corpus, tmp_path / name,
+            preprocess={"vocab_size": 120, "max_train_sentences": 600, "max_valid_sentences": 20},
             directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]]},
             model={"embed_dim": 32, "encoder": {"hidden": 32, "layers": 1}, "bridge": {"heads": 4, "hidden": 16},
                    "decoder": {"hidden": 32, "layers": 1}},

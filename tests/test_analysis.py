@@ -51,7 +51,8 @@ def _assert_stats_match(stats, groups):
 def test_head_entropy_is_the_entropy_of_each_heads_attention(trained_model):
     emb = load(trained_model)
     # "dog" and "men" have fewer subwords than the 4 heads: heads beyond the length get their own row
-    sents = ["dog", "two men .", "", "men", "a dog runs on the grass .", "a woman in a red dress is singing on a stage ."]
+    sents = ["dog", "two men .", "", "men", "a dog runs on the grass .",
+             "a woman in a red dress is singing on a stage ."]
     stats = head_entropy_table({"m": emb}, sents, "en")["m"]
     groups = _entropies_by_hand(emb.attentions(sents, "en"))
     assert stats["sentences"] == 5 and stats["heads"] == 4  # the empty line has no attention to measure

@@ -6,15 +6,14 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
+from test_decoding import random_checkpoint
 
 import interlingua
 from interlingua.cli import main
 from interlingua.errors import ConfigError, InterlinguaError, LanguageError
 from interlingua.inference.api import Kinds
 from interlingua.modules.checkpoint import read_checkpoint, save_atomic
-
-from conftest import REPO
-from test_decoding import random_checkpoint
 
 SENTENCES = ["a dog runs in the park .", "", "the woman eats a small red ball .", "a child sits ."]
 
@@ -135,7 +134,8 @@ def test_device_argument(checkpoint, capsys, monkeypatch):
     assert cpu.device.type == "cpu" and next(cpu._network.parameters()).device.type == "cpu"
     auto = interlingua.load(checkpoint, device="auto")
     assert auto.device.type == ("cuda" if torch.cuda.is_available() else auto.device.type)
-    assert auto.translate(SENTENCES[:1], "en", "de") == cpu.translate(SENTENCES[:1], "en", "de") or auto.device.type != "cpu"
+    assert (auto.translate(SENTENCES[:1], "en", "de") == cpu.translate(SENTENCES[:1], "en", "de")
+            or auto.device.type != "cpu")
     with pytest.raises(ConfigError, match="unknown device 'tpu'"):
         interlingua.load(checkpoint, device="tpu")
     code, out = cli(["translate", "--model", str(checkpoint), "--src", "en", "--tgt", "de", "--device", "tpu"],
@@ -147,7 +147,8 @@ def test_untrained_like_keeps_the_architecture(model):
     fresh = model.untrained_like(seed=1)  # (the checkpoint itself is a seed-0 initialisation)
     assert fresh.languages == model.languages and fresh.dim == model.dim
     assert not np.allclose(fresh.encode(SENTENCES[:1], "en"), model.encode(SENTENCES[:1], "en"))
-    np.testing.assert_array_equal(fresh.encode(SENTENCES[:1], "en"), model.untrained_like(seed=1).encode(SENTENCES[:1], "en"))
+    np.testing.assert_array_equal(fresh.encode(SENTENCES[:1], "en"),
+                                  model.untrained_like(seed=1).encode(SENTENCES[:1], "en"))
 
 
 @pytest.mark.parametrize("beam", [1, 3])

@@ -11,6 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
+from test_decoding import _sentences, random_checkpoint
+from test_transformer import model as transformer_model
+from test_transformer import padded_batch
 
 import interlingua
 from interlingua.config import parse_config
@@ -19,11 +23,7 @@ from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Languages
 from interlingua.modules import transformer
 from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic
-from interlingua.modules.model import TranslationModel
-
-from conftest import tiny_config
-from test_decoding import _sentences, random_checkpoint
-from test_transformer import model as transformer_model, padded_batch
+from interlingua.modules.model import TranslationNetwork
 
 TRANSFORMER = {"embed_dim": 32, "encoder": {"type": "transformer", "layers": 2, "heads": 2},
                "decoder": {"type": "transformer", "layers": 1, "heads": 2}}
@@ -53,7 +53,7 @@ def shared_checkpoint(path: Path) -> Path:
     vocab = Vocab.train(_sentences("en") + _sentences("de"), vocab_size=150,
                         user_symbols=[language_tag(lang) for lang in langs], threads=1)
     torch.manual_seed(0)
-    net = TranslationModel(cfg.model, {lang: len(vocab) for lang in langs}, list(langs), list(langs))
+    net = TranslationNetwork(cfg.model, {lang: len(vocab) for lang in langs}, list(langs), list(langs))
     save_atomic(build_payload(cfg, net, {lang: vocab for lang in langs}, [("en", "de"), ("de", "en")]), path)
     return path
 

@@ -7,13 +7,12 @@ import re
 
 import pytest
 import sacrebleu
+from conftest import MULTI30K
 from sacrebleu.metrics import CHRF
 
 from interlingua.evaluation.bleu_matrix import bleu_matrix, load_split_texts, parallel_texts
 from interlingua.evaluation.length_analysis import bleu_by_length, bucket_of
 from interlingua.inference.api import Languages
-
-from conftest import MULTI30K
 
 SPLIT = "test_2016_flickr"
 

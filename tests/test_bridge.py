@@ -69,11 +69,11 @@ def test_no_bridge_passes_states_through():
 def test_loss_adds_the_penalty_per_sentence_to_the_summed_cross_entropy():
     """(sum CE + lambda * sum_i ||A_i A_i^T - I||^2) / target tokens, as the papers' per-sentence loss."""
     from interlingua.config import ModelConfig
-    from interlingua.modules.model import TranslationModel
+    from interlingua.modules.model import TranslationNetwork
     torch.manual_seed(3)
     cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 12}, "bridge": {"heads": 3, "hidden": 6},
                                       "decoder": {"hidden": 8, "layers": 1}, "dropout": 0.0})
-    model = TranslationModel(cfg, {"en": 30, "de": 30}, ["en"], ["de"]).eval()
+    model = TranslationNetwork(cfg, {"en": 30, "de": 30}, ["en"], ["de"]).eval()
     src, lengths = torch.randint(4, 30, (4, 7)), torch.tensor([7, 6, 5, 3])
     tgt = torch.randint(4, 30, (4, 6))
     tgt[2, 4:] = 0  # padding

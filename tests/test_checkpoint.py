@@ -4,15 +4,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from interlingua.config import parse_config
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.inference.api import load
-from interlingua.modules.checkpoint import Checkpoint, TrainingState, load_model, read_checkpoint
+from interlingua.modules.checkpoint import Checkpoint, TrainingState, load_checkpoint, read_checkpoint
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
-
-from conftest import tiny_config
 
 
 def test_round_trip_translates_identically(trained_model, tmp_path):
@@ -21,25 +20,25 @@ def test_round_trip_translates_identically(trained_model, tmp_path):
     a = load(trained_model).translate(["a man is riding a bike ."], "en", "de")
     b = load(copy).translate(["a man is riding a bike ."], "en", "de")
     assert a == b and a[0]
-    loaded = load_model(copy)
+    loaded = load_checkpoint(copy)
     assert loaded.config.model.bridge.heads == 4 and ("en", "de") in loaded.directions
 
 
 def test_missing_and_corrupt_checkpoints(trained_model, tmp_path):
     with pytest.raises(CheckpointError, match="not found"):
-        load_model(tmp_path / "none.pt")
+        load_checkpoint(tmp_path / "none.pt")
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(trained_model.read_bytes()[:5000])
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
-        load_model(truncated)
+        load_checkpoint(truncated)
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"\x00hello" * 100)
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
-        load_model(garbage)
+        load_checkpoint(garbage)
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(2)}, foreign)
     with pytest.raises(CheckpointError, match="not an interlingua checkpoint"):
-        load_model(foreign)
+        load_checkpoint(foreign)
 
 
 def _params(path):
@@ -124,7 +123,7 @@ def test_config_that_does_not_match_the_weights(trained_model, tmp_path, capsys,
     bad = _rewritten(trained_model, tmp_path / "mismatch.pt",
                      lambda p: p["config"]["model"].__setitem__("embed_dim", 32))
     with pytest.raises(CheckpointError, match="does not match its own config") as info:
-        load_model(bad)
+        load_checkpoint(bad)
     message = str(info.value)
     assert "\n" not in message and "size mismatch" in message and str(bad) in message
     code, lines = _cli(["translate", "--model", str(bad), "--src", "en", "--tgt", "de"], capsys, monkeypatch)
@@ -134,9 +133,12 @@ def test_config_that_does_not_match_the_weights(trained_model, tmp_path, capsys,
 def test_newer_checkpoint_format_is_refused(trained_model, tmp_path, capsys, monkeypatch):
     from interlingua.modules.checkpoint import VERSION
     newer = _rewritten(trained_model, tmp_path / "newer.pt", lambda p: p.__setitem__("version", VERSION + 1))
-    with pytest.raises(CheckpointError, match=rf"newer interlingua \(checkpoint format {VERSION + 1}, this version reads up to {VERSION}\)"):
+    with pytest.raises(CheckpointError,
+                       match=rf"newer interlingua \(checkpoint format {VERSION + 1}, "
+                             rf"this version reads up to {VERSION}\)"):
         read_checkpoint(newer)
-    code, lines = _cli(["embed", "--model", str(newer), "--lang", "en", "-o", str(tmp_path / "v.npy")], capsys, monkeypatch)
+    code, lines = _cli(["embed", "--model", str(newer), "--lang", "en", "-o", str(tmp_path / "v.npy")],
+                       capsys, monkeypatch)
     _one_error_line(code, lines, newer, "newer interlingua")
 
 
@@ -187,7 +189,8 @@ def test_resume_from_weights_that_do_not_fit_the_stored_config(multi30k_corpus, 
     payload["config"]["model"]["embed_dim"] = 32  # the config now says 32, the weights are 48 wide
     torch.save(payload, last)
     cfg["model"] = {**cfg["model"], "embed_dim": 32}
-    with pytest.raises(CheckpointError, match=r"cannot resume .*last.pt: its training state does not fit this run .*size mismatch"):
+    with pytest.raises(CheckpointError,
+                       match=r"cannot resume .*last.pt: its training state does not fit this run .*size mismatch"):
         build_run(parse_config(cfg), resume=True)
 
 
@@ -222,5 +225,5 @@ def test_a_checkpoint_round_trips_through_its_typed_form(tmp_path):
         (ckpt.config, ckpt.vocab_protos, ckpt.encoder_langs, ckpt.decoder_langs, ckpt.directions)
     assert back.weights.keys() == ckpt.weights.keys()
     assert all(torch.equal(back.weights[k], v) for k, v in ckpt.weights.items())
-    loaded = load_model(tmp_path / "again.pt")
+    loaded = load_checkpoint(tmp_path / "again.pt")
     assert loaded.step == 3 and loaded.training["init"] == "base.pt" and "training" not in loaded.payload

@@ -6,10 +6,9 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import REPO, tiny_config
 
 from interlingua.cli import main
-
-from conftest import REPO, tiny_config
 
 
 def run(argv, stdin="", capsys=None, monkeypatch=None):
@@ -45,26 +44,32 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
     assert code == 0 and len(out.out.splitlines()) == 3 and out.out.splitlines()[1] == ""
     # the same translations as the library gives for these lines and settings
     assert out.out.splitlines() == load(ckpt).translate(["a dog runs .", "", "two men ."], "en", "de", beam=2)
-    code, out = run(["translate", "--model", str(ckpt), "--src", "en", "--tgt", "de", "--beam", "3", "--beam-stop", "top"],
+    code, out = run(["translate", "--model", str(ckpt), "--src", "en", "--tgt", "de", "--beam", "3",
+                     "--beam-stop", "top"],
                     stdin="a dog runs .\ntwo men .\n", capsys=capsys, monkeypatch=monkeypatch)
     assert code == 0
-    assert out.out.splitlines() == load(ckpt).translate(["a dog runs .", "two men ."], "en", "de", beam=3, beam_stop="top")
+    assert out.out.splitlines() == load(ckpt).translate(["a dog runs .", "two men ."], "en", "de",
+                                                        beam=3, beam_stop="top")
 
     (tmp_path / "in.txt").write_text("a dog .\na cat .\n")
-    code, _ = run(["embed", "--model", str(ckpt), "--lang", "en", "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "v.npy")], capsys=capsys)
+    code, _ = run(["embed", "--model", str(ckpt), "--lang", "en", "-i", str(tmp_path / "in.txt"),
+                   "-o", str(tmp_path / "v.npy")], capsys=capsys)
     vecs = np.load(tmp_path / "v.npy")
     assert code == 0 and vecs.shape == (2, 64)
     np.testing.assert_allclose(vecs, load(ckpt).encode(["a dog .", "a cat ."], "en"), atol=1e-6)
     assert not np.allclose(vecs[0], vecs[1])
 
-    code, out = run(["evaluate", "bleu", "--model", str(ckpt), "--max-sentences", "30", "--out", str(tmp_path / "ev")], capsys=capsys)
+    code, out = run(["evaluate", "bleu", "--model", str(ckpt), "--max-sentences", "30", "--out", str(tmp_path / "ev")],
+                    capsys=capsys)
     assert code == 0 and "| **en** |" in out.out
-    assert {p.name for p in (tmp_path / "ev").iterdir()} >= {"bleu_test_2016_flickr_beam1.md", "bleu_test_2016_flickr_beam1.json",
+    assert {p.name for p in (tmp_path / "ev").iterdir()} >= {"bleu_test_2016_flickr_beam1.md",
+                                                             "bleu_test_2016_flickr_beam1.json",
                                                              "bleu_test_2016_flickr_beam1_bleu.png"}
     matrix = json.loads((tmp_path / "ev" / "bleu_test_2016_flickr_beam1.json").read_text())
     assert matrix["languages"] == ["de", "en"] and matrix["zero_shot"] == [] and list(matrix["bleu"]) == ["en"]
     # the en->de cells: lowercased sacreBLEU (13a) and chrF of the model's translations of the first 30 test lines
     from sacrebleu.metrics import BLEU, CHRF
+
     from interlingua.data.corpus import load_corpus, read_group
     test = read_group(load_corpus(multi30k_corpus).groups("test_2016_flickr")[0], limit=30)
     hyps = load(ckpt).translate(test["en"], "en", "de", beam=1)
@@ -73,7 +78,8 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
     assert matrix["bleu"]["en"]["de"] == pytest.approx(bleu, abs=0.01)
     assert matrix["chrf"]["en"]["de"] == pytest.approx(chrf, abs=0.01) and chrf > 1.0  # chrF is not 0 even for 20 steps
     assert f"| **en** | {bleu:.2f} | - |" in out.out and f"| **en** | {chrf:.2f} | - |" in out.out
-    code, out = run(["attention", "--model", str(ckpt), "--lang", "en", "--output", str(tmp_path / "a.png"), "a dog runs"], capsys=capsys)
+    code, out = run(["attention", "--model", str(ckpt), "--lang", "en", "--output", str(tmp_path / "a.png"),
+                     "a dog runs"], capsys=capsys)
     assert code == 0 and (tmp_path / "a.png").stat().st_size > 1000
 
 
@@ -94,7 +100,8 @@ def test_bad_inputs_give_one_clear_error(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("corpus: x.yaml\nmodel: {bridge: {heds: 3}}\n")
     code, out = run(["train", str(tmp_path / "c.yaml")], capsys=capsys)
     assert code == 2 and "model.bridge.heds: unknown key" in out.err
-    code, out = run(["data", "multi30k", "--dest", str(tmp_path / "d"), "--from", str(tmp_path / "nothing")], capsys=capsys)
+    code, out = run(["data", "multi30k", "--dest", str(tmp_path / "d"), "--from", str(tmp_path / "nothing")],
+                    capsys=capsys)
     assert code == 2 and "not found" in out.err
 
 
@@ -124,6 +131,7 @@ def test_evaluate_sentence_suite_through_cli(trained_model, multi30k_corpus, tmp
     import gzip
 
     from conftest import SHARED_DATA
+
     from interlingua.data.corpus import load_corpus, read_group
     if not (SHARED_DATA / "multi30k" / "train.en.gz").is_file():
         from conftest import missing
@@ -134,7 +142,8 @@ def test_evaluate_sentence_suite_through_cli(trained_model, multi30k_corpus, tmp
     for lang in ("en", "de", "fr", "cs"):
         with gzip.open(root / "multi30k" / f"test_2016_flickr.{lang}.gz", "wt", encoding="utf-8") as f:
             f.write("".join(line + "\n" for line in lines[lang]))
-        (root / "multi30k" / f"train.{lang}.gz").symlink_to(SHARED_DATA / "multi30k" / f"train.{lang}.gz")  # bag of subwords
+        # bag of subwords
+        (root / "multi30k" / f"train.{lang}.gz").symlink_to(SHARED_DATA / "multi30k" / f"train.{lang}.gz")
     code, out = run(["evaluate", "retrieval", "--model", str(trained_model), "--quick", "--data-root", str(root),
                      "--out", str(tmp_path / "ev")], capsys=capsys)
     assert code == 0, out.err
@@ -169,7 +178,8 @@ def test_evaluate_passes_probing_dir_through(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(vectors, "evaluate_sentence_vectors", fake)
     code, out = run(["evaluate", "probing", "--model", str(tmp_path / "x.pt"), "--data-root", str(tmp_path),
-                     "--probing-dir", str(tmp_path / "probing"), "--out", str(tmp_path / "ev"), "--jobs", "3"], capsys=capsys)
+                     "--probing-dir", str(tmp_path / "probing"), "--out", str(tmp_path / "ev"), "--jobs", "3"],
+                    capsys=capsys)
     assert code == 0, out.err
     assert seen["suite"] == "probing" and seen["probing_dir"] == tmp_path / "probing" and seen["jobs"] == 3
     assert "suite 12.5 s" in out.out

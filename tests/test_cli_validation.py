@@ -9,11 +9,18 @@ import sys
 
 import numpy as np
 import pytest
-
-from interlingua.cli import (beam_size, build_parser, main, non_negative_float, non_negative_int, port_number,
-                             positive_float, positive_int)
-
 from test_decoding import random_checkpoint
+
+from interlingua.cli import (
+    beam_size,
+    build_parser,
+    main,
+    non_negative_float,
+    non_negative_int,
+    port_number,
+    positive_float,
+    positive_int,
+)
 
 REQUIRED = {
     "translate": ["--model", "m.pt", "--src", "en", "--tgt", "de"],
@@ -32,7 +39,8 @@ NUMERIC = [
     ("translate", "--threads", positive_int),
     ("embed", "--batch-size", positive_int),
     ("evaluate", "--beam", beam_size), ("evaluate", "--batch-size", positive_int),
-    ("evaluate", "--max-sentences", positive_int), ("evaluate", "--max-documents", positive_int), ("evaluate", "--threads", positive_int),
+    ("evaluate", "--max-sentences", positive_int), ("evaluate", "--max-documents", positive_int),
+    ("evaluate", "--threads", positive_int),
     ("evaluate", "--jobs", positive_int),
     ("analyze", "--beam", beam_size), ("analyze", "--max-sentences", positive_int),
     ("experiment", "--beam", beam_size), ("experiment", "--max-test-sentences", positive_int),
@@ -47,9 +55,11 @@ NUMERIC = [
     ("serve", "--request-timeout", positive_float), ("serve", "--read-timeout", positive_float),
     ("serve", "--keep-alive-timeout", positive_float), ("serve", "--max-connections", positive_int),
 ]
-BAD = {positive_int: ["0", "-3", "2.5", "two", ""], beam_size: ["0", "65", "1000", "2.5", "wide"], non_negative_int: ["-1", "2.5", "x"], non_negative_float: ["-0.5", "nan", "inf", "x"],
+BAD = {positive_int: ["0", "-3", "2.5", "two", ""], beam_size: ["0", "65", "1000", "2.5", "wide"],
+       non_negative_int: ["-1", "2.5", "x"], non_negative_float: ["-0.5", "nan", "inf", "x"],
        positive_float: ["0", "-1", "nan", "inf", "soon"], port_number: ["-1", "65536", "80.5", "http"]}
-GOOD = {positive_int: ("1", 1), beam_size: ("64", 64), non_negative_int: ("0", 0), non_negative_float: ("0", 0.0), positive_float: ("0.5", 0.5),
+GOOD = {positive_int: ("1", 1), beam_size: ("64", 64), non_negative_int: ("0", 0), non_negative_float: ("0", 0.0),
+        positive_float: ("0.5", 0.5),
         port_number: ("0", 0)}
 
 
@@ -92,7 +102,8 @@ def test_messages_say_what_is_expected(capsys):
         assert needle in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kwargs, needle", [({"beam": 0}, "beam must"), ({"beam": 65}, "beam must be from 1 to 64"), ({"batch_size": 0}, "batch_size"),
+@pytest.mark.parametrize("kwargs, needle", [({"beam": 0}, "beam must"), ({"beam": 65}, "beam must be from 1 to 64"),
+                                            ({"batch_size": 0}, "batch_size"),
                                             ({"max_len": 0}, "max_len"), ({"length_penalty": -1.0}, "length_penalty")])
 def test_the_library_checks_the_same_ranges(tmp_path, kwargs, needle):
     from interlingua.inference.api import load
@@ -152,7 +163,7 @@ def test_translate_and_embed_agree_on_lines(checkpoint, tmp_path, capsys):
 
 
 def test_embed_only_empty_lines(checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n\n".encode("utf-8")), encoding="utf-8"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n\n"), encoding="utf-8"))
     assert main(["embed", "--model", str(checkpoint), "--lang", "en", "-o", str(tmp_path / "v.npy")]) == 0
     vecs = np.load(tmp_path / "v.npy")
     assert vecs.shape == (2, 64) and not vecs.any()

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import SHARED_DATA, missing
 
 from interlingua.cli import main
 from interlingua.data import europarl, iwslt
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.data.download import fetch
 from interlingua.errors import DataError
-
-from conftest import SHARED_DATA, missing
 
 IWSLT_COUNTS = {  # segments per pair, from the release's PROVENANCE table
     "de-en": (888, 1568), "de-it": (923, 1567), "de-nl": (1001, 1779), "de-ro": (912, 1677),
@@ -120,14 +119,15 @@ def test_europarl_and_wmt_sets_from_plain_latin1_and_sgml_files(tmp_path, monkey
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     train = _tgz(mirror / europarl.TRAIN_ARCHIVE[0], {
-        "training/europarl-v7.de-en.de": "Wiederaufnahme der Sitzungsperiode\n\nIch bitte Sie.\n".encode(),
+        "training/europarl-v7.de-en.de": b"Wiederaufnahme der Sitzungsperiode\n\nIch bitte Sie.\n",
         "training/europarl-v7.de-en.en": b"Resumption of the session\nPlease rise.\nThank you.\n",
-        "training/europarl-v7.fr-en.fr": "Merci.\nReprise de la session\nVeuillez vous lever.\n".encode(),
+        "training/europarl-v7.fr-en.fr": b"Merci.\nReprise de la session\nVeuillez vous lever.\n",
         "training/europarl-v7.fr-en.en": b"Thank you.\nResumption of the session\nPlease rise.\n",
         "training/europarl-v7.es-en.es": b"not asked for\n",
         "training/europarl-v7.es-en.en": b"not asked for\n",
     })
-    sgml = '<srcset setid="devtest2006" srclang="any">\n<doc docid="x">\n<seg id=1>{} &amp; {}</seg>\n</doc>\n</srcset>\n'
+    sgml = ('<srcset setid="devtest2006" srclang="any">\n<doc docid="x">\n'
+            '<seg id=1>{} &amp; {}</seg>\n</doc>\n</srcset>\n')
     _tgz(mirror / europarl.DEV_ARCHIVE[0], {
         "wmt07/dev/dev2006.de": "Straße frei\nzwei\n".encode("latin-1"),  # the old sets are Latin-1
         "wmt07/dev/dev2006.en": b"road clear\ntwo\n",

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config, write_multiway_corpus
+from test_decoding import _WORDS, _sentences, random_checkpoint
 
 import interlingua
 from interlingua.cli import main
@@ -17,18 +19,20 @@ from interlingua.config import parse_config
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import LanguageError
 from interlingua.evaluation.bleu_matrix import bleu_matrix
-from interlingua.evaluation.crosslingual_report import (PAIR_KEYS, CrosslingualReport, aligned_indices,
-                                                        evaluate_crosslingual, summarize, write_crosslingual)
-from interlingua.evaluation.crosslingual_scores import (language_probe, pair_vector_scores, probe_halves,
-                                                        similarity_gaps)
+from interlingua.evaluation.crosslingual_report import (
+    PAIR_KEYS,
+    CrosslingualReport,
+    aligned_indices,
+    evaluate_crosslingual,
+    summarize,
+    write_crosslingual,
+)
+from interlingua.evaluation.crosslingual_scores import language_probe, pair_vector_scores, probe_halves, similarity_gaps
 from interlingua.evaluation.crosslingual_translation import pivot_for
 from interlingua.evaluation.sentence.protocol import EvaluationError
 from interlingua.inference.api import Languages
 from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic
-from interlingua.modules.model import TranslationModel
-
-from conftest import tiny_config, write_multiway_corpus
-from test_decoding import _WORDS, _sentences, random_checkpoint
+from interlingua.modules.model import TranslationNetwork
 
 LANGS = ("en", "de", "fr")
 TRAINED = [("en", "de"), ("de", "en"), ("en", "fr"), ("fr", "en")]
@@ -110,8 +114,10 @@ def test_summary_means_by_kind_of_direction():
                 "retrieval_centered": retrieval + 10, "margin": 0.1, "bleu": bleu, "off_target": 0.0 if bleu else None,
                 "pivot_bleu": pivot_bleu}
 
-    pairs = {"en-de": row("en", "de", "supervised", 80.0, bleu=30.0), "de-en": row("de", "en", "supervised", 70.0, bleu=20.0),
-             "de-fr": row("de", "fr", "zero-shot", 40.0, bleu=2.0, pivot_bleu=12.0), "fr-de": row("fr", "de", "zero-shot", 50.0)}
+    pairs = {"en-de": row("en", "de", "supervised", 80.0, bleu=30.0),
+             "de-en": row("de", "en", "supervised", 70.0, bleu=20.0),
+             "de-fr": row("de", "fr", "zero-shot", 40.0, bleu=2.0, pivot_bleu=12.0),
+             "fr-de": row("fr", "de", "zero-shot", 50.0)}
     summary = summarize(pairs, {"accuracy": 90.0, "chance": 100 / 3})
     assert summary["retrieval_mean"] == 60.0 and summary["retrieval_centered_mean"] == 70.0
     assert summary["retrieval_min"] == 40.0 and summary["retrieval_min_pair"] == "de-fr"
@@ -155,7 +161,7 @@ def shared_transformer_checkpoint(path: Path) -> Path:
     vocab = Vocab.train([s for lang in LANGS for s in _sentences(lang)], vocab_size=150,
                         user_symbols=[language_tag(lang) for lang in LANGS], threads=1)
     torch.manual_seed(0)
-    net = TranslationModel(cfg.model, {lang: len(vocab) for lang in LANGS}, list(LANGS), list(LANGS))
+    net = TranslationNetwork(cfg.model, {lang: len(vocab) for lang in LANGS}, list(LANGS), list(LANGS))
     save_atomic(build_payload(cfg, net, {lang: vocab for lang in LANGS}, TRAINED), path)
     return path
 
@@ -163,7 +169,8 @@ def shared_transformer_checkpoint(path: Path) -> Path:
 KINDS = {
     "attention": lambda p: english_centred(random_checkpoint(p, langs=LANGS)),
     "shared-transformer": shared_transformer_checkpoint,
-    "ntdv": lambda p: english_centred(random_checkpoint(p, langs=LANGS, bridge={"type": "ntdv", "heads": 4, "hidden": 24})),
+    "ntdv": lambda p: english_centred(random_checkpoint(p, langs=LANGS,
+                                                        bridge={"type": "ntdv", "heads": 4, "hidden": 24})),
 }
 
 
@@ -292,5 +299,6 @@ def test_write_uses_its_own_stem(tmp_path):
     report = CrosslingualReport("m", "c.yaml", "val", ["en", "de"], 8, summarize(pairs, probe), pairs, probe)
     files = write_crosslingual(report, tmp_path)
     assert [f.name for f in files] == ["crosslingual_report_val.md", "crosslingual_report_val.json",
-                                       "crosslingual_report_val_retrieval.png", "crosslingual_report_val_retrieval_centered.png",
+                                       "crosslingual_report_val_retrieval.png",
+                                       "crosslingual_report_val_retrieval_centered.png",
                                        "crosslingual_report_val_margin.png"]

@@ -3,6 +3,7 @@ import json
 import logging
 
 import pytest
+from conftest import MULTI30K, tiny_config
 
 from interlingua.config import parse_config
 from interlingua.data.batching import DirectionBatches, make_batch
@@ -11,8 +12,6 @@ from interlingua.data.download import get_multi30k
 from interlingua.data.prepare import direction_pairs, prepare
 from interlingua.data.vocab import BOS, EOS, PAD
 from interlingua.errors import DataError
-
-from conftest import MULTI30K, tiny_config
 
 
 def write_corpus(tmp_path, en_lines, de_lines):
@@ -46,7 +45,8 @@ def test_empty_lines_skipped_and_long_lines_truncated_with_warnings(tmp_path, ca
     en = ["a small dog runs", "", "the cat sleeps"] * 20 + ["word " * 300]
     de = ["ein kleiner hund rennt", "leer", ""] * 20 + ["wort " * 300]
     path = write_corpus(tmp_path, en, de)
-    cfg = parse_config(tiny_config(path, tmp_path / "w", preprocess={"max_len": 30, "vocab_size": 60, "max_train_sentences": None}))
+    cfg = parse_config(tiny_config(path, tmp_path / "w",
+                                   preprocess={"max_len": 30, "vocab_size": 60, "max_train_sentences": None}))
     with caplog.at_level(logging.WARNING):
         data = prepare(cfg)
     assert "train/multiway: lines longer than max_len=30 subwords were truncated: de 1, en 1" in caplog.text
@@ -136,6 +136,7 @@ def test_monolingual_text_beside_a_corpus_feeds_only_the_copy_directions(tmp_pat
     """`write_corpus_with_monolingual`: the base corpus's groups unchanged, one training group per
     language of extra text, which adds lines to A->A and to nothing else."""
     from conftest import write_multiway_corpus
+
     from interlingua.data.corpus import write_corpus_with_monolingual
     base_dir = tmp_path / "base"
     base_dir.mkdir()

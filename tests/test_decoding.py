@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from interlingua.config import ModelConfig, parse_config
 from interlingua.data.vocab import BOS, EOS, PAD, Vocab
 from interlingua.modules.checkpoint import build_payload, save_atomic
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import greedy_search
-
-from conftest import tiny_config
 
 _WORDS = {
     "en": "a the dog cat man woman child runs sits eats red blue small big on in near park street ball".split(),
     "de": "ein der hund katze mann frau kind rennt sitzt isst rot blau klein groß auf in bei park straße ball".split(),
-    "fr": "un le chien chat homme femme enfant court assis mange rouge bleu petit grand sur dans près parc rue balle".split(),
+    "fr": ("un le chien chat homme femme enfant court assis mange rouge bleu petit grand sur dans près parc rue "
+           "balle").split(),
 }
 
 
@@ -43,19 +43,20 @@ def random_checkpoint(path: Path, langs=("en", "de"), seed: int = 0, **model) ->
     cfg = parse_config(cfg)
     vocabs = {lang: Vocab.train(_sentences(lang), vocab_size=120, threads=1) for lang in langs}
     torch.manual_seed(seed)
-    net = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, list(langs), list(langs))
+    net = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, list(langs), list(langs))
     directions = [(s, t) for s in langs for t in langs if s != t]
     save_atomic(build_payload(cfg, net, vocabs, directions), path)
     return path
 
 
-def tiny_model(bridge: str, input_feed: bool, seed: int = 0, vocab: int = 17, init: float | None = None) -> TranslationModel:
+def tiny_model(bridge: str, input_feed: bool, seed: int = 0, vocab: int = 17,
+               init: float | None = None) -> TranslationNetwork:
     torch.manual_seed(seed)
     cfg = ModelConfig.model_validate({"embed_dim": 12, "encoder": {"hidden": 16, "layers": 2},
                                       "bridge": {"type": bridge, "heads": 3, "hidden": 8},
                                       "decoder": {"hidden": 16, "layers": 2, "input_feed": input_feed}, "dropout": 0.3,
                                       "param_init": init})
-    return TranslationModel(cfg, {"en": vocab, "de": vocab}, ["en"], ["de"]).eval()
+    return TranslationNetwork(cfg, {"en": vocab, "de": vocab}, ["en"], ["de"]).eval()
 
 
 SRC_LENGTHS = [7, 3, 5, 1]
@@ -77,7 +78,7 @@ def _batch(vocab: int, seed: int = 0):
     return src, torch.tensor(SRC_LENGTHS), tgt, tgt_in, tgt_out
 
 
-def _stepwise_logprobs(model: TranslationModel, src: torch.Tensor, length: int, tokens: list[int]) -> torch.Tensor:
+def _stepwise_logprobs(model: TranslationNetwork, src: torch.Tensor, length: int, tokens: list[int]) -> torch.Tensor:
     """One sentence alone (no padding anywhere): log p of each next token, BOS fed first."""
     dec = model.decoder_for("de")
     bridged = model.run_encoder(src[None, :length], torch.tensor([length]), "en")
@@ -114,7 +115,7 @@ def test_teacher_forcing_equals_step_by_step(bridge, input_feed):
     assert loss.nll_sum == pytest.approx(total, rel=1e-5)
 
 
-def _argmax_path(model: TranslationModel, src: torch.Tensor, length: int, max_len: int) -> list[int]:
+def _argmax_path(model: TranslationNetwork, src: torch.Tensor, length: int, max_len: int) -> list[int]:
     dec = model.decoder_for("de")
     bridged = model.run_encoder(src[None, :length], torch.tensor([length]), "en")
     state = dec.start_state(bridged.memory, bridged.memory_mask)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import tiny_config
 
 from interlingua.config import parse_config
 from interlingua.data.batching import shard
@@ -25,14 +26,12 @@ from interlingua.modules.checkpoint import Checkpoint, read_checkpoint
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
 
-from conftest import tiny_config
-
 # The model, seeds and batch of every run here; only the number of processes and micro-batches vary.
 # Plain SGD, whose update is linear in the gradient: Adam's first steps divide the gradient by its
 # own size, which turns float noise in a (nearly) zero gradient into a whole step of lr.
 SECTIONS = {"directions": {"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]]},
-            "train": {"max_steps": 6, "valid_every": 3, "log_every": 3, "batch_size": 20, "lr": 0.05, "optimizer": "sgd",
-                      "precision": "fp32", "threads": 1}}
+            "train": {"max_steps": 6, "valid_every": 3, "log_every": 3, "batch_size": 20, "lr": 0.05,
+                      "optimizer": "sgd", "precision": "fp32", "threads": 1}}
 
 # Run under torchrun: train with the library API, then save this rank's weights for the test to compare.
 RANK_SCRIPT = """
@@ -101,9 +100,11 @@ def test_a_batch_smaller_than_its_parts_is_refused(multi30k_corpus, tmp_path):
 
 def test_accumulated_micro_batches_equal_the_whole_batch(multi30k_corpus, one_process, tmp_path):
     """Three micro-batches (7 + 7 + 6 pairs, one backward each) give the update of one batch of 20."""
-    cfg = yaml.safe_load(_write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", accumulate=3).read_text())
+    cfg = yaml.safe_load(_write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml",
+                                       accumulate=3).read_text())
     train(parse_config(cfg))
-    _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"], read_checkpoint(one_process / "last.pt")["model"])
+    _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"],
+                  read_checkpoint(one_process / "last.pt")["model"])
 
 
 def test_two_gloo_processes_equal_one_process_with_the_combined_batch(multi30k_corpus, one_process, tmp_path):
@@ -156,6 +157,7 @@ def test_torchrun_cli_validates_once_and_resumes_with_another_process_count(mult
 
     from interlingua.cli import main
     assert main(["train", str(config), "--resume"]) == 0
-    _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"], read_checkpoint(one_process / "last.pt")["model"])
+    _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"],
+                  read_checkpoint(one_process / "last.pt")["model"])
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["type"], r["step"]) for r in records] == [("train", 3), ("valid", 3), ("train", 6), ("valid", 6)]

@@ -74,11 +74,14 @@ def test_embed_documents_cli(trained_model, tmp_path, capsys):
     with np.load(out) as arrays:
         assert sorted(arrays.files) == ["de", "de+en", "de:en", "en"] and arrays["en"].shape[0] == 3
     one = tmp_path / "one.npy"
-    assert main(["embed", "--model", str(trained_model), "--lang", "en", "--documents", "-i", str(docs), "-o", str(one)]) == 0
+    assert main(["embed", "--model", str(trained_model), "--lang", "en", "--documents", "-i", str(docs),
+                 "-o", str(one)]) == 0
     assert np.load(one).shape[0] == 3
-    assert main(["embed", "--model", str(trained_model), "--lang", "en", "--documents", "--other", "de", "-i", str(docs)]) == 2
+    assert main(["embed", "--model", str(trained_model), "--lang", "en", "--documents", "--other", "de",
+                 "-i", str(docs)]) == 2
     assert "-o" in capsys.readouterr().err
-    assert main(["embed", "--model", str(trained_model), "--lang", "xx", "--documents", "-i", str(docs), "-o", str(one)]) == 2
+    assert main(["embed", "--model", str(trained_model), "--lang", "xx", "--documents", "-i", str(docs),
+                 "-o", str(one)]) == 2
     assert "no encoder for 'xx'" in capsys.readouterr().err
 
 
@@ -98,7 +101,8 @@ def write_reviews(path: Path, lang: str, n: int, seed: int, rating3: bool = Fals
         items.append(f"<item>\n\t<summary>{escape(word)}\n</summary>\n\t<rating>{rating}</rating>\n"
                      f"\t<text>{escape(text)}\n</text>\n\t<category>music</category>\n\t</item>")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text('<?xml version="1.0" encoding="utf-8"?>\n<items>' + "\n".join(items) + "</items>\n", encoding="utf-8")
+    path.write_text('<?xml version="1.0" encoding="utf-8"?>\n<items>' + "\n".join(items) + "</items>\n",
+                    encoding="utf-8")
 
 
 @pytest.fixture
@@ -225,7 +229,9 @@ def test_webis_download_fetches_the_official_test_parts(tmp_path, monkeypatch, c
     """Without --from, train and test parts come from the pinned public copy; a test part whose
     content does not match its checksum is named and removed, nothing half-written stays."""
     import gzip
+
     from conftest import SHARED_DATA, missing
+
     from interlingua.data import download
     source = SHARED_DATA / "webis_cls10"
     if not (source / "en" / "books" / "train.review.gz").is_file():
@@ -264,6 +270,7 @@ def test_webis_monolingual_takes_the_training_split_only(webis, tmp_path, capsys
     """Review sentences for copy directions come from the documents `evaluate cldc` trains on,
     never from its test documents, and land beside the corpus as one group per language."""
     from conftest import write_multiway_corpus
+
     from interlingua.data.corpus import load_corpus, read_group
     from interlingua.data.webis import review_sentences
     for lang in ("en", "de"):

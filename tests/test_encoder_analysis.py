@@ -9,15 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config, write_multiway_corpus
 
 from interlingua.cli import main
 from interlingua.config import ModelConfig, parse_config
 from interlingua.evaluation.encoder_analysis import language_id, layer_probes, probe_accuracy, retrieval_accuracy
 from interlingua.evaluation.svcca import random_svcca, svcca
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.transformer import sinusoids
-
-from conftest import tiny_config, write_multiway_corpus
 
 VOCAB = 23
 ENCODERS = [
@@ -32,7 +31,7 @@ def encoder_of(settings: dict):
     torch.manual_seed(0)
     cfg = ModelConfig.model_validate({"embed_dim": 12, "encoder": settings, "bridge": {"type": "none"},
                                       "decoder": {"hidden": 16, "layers": 1}, "dropout": 0.3})
-    return TranslationModel(cfg, {"en": VOCAB, "de": VOCAB}, ["en"], ["de"]).encoders["en"]
+    return TranslationNetwork(cfg, {"en": VOCAB, "de": VOCAB}, ["en"], ["de"]).encoders["en"]
 
 
 @pytest.mark.parametrize("settings", ENCODERS)
@@ -135,7 +134,8 @@ def three_way_corpus(tmp_path_factory) -> Path:
 def train_tiny(corpus: Path, work: Path, encoder: dict) -> Path:
     from interlingua.training.trainer import train
     cfg = parse_config(tiny_config(
-        corpus, work, preprocess={"vocab_size": 50, "max_train_sentences": None, "max_valid_sentences": 20, "max_len": 20},
+        corpus, work,
+        preprocess={"vocab_size": 50, "max_train_sentences": None, "max_valid_sentences": 20, "max_len": 20},
         directions={"mode": "explicit", "pairs": [["xa", "xb"], ["xc", "xb"]]},
         model={"embed_dim": 16, "encoder": encoder, "bridge": {"heads": 4, "hidden": 16}},
         train={"max_steps": 40, "valid_every": 40, "log_every": 20, "batch_size": 20, "lr": 0.005, "seed": 1,
@@ -145,7 +145,8 @@ def train_tiny(corpus: Path, work: Path, encoder: dict) -> Path:
 
 @pytest.fixture(scope="module", params=[
     pytest.param({"type": "bilstm", "hidden": 16, "layers": 2}, id="bilstm"),
-    pytest.param({"type": "transformer", "hidden": 16, "heads": 4, "layers": 2, "residual_drop_layer": 1}, id="transformer"),
+    pytest.param({"type": "transformer", "hidden": 16, "heads": 4, "layers": 2, "residual_drop_layer": 1},
+                 id="transformer"),
 ])
 def tiny_checkpoint(request, three_way_corpus, tmp_path_factory) -> Path:
     return train_tiny(three_way_corpus, tmp_path_factory.mktemp("encoder_run"), request.param)

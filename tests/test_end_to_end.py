@@ -3,10 +3,10 @@ import numpy as np
 import torch
 from sacrebleu.metrics import BLEU
 
-from interlingua.inference.api import Model, load
-from interlingua.modules.checkpoint import load_model
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.evaluation.sentence.retrieval import cosine_matrix
+from interlingua.inference.api import Model, load
+from interlingua.modules.checkpoint import load_checkpoint
 
 
 def training_lines(corpus_yaml, n=200):
@@ -16,12 +16,12 @@ def training_lines(corpus_yaml, n=200):
 
 def test_trained_model_beats_untrained_on_its_training_lines(trained_model, multi30k_corpus):
     en, de = training_lines(multi30k_corpus)
-    loaded = load_model(trained_model)
+    loaded = load_checkpoint(trained_model)
     hyps = Model(loaded).translate(en[:100], "en", "de", beam=3)
     trained_bleu = BLEU(lowercase=True).corpus_score(hyps, [de[:100]]).score
-    untrained = load_model(trained_model)
+    untrained = load_checkpoint(trained_model)
     torch.manual_seed(0)
-    for p in untrained.model.parameters():
+    for p in untrained.network.parameters():
         torch.nn.init.uniform_(p, -0.1, 0.1)
     base_hyps = Model(untrained).translate(en[:100], "en", "de", beam=3)
     untrained_bleu = BLEU(lowercase=True).corpus_score(base_hyps, [de[:100]]).score

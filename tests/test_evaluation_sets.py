@@ -5,12 +5,18 @@ import gzip
 import shutil
 
 import pytest
-
 from conftest import SHARED_DATA
+
 from interlingua.cli import main
 from interlingua.data import download
-from interlingua.data.evaluation_sets import (SENTEVAL_URL, XNLI_URL, get_senteval_downstream, get_xnli_dev,
-                                              read_checksums, senteval_upstream_path)
+from interlingua.data.evaluation_sets import (
+    SENTEVAL_URL,
+    XNLI_URL,
+    get_senteval_downstream,
+    get_xnli_dev,
+    read_checksums,
+    senteval_upstream_path,
+)
 from interlingua.errors import DataError
 from interlingua.evaluation.sentence.tasks import load_classification, load_xnli
 
@@ -55,7 +61,8 @@ def test_local_copy_is_checked_and_readable(tmp_path):
 @needs_data
 def test_download_converts_to_stored_form(tmp_path, monkeypatch):
     """Serve the upstream bytes (SST train uncompressed, XNLI with CRLF) and check what lands."""
-    upstream = {SENTEVAL_URL.format(path=senteval_upstream_path(n)): SENTEVAL / n for n in read_checksums("senteval_downstream")}
+    upstream = {SENTEVAL_URL.format(path=senteval_upstream_path(n)): SENTEVAL / n
+                for n in read_checksums("senteval_downstream")}
     upstream.update({XNLI_URL.format(name=n): XNLI / n for n in read_checksums("xnli")})
     fetched = []
 

@@ -8,7 +8,7 @@ import yaml
 
 from interlingua.config import load_config
 from interlingua.experiment import paper_setting, run_experiments, summary_markdown
-from interlingua.modules.checkpoint import load_model
+from interlingua.modules.checkpoint import load_checkpoint
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -107,9 +107,9 @@ def test_every_cpu_recipe_trains_a_few_steps(recipe, multi30k_corpus, tmp_path):
     assert result.steps == 2 and result.best_checkpoint is not None and result.best_checkpoint.exists()
     assert all(np.isfinite(r["mean_bleu"]) for r in result.history)
     trained, zero_shot, heads = _intended(recipe.stem)
-    loaded = load_model(result.best_checkpoint)
+    loaded = load_checkpoint(result.best_checkpoint)
     assert set(loaded.directions) == trained
-    assert (loaded.model.bridge.heads if loaded.model.has_bridge else None) == heads
+    assert (loaded.network.bridge.heads if loaded.network.has_bridge else None) == heads
     dev = result.history[-1]["directions"]  # every direction with dev text is scored, zero-shot ones marked
     assert {name for name, r in dev.items() if r["zero_shot"]} == {f"{s}-{t}" for s, t in zero_shot}
     assert {name for name, r in dev.items() if not r["zero_shot"]} == {f"{s}-{t}" for s, t in trained if s != t}
@@ -120,12 +120,12 @@ def test_every_cpu_recipe_trains_a_few_steps(recipe, multi30k_corpus, tmp_path):
 def test_every_paper_recipe_builds_its_model(recipe, multi30k_corpus, tmp_path):
     """Paper-scale recipes share the CPU code path; here their configs and model sizes are checked."""
     from interlingua.data.directions import build_directions
-    from interlingua.modules.model import TranslationModel
+    from interlingua.modules.model import TranslationNetwork
     cfg = load_config(recipe, [f"corpus={multi30k_corpus}"])
     directions = build_directions(cfg.directions, ["cs", "de", "en", "fr"])
     trained, _, heads = _intended(recipe.stem)
     assert set(directions) == trained
-    model = TranslationModel(cfg.model, {lang: cfg.preprocess.vocab_size for lang in ["cs", "de", "en", "fr"]},
+    model = TranslationNetwork(cfg.model, {lang: cfg.preprocess.vocab_size for lang in ["cs", "de", "en", "fr"]},
                              [s for s, _ in directions], [t for _, t in directions])
     assert sum(p.numel() for p in model.parameters()) > 10_000_000
     assert (model.bridge.heads if model.has_bridge else None) == heads
@@ -165,8 +165,10 @@ def _fake_run(recipe, setting, bleu, zero_shot=(), steps=500, directions=1):
 def test_summary_compares_multilingual_with_bilingual_and_zero_shot():
     runs = [_fake_run("bilingual_en_de", "bilingual", {"en": {"en": None, "de": 20.0}, "de": {"en": None, "de": None}}),
             _fake_run("m2m_mono", "m2m_mono", {"en": {"de": 23.5, "fr": 30.0}, "de": {"en": 25.0, "fr": 10.0},
-                                               "fr": {"en": 28.0, "de": 12.0}}, ["de-fr", "fr-de"], steps=8000, directions=16),
-            _fake_run("twice_the_budget", "m2m_mono", {"en": {"de": 30.0}, "de": {"en": 31.0}}, steps=16000, directions=16)]
+                                               "fr": {"en": 28.0, "de": 12.0}}, ["de-fr", "fr-de"],
+                      steps=8000, directions=16),
+            _fake_run("twice_the_budget", "m2m_mono", {"en": {"de": 30.0}, "de": {"en": 31.0}},
+                      steps=16000, directions=16)]
     text = "\n".join(summary_markdown(runs))
     assert "twice_the_budget" not in text  # more steps per direction: not an equal-steps comparison
     assert "| en->de | 20.0 | 23.5 (+3.5) |" in text
@@ -188,6 +190,7 @@ def test_runner_runs_recipes_in_parallel_processes(multi30k_corpus, tmp_path):
     out = tmp_path / "res.md"
     runs = run_experiments(recipes, [], out, max_test=10, jobs=2)
     assert [r["recipe"] for r in runs] == ["cpu_bilingual_en_de", "cpu_bilingual_de_en"]
-    assert all(r["compute"]["steps"] == 6 and r["compute"]["threads"] == 1 and r["compute"]["directions"] == 1 for r in runs)
+    assert all(r["compute"]["steps"] == 6 and r["compute"]["threads"] == 1 and r["compute"]["directions"] == 1
+               for r in runs)
     text = out.read_text()
     assert text.index("## cpu_bilingual_en_de") < text.index("## cpu_bilingual_de_en")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config, write_multiway_corpus
 from safetensors import safe_open
 
 import interlingua
@@ -31,12 +32,11 @@ from interlingua.evaluation.bleu_matrix import MatrixResult
 from interlingua.modules import model_folder
 from interlingua.modules.checkpoint import Checkpoint, build_payload, read_checkpoint, save_atomic
 from interlingua.modules.extension import extend_checkpoint
-from interlingua.modules.model import TranslationModel
-
-from conftest import tiny_config, write_multiway_corpus
+from interlingua.modules.model import TranslationNetwork
 
 # The session's trained model (conftest) reads and writes en and de.
-EN = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow.", "A woman sings on a stage.", ""]
+EN = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow.",
+      "A woman sings on a stage.", ""]
 
 LANGS = ["xa", "xb"]
 WORDS = list("abcdefgh")
@@ -86,7 +86,7 @@ def synthetic_checkpoint(root: Path, model: dict, name: str = "model.pt") -> Pat
     else:
         vocabs = {lang: Vocab.train([f"{lang[1]}{w}" for w in WORDS] * 5, 20, threads=1) for lang in LANGS}
     torch.manual_seed(11)
-    net = TranslationModel(cfg.model, {k: len(v) for k, v in vocabs.items()}, LANGS, LANGS)
+    net = TranslationNetwork(cfg.model, {k: len(v) for k, v in vocabs.items()}, LANGS, LANGS)
     with torch.no_grad():  # untrained decoders would often end at once: let them write up to max_len
         for decoder in net.decoders.values():
             decoder.generator.bias[:EOS + 1] -= 5.0
@@ -194,7 +194,8 @@ def test_cli_translate_and_embed_read_the_folder(exported, trained_model, capsys
 
 def test_serve_loads_the_folder(exported, trained_model, capsys, monkeypatch):
     import uvicorn
-    with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test client; httpx works with every version
+    # newer Starlette prefers httpx2 for its test client; httpx works with every version
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
         from fastapi.testclient import TestClient
     answers = {}
@@ -229,7 +230,8 @@ def test_model_card_reports_what_was_recorded(exported, trained_model):
     assert "the first 200 training lines" in card
     assert "As recorded at step 600 (the checkpoint's training state)" in card
     for name, r in dev["directions"].items():
-        assert f"| {name} | {'zero-shot' if r['zero_shot'] else 'trained'} | {r['bleu']:.2f} | {r['chrf']:.2f} |" in card
+        assert (f"| {name} | {'zero-shot' if r['zero_shot'] else 'trained'} | "
+                f"{r['bleu']:.2f} | {r['chrf']:.2f} |") in card
     assert f"Mean over the trained directions: {dev['mean_bleu']:.2f}." in card
     assert "## Test BLEU\n\nNot recorded" in card
 
@@ -318,7 +320,8 @@ def test_card_test_bleu_only_from_results_of_this_checkpoint(plain_checkpoint, t
     write_results(run / "eval", "bleu_other_beam1", 22.0, "last.pt on test_2016_flickr")
     write_results(run / "eval", "bleu_test_2016_flickr_beam1", 33.0, "best.pt on test_2016_flickr")
     card = (model_folder.export_folder(ckpt, tmp_path / "folder") / "README.md").read_text()
-    assert "From `eval/bleu_test_2016_flickr_beam1.json` beside the checkpoint: split `test_2016_flickr`, beam 1" in card
+    assert ("From `eval/bleu_test_2016_flickr_beam1.json` beside the checkpoint: "
+            "split `test_2016_flickr`, beam 1") in card
     assert "| xa-xb | trained | 33.00 | 32.00 |" in card and "| xb-xa | trained | 34.00 | 33.00 |" in card
     assert "11.00" not in card and "22.00" not in card
     # no training state (a translation-only checkpoint): nothing is made up

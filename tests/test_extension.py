@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import tiny_config, write_multiway_corpus
 
 from interlingua import load
 from interlingua.cli import main
@@ -24,11 +25,9 @@ from interlingua.data.vocab import EOS, decoder_start, language_tag, source_pref
 from interlingua.evaluation.bleu_matrix import MatrixResult
 from interlingua.experiment import run_experiments
 from interlingua.inference.api import Model
-from interlingua.modules.checkpoint import Checkpoint, build_payload, load_model, read_checkpoint, save_atomic
+from interlingua.modules.checkpoint import Checkpoint, build_payload, load_checkpoint, read_checkpoint, save_atomic
 from interlingua.modules.extension import extend_checkpoint
 from interlingua.training.trainer import train
-
-from conftest import tiny_config, write_multiway_corpus
 
 OLD = ["xa", "xb", "xc"]
 NEW = "xn"
@@ -37,7 +36,8 @@ NOISE = 0.02
 MODELS = {
     "transformer_tied": {"embed_dim": 32, "shared": True, "tag_position": "decoder_start", "bridge": {"type": "none"},
                          "encoder": {"type": "transformer", "layers": 1, "heads": 2, "ff_dim": 64},
-                         "decoder": {"type": "transformer", "layers": 1, "heads": 2, "ff_dim": 64, "tie_embeddings": True},
+                         "decoder": {"type": "transformer", "layers": 1, "heads": 2, "ff_dim": 64,
+                                     "tie_embeddings": True},
                          "dropout": 0.0},
     "lstm": {"embed_dim": 32, "shared": True, "tag_position": "source_prefix", "encoder": {"hidden": 32, "layers": 1},
              "bridge": {"heads": 4, "hidden": 32}, "decoder": {"hidden": 32, "layers": 1}, "dropout": 0.0},
@@ -108,7 +108,8 @@ def test_old_outputs_and_log_probs_unchanged(trained, corpus):
     for src, tgt in (("xa", "xb"), ("xb", "xc"), ("xa", "xc")):  # xa->xc: zero-shot
         texts = sentences(corpus, src)
         for beam in (1, 3):
-            assert ext.translate(texts, src, tgt, beam=beam) == old.translate(texts, src, tgt, beam=beam), (kind, src, tgt)
+            assert ext.translate(texts, src, tgt, beam=beam) == old.translate(texts, src, tgt, beam=beam), \
+                (kind, src, tgt)
     # bit for bit: the step's log-probabilities and the teacher-forced loss of an old direction
     size = len(old.vocabs["xa"])
     for model in (old, ext):
@@ -136,14 +137,15 @@ def _batch(model: Model, corpus: Path, src: str, tgt: str, split: str = "test", 
 
 def test_new_rows_are_mean_plus_noise(trained):
     kind, old_path, ext_path = trained
-    old, ext = load_model(old_path), load_model(ext_path)
-    before, after = old.model.state_dict(), ext.model.state_dict()
+    old, ext = load_checkpoint(old_path), load_checkpoint(ext_path)
+    before, after = old.network.state_dict(), ext.network.state_dict()
     size = len(old.vocabs["xa"])
     grown = [k for k in after if after[k].shape != before[k].shape]
-    expected = {"encoders.shared.embedding.embed.weight", "decoders.shared.embedding.embed.weight",
-                "decoders.shared.generator.weight", "decoders.shared.generator.bias"} if kind == "transformer_tied" else \
-               {"encoders.shared.embed.weight", "decoders.shared.embed.weight",
-                "decoders.shared.generator.weight", "decoders.shared.generator.bias"}
+    expected = ({"encoders.shared.embedding.embed.weight", "decoders.shared.embedding.embed.weight",
+                 "decoders.shared.generator.weight", "decoders.shared.generator.bias"}
+                if kind == "transformer_tied" else
+                {"encoders.shared.embed.weight", "decoders.shared.embed.weight",
+                 "decoders.shared.generator.weight", "decoders.shared.generator.bias"})
     assert set(grown) == expected, grown
     for k in grown:
         a, b = after[k], before[k]
@@ -157,7 +159,7 @@ def test_new_rows_are_mean_plus_noise(trained):
         if k not in grown:
             assert torch.equal(after[k], before[k]), k
     if kind == "transformer_tied":
-        dec = ext.model.decoder_for(NEW)
+        dec = ext.network.decoder_for(NEW)
         assert dec.generator.weight is dec.embedding.embed.weight   # still one Parameter
 
 
@@ -181,11 +183,12 @@ def test_extended_checkpoint_saves_loads_and_translates_the_new_language(trained
     assert torch.isfinite(logp[:, allowed]).all() and torch.isneginf(logp[:, ~allowed]).all()
     assert torch.allclose(logp.exp().sum(1), torch.ones(logp.size(0)), atol=1e-5)
     # save (build_payload) -> load again: the same vocabularies, offsets and translations
-    loaded = load_model(ext_path)
+    loaded = load_checkpoint(ext_path)
     again = tmp_path / "again.pt"
-    save_atomic(build_payload(loaded.config, loaded.model, loaded.vocabs, loaded.directions), again)
+    save_atomic(build_payload(loaded.config, loaded.network, loaded.vocabs, loaded.directions), again)
     second = load(again, "cpu")
-    assert {k: (v.proto, v.offset) for k, v in second.vocabs.items()} == {k: (v.proto, v.offset) for k, v in ext.vocabs.items()}
+    assert ({k: (v.proto, v.offset) for k, v in second.vocabs.items()}
+            == {k: (v.proto, v.offset) for k, v in ext.vocabs.items()})
     assert second.translate(texts, "xb", NEW, beam=2) == into
     assert read_checkpoint(again)["version"] == 2
 
@@ -194,10 +197,10 @@ def test_plain_checkpoints_unchanged(trained):
     _, old_path, _ = trained
     payload = read_checkpoint(old_path)
     assert payload["version"] == 1 and "vocab_offsets" not in payload
-    assert load_model(old_path).model.output_rows == {}
+    assert load_checkpoint(old_path).network.output_rows == {}
     fixture = Path(__file__).parent / "fixtures" / "legacy_attention.pt"
-    legacy = load_model(fixture)
-    assert legacy.model.output_rows == {} and all(v.offset == 0 for v in legacy.vocabs.values())
+    legacy = load_checkpoint(fixture)
+    assert legacy.network.output_rows == {} and all(v.offset == 0 for v in legacy.vocabs.values())
 
 
 def _nll(model: Model, corpus: Path, src: str, tgt: str) -> float:
@@ -220,7 +223,8 @@ def test_train_init_fine_tunes_the_new_language(trained, corpus, tmp_path, capsy
     for d in ((NEW, "xb"), ("xb", NEW)):
         b, a = _nll(before, corpus, *d), _nll(after, corpus, *d)
         assert a < 0.75 * b, (d, b, a)  # measured: xn->xb 2.15 -> 1.21, xb->xn 5.03 -> 1.18
-    assert {k: (v.proto, v.offset) for k, v in after.vocabs.items()} == {k: (v.proto, v.offset) for k, v in before.vocabs.items()}
+    assert ({k: (v.proto, v.offset) for k, v in after.vocabs.items()}
+            == {k: (v.proto, v.offset) for k, v in before.vocabs.items()})
     assert set(after.loaded.directions) >= {(NEW, "xb"), ("xb", NEW), ("xa", "xb")}
 
     # the weights are the checkpoint's: one step at a vanishing learning rate leaves them where they were
@@ -228,8 +232,8 @@ def test_train_init_fine_tunes_the_new_language(trained, corpus, tmp_path, capsy
     cfg["train"] = {**cfg["train"], "max_steps": 1, "lr": 1e-9}
     cfg_path.write_text(yaml.safe_dump(cfg))
     assert main(["train", str(cfg_path), "--init", str(ext_path)]) == 0
-    one = load_model(tmp_path / "one_step" / "last.pt").model.state_dict()
-    for k, v in load_model(ext_path).model.state_dict().items():
+    one = load_checkpoint(tmp_path / "one_step" / "last.pt").network.state_dict()
+    for k, v in load_checkpoint(ext_path).network.state_dict().items():
         assert torch.allclose(one[k], v, atol=1e-6), k
     assert Checkpoint.read(tmp_path / "one_step" / "last.pt").training.step == 1  # a fresh step count
 
@@ -252,13 +256,15 @@ def test_experiment_reports_the_added_language_beside_the_model_without_it(train
     kind, old_path, ext_path = trained
     old_recipe, new_recipe = tmp_path / "old.yaml", tmp_path / "added.yaml"
     old_recipe.write_text(yaml.safe_dump({**config(corpus, old_path.parent, MODELS[kind], OLD, 80), "name": "old"}))
-    new_recipe.write_text(yaml.safe_dump({**config(corpus, tmp_path / "added", MODELS[kind], [*OLD, NEW], 40), "name": "added"}))
+    new_recipe.write_text(yaml.safe_dump({**config(corpus, tmp_path / "added", MODELS[kind], [*OLD, NEW], 40),
+                                          "name": "added"}))
     assert main(["train", str(new_recipe), "--init", str(ext_path)]) == 0
     out = tmp_path / "report.md"
     old_run, new_run = run_experiments([old_recipe, new_recipe], [], out, max_test=12, pivot="xb")
     assert old_run["added"] is None and old_run["compute"]["steps"] == 80  # finished: scored, not retrained
     assert new_run["added"] == {"languages": [NEW], "from": str(old_path)}
-    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in out.read_text().split("## Adding a language")[1].splitlines()
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")
+            for line in out.read_text().split("## Adding a language")[1].splitlines()
             if line.startswith("| old ") or line.startswith("| added ")}
     m = MatrixResult.from_json(new_run["matrix"])
     into_new = [m.bleu_cased[s][NEW] for s in ("xa", "xc")]  # zero-shot: only xb<->xn was trained
@@ -295,7 +301,7 @@ def test_cli_extend_and_its_errors(trained, corpus, tmp_path, capsys):
 
 def _per_language_model(cfg):
     from interlingua.data.vocab import Vocab
-    from interlingua.modules.model import TranslationModel
+    from interlingua.modules.model import TranslationNetwork
     vocabs = {lang: Vocab.train([f"{lang[1]}a {lang[1]}b"] * 20, 12) for lang in ("xa", "xb")}
-    model = TranslationModel(cfg.model, {k: len(v) for k, v in vocabs.items()}, ["xa", "xb"], ["xa", "xb"])
+    model = TranslationNetwork(cfg.model, {k: len(v) for k, v in vocabs.items()}, ["xa", "xb"], ["xa", "xb"])
     return model, vocabs, [("xa", "xb"), ("xb", "xa")]

@@ -8,14 +8,13 @@ import stat
 
 import numpy as np
 import pytest
+from test_decoding import random_checkpoint
 
 from interlingua.atomic_files import atomic_output, disk_full, write_text_atomic
 from interlingua.cli import main
 from interlingua.data.inputs import check_input_texts, text_problem
 from interlingua.inference.api import load
 from interlingua.inference.documents import embed_documents
-
-from test_decoding import random_checkpoint
 
 
 @pytest.fixture(scope="module")

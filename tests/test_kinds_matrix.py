@@ -24,25 +24,40 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import tiny_config, write_multiway_corpus
 
 from interlingua import Model, load
 from interlingua.cli import main
 from interlingua.data.vocab import PAD
 from interlingua.modules.search import beam_search, greedy_search
 
-from conftest import tiny_config, write_multiway_corpus
-
 # One line per combination of kinds: the `--set` overrides that select it (id: encoder-bridge-decoder).
 # A kind that needs other settings (learning rate, steps) to learn the task sets them here too.
 KINDS = [
-    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "lstm"}, id="bilstm-attention-lstm"),
-    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "lstm", "model.decoder.input_feed": True}, id="bilstm-attention-lstm_feed"),
-    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "none", "model.decoder.type": "lstm"}, id="bilstm-none-lstm"),
-    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "none", "model.decoder.type": "lstm", "model.decoder.input_feed": True}, id="bilstm-none-lstm_feed"),
-    pytest.param({"model.encoder.type": "transformer", "model.bridge.type": "attention", "model.decoder.type": "transformer", "model.encoder.positions": "learned", "model.decoder.positions": "learned", "train.lr": 0.001}, id="transformer-attention-transformer"),
-    pytest.param({"model.encoder.type": "transformer", "model.bridge.type": "none", "model.decoder.type": "transformer", "train.lr": 0.001}, id="transformer-none-transformer"),
-    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "transformer", "model.decoder.positions": "learned", "train.lr": 0.003}, id="bilstm-attention-transformer"),
-    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "ntdv", "model.bridge.heads": 8, "model.bridge.hidden": 64, "model.decoder.type": "lstm", "train.max_steps": 600, "train.valid_every": 600}, id="bilstm-ntdv-lstm"),
+    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "lstm"},
+                 id="bilstm-attention-lstm"),
+    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "lstm",
+                  "model.decoder.input_feed": True},
+                 id="bilstm-attention-lstm_feed"),
+    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "none", "model.decoder.type": "lstm"},
+                 id="bilstm-none-lstm"),
+    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "none", "model.decoder.type": "lstm",
+                  "model.decoder.input_feed": True},
+                 id="bilstm-none-lstm_feed"),
+    pytest.param({"model.encoder.type": "transformer", "model.bridge.type": "attention",
+                  "model.decoder.type": "transformer", "model.encoder.positions": "learned",
+                  "model.decoder.positions": "learned", "train.lr": 0.001},
+                 id="transformer-attention-transformer"),
+    pytest.param({"model.encoder.type": "transformer", "model.bridge.type": "none", "model.decoder.type": "transformer",
+                  "train.lr": 0.001},
+                 id="transformer-none-transformer"),
+    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "transformer",
+                  "model.decoder.positions": "learned", "train.lr": 0.003},
+                 id="bilstm-attention-transformer"),
+    pytest.param({"model.encoder.type": "bilstm", "model.bridge.type": "ntdv", "model.bridge.heads": 8,
+                  "model.bridge.hidden": 64, "model.decoder.type": "lstm", "train.max_steps": 600,
+                  "train.valid_every": 600},
+                 id="bilstm-ntdv-lstm"),
 ]
 
 STEPS = 300
@@ -99,7 +114,8 @@ def synthetic_corpus(tmp_path_factory) -> Path:
 
 def experiment_yaml(corpus: Path, work_dir: Path) -> Path:
     cfg = tiny_config(corpus, work_dir,
-                      preprocess={"vocab_size": 50, "max_train_sentences": None, "max_valid_sentences": 50, "max_len": 20},
+                      preprocess={"vocab_size": 50, "max_train_sentences": None, "max_valid_sentences": 50,
+                                  "max_len": 20},
                       directions={"mode": "bilingual", "pairs": [["xa", "xb"]]},
                       model={"embed_dim": 32, "bridge": {"heads": 8, "hidden": 32}},
                       train={"max_steps": STEPS, "valid_every": STEPS, "log_every": 100, "batch_size": 32, "lr": 0.01,
@@ -140,7 +156,8 @@ def test_kind_learns_the_task_and_translates_reproducibly(overrides, synthetic_c
     greedy = first.translate(sources, "xa", "xb", beam=1)
     accuracy = token_accuracy(greedy, references)
     print(f"token accuracy {accuracy:.3f}")
-    assert accuracy >= MIN_ACCURACY_OF.get(request.node.callspec.id, MIN_ACCURACY), (accuracy, list(zip(sources, greedy, references))[:5])
+    assert accuracy >= MIN_ACCURACY_OF.get(request.node.callspec.id, MIN_ACCURACY), \
+        (accuracy, list(zip(sources, greedy, references))[:5])
 
     # save -> load -> the same translations: a second load, and the command line
     beam = first.translate(sources, "xa", "xb", beam=3)

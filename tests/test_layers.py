@@ -90,5 +90,6 @@ def test_imports_go_one_way(module):
     src = layer(module)
     wrong = [f"{path.relative_to(PACKAGE.parent)}:{line}: {written}  ({src} -> {layer(target)})"
              for line, target, written in interlingua_imports(module, path) if not allowed(src, layer(target))]
-    assert not wrong, "imports against the layers (data -> modules -> training / inference -> evaluation -> serving -> cli):\n" + \
-        "\n".join(wrong)
+    assert not wrong, ("imports against the layers "
+                       "(data -> modules -> training / inference -> evaluation -> serving -> cli):\n"
+                       + "\n".join(wrong))

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import yaml
+from conftest import tiny_config
 
 from interlingua import load
 from interlingua.cli import main
@@ -18,8 +19,6 @@ from interlingua.modules.ntdv import NTDVBridge
 from interlingua.training.run import build_run
 from interlingua.training.step import forward_backward, micro_batches
 from interlingua.training.trainer import Trainer
-
-from conftest import tiny_config
 
 D_ENC, D_H, R = 12, 10, 3
 

@@ -5,7 +5,7 @@ import torch
 
 from interlingua.config import ModelConfig
 from interlingua.modules.encoders import BiLSTMEncoder, reverse_padded
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 
 
 def test_reverse_padded_keeps_padding_in_place():
@@ -33,7 +33,7 @@ def test_pooled_bridge_vector_independent_of_padding():
     torch.manual_seed(1)
     cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 12}, "bridge": {"heads": 3, "hidden": 6},
                                       "decoder": {"hidden": 8, "layers": 1}, "dropout": 0.0})
-    model = TranslationModel(cfg, {"en": 40}, ["en"], ["en"]).eval()
+    model = TranslationNetwork(cfg, {"en": 40}, ["en"], ["en"]).eval()
     sent = torch.randint(4, 40, (1, 6))
     a = model.run_encoder(sent, torch.tensor([6]), "en").memory
     batch = torch.cat([torch.cat([sent, torch.zeros(1, 14, dtype=torch.long)], 1), torch.randint(4, 40, (1, 20))])
@@ -44,7 +44,8 @@ def test_pooled_bridge_vector_independent_of_padding():
 def test_embedder_vectors_independent_of_batching(trained_model):
     from interlingua.inference.api import load
     emb = load(trained_model)
-    sents = ["a dog.", "two young men are playing soccer on a green field near a big old tree in the park .", "a woman sings"]
+    sents = ["a dog.", "two young men are playing soccer on a green field near a big old tree in the park .",
+             "a woman sings"]
     together = emb.encode(sents, "en", batch_size=3)
     alone = np.stack([emb.encode([s], "en")[0] for s in sents])
     assert np.allclose(together, alone, atol=1e-5)
@@ -57,11 +58,11 @@ def test_param_init_is_uniform_and_keeps_padding_rows_zero():
     torch.manual_seed(2)
     cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 12}, "bridge": {"heads": 3, "hidden": 6},
                                       "decoder": {"hidden": 8, "layers": 1}, "dropout": 0.0, "param_init": 0.1})
-    model = TranslationModel(cfg, {"en": 40, "de": 30}, ["en"], ["de"])
+    model = TranslationNetwork(cfg, {"en": 40, "de": 30}, ["en"], ["de"])
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert weights.abs().max() <= 0.1 and weights.abs().max() > 0.09  # spread over the whole range
     assert (model.encoders["en"].embed.weight[0] == 0).all() and (model.decoders["de"].embed.weight[0] == 0).all()
-    default = TranslationModel(cfg.model_copy(update={"param_init": None}), {"en": 40, "de": 30}, ["en"], ["de"])
+    default = TranslationNetwork(cfg.model_copy(update={"param_init": None}), {"en": 40, "de": 30}, ["en"], ["de"])
     assert default.encoders["en"].embed.weight.abs().max() > 1.0  # PyTorch's N(0, 1) embeddings
 
 
@@ -69,8 +70,9 @@ def test_param_init_is_uniform_and_keeps_padding_rows_zero():
 def test_pooled_vector_independent_of_padding_through_the_embedder(tmp_path, bridge):
     """`bridge: none` mean-pools the encoder states H over the real tokens only: a sentence
     embedded alone and in a batch with longer ones (so padded) gives the same vector."""
-    from interlingua.inference.api import load
     from test_decoding import random_checkpoint
+
+    from interlingua.inference.api import load
     ckpt = random_checkpoint(tmp_path / "random.pt", param_init=0.5,
                              bridge={"type": bridge, "heads": 4, "hidden": 32}, encoder={"hidden": 64, "layers": 2})
     emb = load(ckpt)

@@ -19,14 +19,14 @@ with warnings.catch_warnings():  # as in test_serve.py: newer Starlette prefers 
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
+from conftest import REPO
+from test_attention_maps import bridge_model, bridge_path, transformer_none  # noqa: F401 (fixtures)
+from test_serve import http_json, start_server, wait_for
+
 import interlingua
 from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.serving.app import build_app
 from interlingua.serving.limits import ServiceLimits
-
-from conftest import REPO
-from test_attention_maps import bridge_model, bridge_path, transformer_none  # noqa: F401 (fixtures)
-from test_serve import http_json, start_server, wait_for
 
 SENTENCE = "a dog runs in the park ."
 

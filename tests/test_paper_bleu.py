@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import REPO, missing
 
 from interlingua.evaluation.paper_bleu import TABLE1, paper_bleu
-
-from conftest import REPO, missing
 
 PAPERS = REPO.parent / "shared" / "papers"
 LANGS = ["en", "de", "cs", "fr"]

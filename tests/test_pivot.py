@@ -7,12 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from test_decoding import random_checkpoint
 
 from interlingua.cli import main
 from interlingua.errors import LanguageError
 from interlingua.inference.api import load
-
-from test_decoding import random_checkpoint
 
 SENTENCES = ["a dog runs in the park .", "the woman eats a red ball", "", "small child sits near the big street .",
              "the cat"]

@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import tiny_config, write_multiway_corpus
 
 from interlingua.config import parse_config
 from interlingua.data import prepare as prepare_module
@@ -10,8 +11,6 @@ from interlingua.data.batching import DirectionBatches
 from interlingua.data.prepare import direction_pairs, prepare
 from interlingua.data.token_store import TokenSequences
 from interlingua.errors import DataError
-
-from conftest import tiny_config, write_multiway_corpus
 
 
 def test_token_sequences_select_and_concat_without_copying_ids():
@@ -116,6 +115,7 @@ def test_files_that_end_apart_are_named_even_when_streamed(tmp_path, monkeypatch
 
 def test_prepare_command_reports_what_cleaning_dropped(tmp_path, capsys):
     import yaml
+
     from interlingua.cli import main
     corpus = _corpus(tmp_path)
     cfg = tiny_config(corpus, tmp_path / "w", preprocess={"vocab_size": 120, "max_len": 20, "max_train_sentences": None,

@@ -19,10 +19,10 @@ from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Model
 from interlingua.modules.base import Bridge, Decoder, Encoder
 from interlingua.modules.bridges import AttentionBridge, NoBridge
-from interlingua.modules.checkpoint import load_model, read_checkpoint
+from interlingua.modules.checkpoint import load_checkpoint, read_checkpoint
 from interlingua.modules.decoders import LSTMDecoder, LSTMDecoderConfig
 from interlingua.modules.encoders import BiLSTMEncoder, BiLSTMEncoderConfig
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.ntdv import NTDVBridgeConfig
 from interlingua.modules.registry import BRIDGES, DECODERS, ENCODERS, Registry
 from interlingua.modules.search import beam_search, greedy_search
@@ -91,7 +91,7 @@ def test_the_model_builds_its_slots_by_type(bridge):
     cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 8, "layers": 1},
                                       "bridge": {"type": bridge, "heads": 2, "hidden": 4},
                                       "decoder": {"hidden": 8, "layers": 1}})
-    model = TranslationModel(cfg, {"en": 10, "de": 11}, ["en"], ["de"])
+    model = TranslationNetwork(cfg, {"en": 10, "de": 11}, ["en"], ["de"])
     assert isinstance(model.encoder_for("en"), Encoder) and isinstance(model.bridge, Bridge)
     assert isinstance(model.decoder_for("de"), Decoder)
     assert model.bridge.kind == bridge and model.decoder_for("de").kind == "lstm"
@@ -105,7 +105,7 @@ def test_model_call_is_the_training_loss():
     cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 8, "layers": 1},
                                       "bridge": {"heads": 2, "hidden": 4}, "decoder": {"hidden": 8, "layers": 1},
                                       "dropout": 0.0})
-    model = TranslationModel(cfg, {"en": 10, "de": 10}, ["en"], ["de"])
+    model = TranslationNetwork(cfg, {"en": 10, "de": 10}, ["en"], ["de"])
     b = make_batch([np.array([4, 5, 6]), np.array([7, 8])], [np.array([5, 9]), np.array([4, 4, 6])], "en", "de")
     called = model(b, penalty_weight=0.5, label_smoothing=0.1)
     direct = model.loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, "en", "de", 0.5, 0.1)
@@ -158,7 +158,8 @@ def test_search_runs_any_decoder_kind():
 
 def test_every_shipped_recipe_parses_to_its_kinds():
     """The attention-bridge papers' recipes name no kind (the defaults); paper 004's study (Multi30k
-    and IWSLT 2017, and its Transformer rows in the interlingua study, zs_*) and paper 003's NTDV recipes name their own: Transformers unless 'lstm' is in
+    and IWSLT 2017, and its Transformer rows in the interlingua study, zs_*) and paper 003's NTDV recipes \
+name their own: Transformers unless 'lstm' is in
     the name, the ntdv bridge where 'ntdv' ends the name."""
     recipes = sorted((REPO / "recipes").rglob("*.yaml"))
     assert len(recipes) > 10
@@ -166,7 +167,8 @@ def test_every_shipped_recipe_parses_to_its_kinds():
         m = load_config(r).model
         transformer = ("zero_shot" in r.parts or "ntdv" in r.parts or "iwslt17" in r.parts
                        or ("interlingua" in r.parts and r.stem.startswith("zs_"))) and "lstm" not in r.stem
-        assert (m.encoder.type, m.decoder.type) == (("transformer", "transformer") if transformer else ("bilstm", "lstm")), r
+        assert (m.encoder.type, m.decoder.type) == (
+            ("transformer", "transformer") if transformer else ("bilstm", "lstm")), r
         if r.stem.endswith("ntdv"):
             assert m.bridge.type == "ntdv", r
         else:
@@ -179,7 +181,7 @@ def test_checkpoint_written_before_kinds_translates_and_embeds_the_same(name):
     path = FIXTURES / f"legacy_{name}.pt"
     assert "type" not in read_checkpoint(path)["config"]["model"]["decoder"]
     expected = json.loads((FIXTURES / f"legacy_{name}.json").read_text(encoding="utf-8"))
-    loaded = load_model(path)
+    loaded = load_checkpoint(path)
     assert loaded.config.model.decoder.type == "lstm"
     tr, emb = Model(loaded), Model(loaded)
     sentences = expected["sentences"]
@@ -189,10 +191,11 @@ def test_checkpoint_written_before_kinds_translates_and_embeds_the_same(name):
     for lang, want in expected["mean"].items():
         np.testing.assert_allclose(emb.encode(sentences[lang], lang), np.array(want), rtol=1e-5, atol=1e-6)
     for lang, want in expected["heads"].items():
-        np.testing.assert_allclose(emb.encode(sentences[lang], lang, pooling="heads"), np.array(want), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(emb.encode(sentences[lang], lang, pooling="heads"), np.array(want),
+                                   rtol=1e-5, atol=1e-6)
     for lang, want in expected["attention"].items():
         for got, w in zip(emb.attentions(sentences[lang], lang), want):
             np.testing.assert_allclose(got, np.array(w, dtype=np.float32).reshape(got.shape), rtol=1e-5, atol=1e-6)
-    if not loaded.model.has_bridge:
+    if not loaded.network.has_bridge:
         with pytest.raises(InterlinguaError, match="bridge: none"):
             emb.encode(sentences["en"], "en", pooling="heads")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
+from test_decoding import _sentences, random_checkpoint
 
 import interlingua
 from interlingua.config import parse_config
@@ -18,11 +20,8 @@ from interlingua.data.inputs import tokenize_inputs
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import LanguageError, TargetMismatchError
 from interlingua.modules.checkpoint import build_payload, save_atomic
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
-
-from conftest import tiny_config
-from test_decoding import _sentences, random_checkpoint
 
 LANGS = ("en", "de", "fr")
 SENTENCES = ["a dog runs in the park .", "", "the woman eats a small red ball near the street .", "a child sits .",
@@ -41,7 +40,7 @@ def shared_checkpoint(path: Path, **model) -> Path:
     vocab = Vocab.train([s for lang in LANGS for s in _sentences(lang)], vocab_size=150,
                         user_symbols=[language_tag(lang) for lang in LANGS], threads=1)
     torch.manual_seed(0)
-    net = TranslationModel(cfg.model, {lang: len(vocab) for lang in LANGS}, list(LANGS), list(LANGS))
+    net = TranslationNetwork(cfg.model, {lang: len(vocab) for lang in LANGS}, list(LANGS), list(LANGS))
     save_atomic(build_payload(cfg, net, {lang: vocab for lang in LANGS}, [tuple(p) for p in pairs]), path)
     return path
 

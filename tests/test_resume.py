@@ -15,6 +15,7 @@ import signal
 import pytest
 import torch
 import yaml
+from conftest import tiny_config
 
 from interlingua.cli import main
 from interlingua.config import parse_config
@@ -25,8 +26,6 @@ from interlingua.training import validation as validation_mod
 from interlingua.training.run import build_run
 from interlingua.training.signals import TrainingInterrupted
 from interlingua.training.trainer import Trainer, train
-
-from conftest import tiny_config
 
 # Validations at 8, 16 and 24 (the last step); train log lines every 5 steps, so a stop at
 # step 12 falls between two validations and in the middle of a log window.

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from interlingua import runtime as rt
 from interlingua.config import parse_config
 from interlingua.errors import ConfigError
 from interlingua.runtime import Runtime, resolve_device, resolve_device_precision
-
-from conftest import tiny_config
 
 
 def _machine(monkeypatch, cuda=False, bf16=True, mps=False, gpus=1):
@@ -26,7 +25,8 @@ def test_auto_device_prefers_cuda_then_mps_then_cpu(monkeypatch, cuda, mps, expe
 
 
 @pytest.mark.parametrize("request_, needle", [
-    ("tpu", "unknown device 'tpu'"), ("cuda", "no CUDA GPU"), ("cuda:0", "no CUDA GPU"), ("mps", "MPS is not available")])
+    ("tpu", "unknown device 'tpu'"), ("cuda", "no CUDA GPU"), ("cuda:0", "no CUDA GPU"),
+    ("mps", "MPS is not available")])
 def test_unavailable_or_unknown_devices_are_clear_errors(monkeypatch, request_, needle):
     _machine(monkeypatch)
     with pytest.raises(ConfigError, match=needle):
@@ -122,7 +122,8 @@ def test_train_and_experiment_take_device_from_the_command_line(multi30k_corpus,
     from interlingua.cli import build_parser, main
     from interlingua.modules.checkpoint import read_checkpoint
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, tmp_path / "run", train={"max_steps": 2, "valid_every": 2})))
+    config.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, tmp_path / "run",
+                                                 train={"max_steps": 2, "valid_every": 2})))
     assert main(["train", str(config), "--device", "tpu"]) == 2
     assert "unknown device 'tpu'" in capsys.readouterr().err
     assert main(["train", str(config), "--device", "cpu"]) == 0

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from interlingua.config import ModelConfig
-from interlingua.modules.model import TranslationModel, _sampled_logits
+from interlingua.modules.model import TranslationNetwork, _sampled_logits
 
 
 def test_sampled_logits_are_full_logits_on_the_candidates():
@@ -23,7 +23,7 @@ def _model():
     torch.manual_seed(3)
     cfg = ModelConfig.model_validate({"embed_dim": 8, "encoder": {"hidden": 12}, "bridge": {"heads": 3, "hidden": 6},
                                       "decoder": {"hidden": 8, "layers": 1}, "dropout": 0.0})
-    return TranslationModel(cfg, {"en": 60, "de": 60}, ["en"], ["de"])
+    return TranslationNetwork(cfg, {"en": 60, "de": 60}, ["en"], ["de"])
 
 
 def test_sampled_loss_trains_only_candidate_rows_and_evaluation_stays_full():

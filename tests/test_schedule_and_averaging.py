@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import torch
+from conftest import tiny_config
 from pydantic import ValidationError
 
 import interlingua
@@ -16,11 +17,9 @@ from interlingua.config import ModelConfig, parse_config
 from interlingua.data.prepare import prepare
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.modules.checkpoint import Checkpoint, average_checkpoints, read_checkpoint
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.training.run import build_run
 from interlingua.training.trainer import Trainer, train
-
-from conftest import tiny_config
 
 TIED_DECODER = {"type": "transformer", "layers": 1, "heads": 4, "tie_embeddings": True}
 
@@ -98,7 +97,7 @@ def _tied_model(seed=0, **decoder):
     cfg = ModelConfig.model_validate({
         "embed_dim": 16, "encoder": {"type": "transformer", "hidden": 16, "heads": 4, "layers": 1},
         "bridge": {"heads": 3, "hidden": 8}, "decoder": {**TIED_DECODER, **decoder}, "dropout": 0.0})
-    return TranslationModel(cfg, {"en": 23, "de": 29}, ["en"], ["de"])
+    return TranslationNetwork(cfg, {"en": 23, "de": 29}, ["en"], ["de"])
 
 
 @pytest.mark.parametrize("softmax_sample", [0, 5])

@@ -6,15 +6,16 @@ import torch
 from interlingua.config import ModelConfig
 from interlingua.data.vocab import BOS, EOS
 from interlingua.modules.decoders import DecoderState
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import beam_search, beam_search_nbest, greedy_search
 
 
 def model_and_state(seed=0, batch=4):
     torch.manual_seed(seed)
-    cfg = ModelConfig.model_validate({"embed_dim": 16, "encoder": {"hidden": 16, "layers": 1}, "bridge": {"heads": 3, "hidden": 8},
-                                      "decoder": {"hidden": 16, "layers": 1}, "dropout": 0.0})
-    model = TranslationModel(cfg, {"en": 12, "de": 12}, ["en"], ["de"]).eval()
+    cfg = ModelConfig.model_validate({"embed_dim": 16, "encoder": {"hidden": 16, "layers": 1},
+                                      "bridge": {"heads": 3, "hidden": 8}, "decoder": {"hidden": 16, "layers": 1},
+                                      "dropout": 0.0})
+    model = TranslationNetwork(cfg, {"en": 12, "de": 12}, ["en"], ["de"]).eval()
     src = torch.randint(4, 12, (batch, 5))
     bridged = model.run_encoder(src, torch.tensor([5, 4, 3, 5][:batch]), "en")
     dec = model.decoder_for("de")

@@ -29,7 +29,8 @@ def test_protocol_and_shapes(bow):
 
 
 def test_similar_captions_are_closer_than_unrelated_ones(bow):
-    v = bow.encode(["a dog runs across the grass .", "a dog is running on the grass .", "two men play guitars on stage ."], "en")
+    v = bow.encode(["a dog runs across the grass .", "a dog is running on the grass .",
+                    "two men play guitars on stage ."], "en")
     sim = cosine_matrix(v, v)
     assert sim[0, 1] > sim[0, 2] + 0.1
 
@@ -47,7 +48,8 @@ def test_save_load_round_trip_and_cache(bow, tmp_path):
 
 
 def test_function_embedder_wraps_any_callable():
-    emb = FunctionEmbedder(lambda s, lang: np.ones((len(s), 3)), ["en"], heads_fn=lambda s, lang: np.ones((len(s), 2, 3)))
+    emb = FunctionEmbedder(lambda s, lang: np.ones((len(s), 3)), ["en"],
+                           heads_fn=lambda s, lang: np.ones((len(s), 2, 3)))
     assert emb.encode(["a", "b"], "en").shape == (2, 3) and emb.encode(["a"], "en", pooling="heads").shape == (1, 2, 3)
     assert CachedEmbedder("f", emb).heads_unavailable("en") is None
     with pytest.raises(EvaluationError, match="no 'de'"):

@@ -7,11 +7,21 @@ import numpy as np
 import pytest
 from test_sentence_eval_fakes import RandomEmbedder, label_oracle, need_data
 
-from interlingua.evaluation.sentence.classification import (cv_accuracy, evaluate_classification, majority_accuracy,
-                                                            task_majority, train_dev_test_accuracy)
+from interlingua.evaluation.sentence.classification import (
+    cv_accuracy,
+    evaluate_classification,
+    majority_accuracy,
+    task_majority,
+    train_dev_test_accuracy,
+)
 from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
-from interlingua.evaluation.sentence.tasks import (ClassificationTask, Labelled, MissingDataError,
-                                                   load_classification, subsample)
+from interlingua.evaluation.sentence.tasks import (
+    ClassificationTask,
+    Labelled,
+    MissingDataError,
+    load_classification,
+    subsample,
+)
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,8 @@ def test_language_agnostic_label_vectors_transfer_everywhere(xnli):
 
 
 def test_random_vectors_stay_near_chance(xnli):
-    res = xnli_transfer(CachedEmbedder("random", RandomEmbedder(dim=16)), xnli, train_sets=[["en"]], folds=3, inner_folds=2)
+    res = xnli_transfer(CachedEmbedder("random", RandomEmbedder(dim=16)), xnli, train_sets=[["en"]],
+                        folds=3, inner_folds=2)
     assert all(20.0 < acc < 47.0 for acc in res["matrix"]["en"].values())
     en = xnli_english(CachedEmbedder("random", RandomEmbedder(dim=16)), xnli["en"], folds=3, inner_folds=2)
     assert 20.0 < en["acc"] < 47.0

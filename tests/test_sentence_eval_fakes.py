@@ -30,7 +30,8 @@ def _token_vector(token: str, dim: int) -> np.ndarray:
 class HashedBagOfWords:
     """Deterministic bag of words: each token a seeded random vector; head h sums tokens at positions = h mod k."""
 
-    def __init__(self, dim: int = 64, languages: Sequence[str] = ("en", "de", "fr", "es", "cs"), heads: int | None = None):
+    def __init__(self, dim: int = 64, languages: Sequence[str] = ("en", "de", "fr", "es", "cs"),
+                 heads: int | None = None):
         self.dim, self.languages, self.k = dim, list(languages), heads
         self.calls = 0
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from interlingua.evaluation.sentence.heads import (head_entropies, head_entropy_stats, plot_head_heatmap,
-                                                   plot_head_heatmaps, plot_per_head_accuracy)
+from interlingua.evaluation.sentence.heads import (
+    head_entropies,
+    head_entropy_stats,
+    plot_head_heatmap,
+    plot_head_heatmaps,
+    plot_per_head_accuracy,
+)
 from interlingua.evaluation.sentence.protocol import EvaluationError
 
 

@@ -7,14 +7,34 @@ import numpy as np
 import pytest
 from test_sentence_eval_fakes import HashedBagOfWords, RandomEmbedder, need_data
 
-from interlingua.evaluation.sentence.probing import (ProbeConfig, ProbeFeatures, fit_probe, probe_accuracies, probe_accuracy,
-                                                     probe_features)
-from interlingua.evaluation.sentence.probing_sets import (LENGTH_BINS, ProbingTask, Sentence, SplitSizes,
-                                                          build_bigram_shift, build_sentence_length, build_subject_number,
-                                                          build_tense, build_word_content, length_bin, load_tagger,
-                                                          local_probing_tasks,
-                                                          main_clauses, official_probing_tasks, parse_in_parts,
-                                                          probing_corpus, read_probing_file, word_tokens)
+from interlingua.evaluation.sentence.probing import (
+    ProbeConfig,
+    ProbeFeatures,
+    fit_probe,
+    probe_accuracies,
+    probe_accuracy,
+    probe_features,
+)
+from interlingua.evaluation.sentence.probing_sets import (
+    LENGTH_BINS,
+    ProbingTask,
+    Sentence,
+    SplitSizes,
+    build_bigram_shift,
+    build_sentence_length,
+    build_subject_number,
+    build_tense,
+    build_word_content,
+    length_bin,
+    load_tagger,
+    local_probing_tasks,
+    main_clauses,
+    official_probing_tasks,
+    parse_in_parts,
+    probing_corpus,
+    read_probing_file,
+    word_tokens,
+)
 from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
 from interlingua.evaluation.sentence.tasks import Labelled, MissingDataError
 from interlingua.workers import InlineExecutor, process_pool
@@ -98,7 +118,8 @@ def test_tagger_tasks_keep_forms_in_one_split(pool):
 
 
 def test_official_file_reader(tmp_path):
-    lines = [f"{sp}\t{'PAST' if i % 2 else 'PRES'}\tsentence number {i} ." for sp, n in (("tr", 40), ("va", 10), ("te", 10))
+    lines = [f"{sp}\t{'PAST' if i % 2 else 'PRES'}\tsentence number {i} ."
+             for sp, n in (("tr", 40), ("va", 10), ("te", 10))
              for i in range(n)]
     (tmp_path / "past_present.txt").write_text("\n".join(lines) + "\n")
     task = read_probing_file(tmp_path / "past_present.txt", limits=SplitSizes(20, 10, 4))
@@ -222,7 +243,8 @@ def test_webis_probing_text_leaves_each_reviews_first_sentence_out(tmp_path):
     from xml.sax.saxutils import escape
     review = ("Great record The first line sits with the title. The band plays well on every one of these songs . "
               "I would buy this album again for my friends !")
-    item = f"<item><summary>{escape(review[:12])}</summary><rating>5.0</rating><text>{escape(review[13:])}</text></item>"
+    item = (f"<item><summary>{escape(review[:12])}</summary><rating>5.0</rating>"
+            f"<text>{escape(review[13:])}</text></item>")
     path = tmp_path / "webis_cls10" / "en" / "music" / "train.review.gz"
     path.parent.mkdir(parents=True)
     path.write_bytes(gzip.compress(f'<?xml version="1.0" encoding="utf-8"?><items>{item}</items>'.encode()))

@@ -6,7 +6,12 @@ import pytest
 from test_sentence_eval_fakes import LookupEmbedder, RandomEmbedder, need_data
 
 from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
-from interlingua.evaluation.sentence.retrieval import cosine_matrix, multiway_retrieval, ratio_margin, retrieval_accuracy
+from interlingua.evaluation.sentence.retrieval import (
+    cosine_matrix,
+    multiway_retrieval,
+    ratio_margin,
+    retrieval_accuracy,
+)
 from interlingua.evaluation.sentence.tasks import MULTI30K_LANGS, load_multi30k
 
 

@@ -8,8 +8,14 @@ from test_sentence_eval_fakes import HashedBagOfWords, LookupEmbedder, need_data
 
 from interlingua.evaluation.sentence.features import cosine_rows, pair_features
 from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationError
-from interlingua.evaluation.sentence.similarity import (aggregate, correlations, relatedness_regression,
-                                                        score_distribution, sts_cosine, trainable_relatedness)
+from interlingua.evaluation.sentence.similarity import (
+    aggregate,
+    correlations,
+    relatedness_regression,
+    score_distribution,
+    sts_cosine,
+    trainable_relatedness,
+)
 from interlingua.evaluation.sentence.tasks import STS_SUBSETS, Pairs, load_sick, load_sts, load_stsb, subsample
 
 
@@ -35,7 +41,8 @@ def test_cosine_sts_matches_scipy(data_root):
     res = sts_cosine(CachedEmbedder("bow", fake), pairs)
     for name, p in pairs.items():
         u, v = fake.encode(p.a, "en"), fake.encode(p.b, "en")
-        cos = np.array([a @ b / (np.linalg.norm(a) * np.linalg.norm(b)) if np.linalg.norm(a) * np.linalg.norm(b) else 0.0
+        cos = np.array([a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
+                        if np.linalg.norm(a) * np.linalg.norm(b) else 0.0
                         for a, b in zip(u, v)])
         assert res["subsets"][name]["pearson"] == pytest.approx(pearsonr(cos, p.gold)[0], abs=1e-6)
         assert res["subsets"][name]["spearman"] == pytest.approx(spearmanr(cos, p.gold)[0], abs=1e-6)

@@ -34,7 +34,8 @@ def test_nli_and_retrieval_reports(data_root, tmp_path):
     bow = res.tasks["Multi30k"].scores["bow"]
     assert bow["cosine"]["en"]["de"] == saved["results"]["Multi30k"]["bow"]["cosine"]["en"]["de"]
     assert res.to_json() == saved  # the returned result is what the report holds
-    assert saved["elapsed_s"]["Multi30k"]["bow"] >= saved["encode_s"]["Multi30k"]["bow"] > 0 and "total_elapsed_s" in saved
+    assert (saved["elapsed_s"]["Multi30k"]["bow"] >= saved["encode_s"]["Multi30k"]["bow"] > 0
+            and "total_elapsed_s" in saved)
     assert "Time in seconds: total (of which encoding)" in md
 
     res = run_suite("nli", embedders, data_root, tmp_path, quick=True)
@@ -45,7 +46,8 @@ def test_nli_and_retrieval_reports(data_root, tmp_path):
 def test_probing_suite_with_heads(data_root, tmp_path):
     embedders = {"heads": HashedBagOfWords(dim=16, heads=2), "plain": RandomEmbedder(dim=16),
                  "heads-not-probed": HashedBagOfWords(dim=8, heads=2)}
-    res = run_suite("probing", embedders, data_root, tmp_path, quick=True, per_head_embedders=["heads", "plain"], jobs=2)
+    res = run_suite("probing", embedders, data_root, tmp_path, quick=True, per_head_embedders=["heads", "plain"],
+                    jobs=2)
     assert {"Length (local)", "WC (local)", "BShift (local)"} <= set(res.tasks)
     length = res.tasks["Length (local)"].scores
     assert len(length["heads"]["per_head"]["acc"]) == 2
@@ -89,7 +91,8 @@ def test_result_json_keeps_the_published_layout():
     result.total_elapsed_s = 3.0
     saved = result.to_json()
     assert saved == {"suite": "nli", "embedders": ["a", "b"], "settings": {"seed": 0},
-                     "results": {"SICK-E": {"b": None, "a": {"acc": 50.0}}}, "reference": {"SICK-E": {"majority": 56.7}},
+                     "results": {"SICK-E": {"b": None, "a": {"acc": 50.0}}},
+                     "reference": {"SICK-E": {"majority": 56.7}},
                      "tables": [], "notes": [], "skipped": {"XNLI-en": "missing evaluation file x"},
                      "elapsed_s": {"SICK-E": {"a": 2.0}}, "encode_s": {"SICK-E": {"a": 1.0}}, "total_elapsed_s": 3.0}
     assert list(saved["results"]["SICK-E"]) == ["b", "a"]
@@ -138,5 +141,6 @@ def test_checkpoint_evaluation_keeps_the_fast_options(tmp_path, monkeypatch):
     assert seen["embedders"] == ["model", "untrained", "bow-subword"] and seen["per_head_embedders"] == ["model"]
     assert seen["probing_dir"] == tmp_path / "senteval" and seen["out"] == tmp_path / "ev"
     assert seen["jobs"] == usable_cores()  # one fit worker per core unless told otherwise
-    assert seen["refs"]["cache_dir"] == tmp_path / "ev" / "cache" / "bow-subword-2000" and seen["refs"]["max_lines"] == 2000
+    assert (seen["refs"]["cache_dir"] == tmp_path / "ev" / "cache" / "bow-subword-2000"
+            and seen["refs"]["max_lines"] == 2000)
     assert res.setup_elapsed_s >= 0 and res.total_elapsed_s == 1.0

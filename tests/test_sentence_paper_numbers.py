@@ -11,8 +11,14 @@ import pytest
 from test_sentence_eval_fakes import HashedBagOfWords
 
 from interlingua.evaluation.sentence import suites
-from interlingua.evaluation.sentence.paper_numbers import (CAPTION, LOCAL_NOTE, OTHER_TASKS, PAPER_NUMBERS, paper_rows,
-                                                           paper_tasks)
+from interlingua.evaluation.sentence.paper_numbers import (
+    CAPTION,
+    LOCAL_NOTE,
+    OTHER_TASKS,
+    PAPER_NUMBERS,
+    paper_rows,
+    paper_tasks,
+)
 from interlingua.evaluation.sentence.probing_sets import OFFICIAL_PROBING
 from interlingua.evaluation.sentence.report import Table, render_markdown, write_report
 from interlingua.evaluation.sentence.suites import downstream_suite, similarity_suite

@@ -27,14 +27,14 @@ with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test c
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
+from conftest import MULTI30K, REPO
+
 from interlingua.cli import main
 from interlingua.inference.api import Model, load
-from interlingua.modules.checkpoint import load_model
+from interlingua.modules.checkpoint import load_checkpoint
 from interlingua.serving.app import build_app
 from interlingua.serving.batcher import BatcherClosed, DynamicBatcher
 from interlingua.serving.limits import ServiceLimits
-
-from conftest import MULTI30K, REPO
 
 # The fixture model (tests/conftest.py) is trained on en<->de plus the copy directions en->en, de->de.
 EN = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow.", "A woman sings on a stage."]
@@ -127,7 +127,7 @@ def test_every_target_from_one_encoding(trained_model):
 
 def test_direction_not_trained_is_reported_as_zero_shot(trained_model):
     # as if de->en had never been trained
-    model = Model(dataclasses.replace(load_model(trained_model, "cpu"), directions=[("en", "de")]))
+    model = Model(dataclasses.replace(load_checkpoint(trained_model, "cpu"), directions=[("en", "de")]))
     with TestClient(build_app(model)) as test_client:
         status, body = post(test_client, "/translate", {"texts": DE[:1], "src": "de", "tgt": "en"})
         assert (status, body["direction"]) == (200, "zero-shot")
@@ -184,7 +184,8 @@ def test_health_languages_and_docs(client, model, trained_model):
     assert sorted(map(tuple, languages["trained"])) == sorted(model.languages.trained)
     assert languages["zero_shot"] == []
     assert client.get("/docs").status_code == 200
-    assert {"/translate", "/embed", "/v1/embeddings", "/health", "/languages"} <= set(client.get("/openapi.json").json()["paths"])
+    assert {"/translate", "/embed", "/v1/embeddings", "/health", "/languages"} <= set(
+        client.get("/openapi.json").json()["paths"])
 
 
 # --- bad requests: a 4xx JSON error that names the field --------------------------------------------

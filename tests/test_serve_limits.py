@@ -26,14 +26,14 @@ with warnings.catch_warnings():  # as in test_serve.py
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
+from test_serve import EN, TRANSLATE, FakeModelCall, model, run_async  # noqa: F401 (fixture)
+
 from interlingua.cli import build_parser, main
 from interlingua.inference.api import Model, load
 from interlingua.serving.app import build_app
 from interlingua.serving.batcher import DynamicBatcher
 from interlingua.serving.limits import ServiceLimits, estimated_subwords
 from interlingua.serving.server import listening_socket, reachable_from_elsewhere, serve, server_config
-
-from test_serve import EN, TRANSLATE, FakeModelCall, model, run_async  # noqa: F401 (fixture)
 
 
 def slowed(trained_model, seconds: float, calls: list[int] | None = None) -> Model:
@@ -112,7 +112,7 @@ def read_until_closed(conn: socket.socket, seconds: float) -> tuple[bytes, float
             data += chunk
     except ConnectionResetError:
         pass
-    except socket.timeout:
+    except TimeoutError:
         pytest.fail(f"the server kept the connection open for {seconds} s; got {data[:200]!r}")
     return data, time.monotonic() - t0
 

@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import MULTI30K, tiny_config, write_multiway_corpus
 
 from interlingua.cli import main
 from interlingua.modules.checkpoint import Checkpoint
 from interlingua.training.metrics import MetricsLog
-
-from conftest import MULTI30K, tiny_config, write_multiway_corpus
 
 TORCH_ENOSPC = ("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file data/3: "
                 "file write failed")

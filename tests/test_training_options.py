@@ -11,23 +11,22 @@ import pytest
 import sacrebleu
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
+from interlingua import precision
 from interlingua.config import parse_config
 from interlingua.data.batching import make_batch
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.data.prepare import prepare
 from interlingua.modules import model as model_mod
 from interlingua.modules.checkpoint import Checkpoint
-from interlingua.modules.model import TranslationModel
-from interlingua import precision
+from interlingua.modules.model import TranslationNetwork
+from interlingua.precision import autocast
 from interlingua.training import precision_probe
 from interlingua.training import trainer as trainer_mod
-from interlingua.precision import autocast
 from interlingua.training.run import build_run
 from interlingua.training.trainer import Trainer, train
 from interlingua.training.validation import evaluate_devset, translate_devset
-
-from conftest import tiny_config
 
 # -- precision: auto ------------------------------------------------------------------------
 
@@ -75,7 +74,8 @@ def test_cpu_flags_are_read_as_words():
     (OLD_XEON, 9.0, "fp32"),  # bf16 would be emulated: no probe at all
 ], ids=["amx+avx512_bf16", "amx", "avx512_bf16-fast", "avx512_bf16-slow", "avx512_bf16-even", "neither"])
 def test_auto_precision_is_bf16_only_with_native_bf16_measured_faster(cpuinfo, speedup, expected, monkeypatch):
-    probes = _cpu(monkeypatch, cpuinfo, amx=True, avx512_bf16=True, speedup=speedup)  # the flags decide, not torch's probes
+    # the flags decide, not torch's probes
+    probes = _cpu(monkeypatch, cpuinfo, amx=True, avx512_bf16=True, speedup=speedup)
     assert precision.resolve_precision("auto") == expected
     assert precision.resolve_precision("fp32") == "fp32"
     assert len(probes) == (0 if cpuinfo == OLD_XEON else 1)
@@ -121,7 +121,8 @@ def test_explicit_bf16_is_kept_but_warned_about_without_native_bf16(monkeypatch,
 
 
 @pytest.mark.parametrize("cpuinfo, expected", [(OLD_XEON, "fp32"), (AMD_ZEN4, "bf16")], ids=["neither", "avx512_bf16"])
-def test_trainer_trains_in_the_precision_auto_resolves_to(cpuinfo, expected, multi30k_corpus, prepared, tmp_path, monkeypatch):
+def test_trainer_trains_in_the_precision_auto_resolves_to(cpuinfo, expected, multi30k_corpus, prepared, tmp_path,
+                                                          monkeypatch):
     _cpu(monkeypatch, cpuinfo)
     run = build_run(_config(multi30k_corpus, tmp_path / "run"), data=prepared)  # precision: auto, the default
     assert run.cfg.train.precision == "auto" and run.precision == expected
@@ -214,7 +215,7 @@ def test_max_minutes_stops_training_then_validates_and_saves(multi30k_corpus, pr
 def _tiny_model_and_batch(**model):
     cfg = parse_config(tiny_config("corpus.yaml", "work", model={"dropout": 0.0, **model}))
     torch.manual_seed(0)
-    net = TranslationModel(cfg.model, {"en": 50, "de": 60}, ["en"], ["de"])
+    net = TranslationNetwork(cfg.model, {"en": 50, "de": 60}, ["en"], ["de"])
     rng = np.random.default_rng(0)
     src = [rng.integers(4, 50, size=n).astype(np.int32) for n in (7, 3, 5, 9)]
     tgt = [rng.integers(4, 60, size=n).astype(np.int32) for n in (6, 8, 2, 5)]
@@ -269,7 +270,8 @@ def test_label_smoothing_is_the_smoothed_cross_entropy():
     # With the penalty, the smoothed loss gets the same per-token penalty term as the plain one.
     with_penalty = _loss(net, b, eps, penalty=2.0)
     per_sentence = net.run_encoder(b.src, b.src_lengths, "en").penalty.float()
-    assert with_penalty.loss.item() == pytest.approx(smoothed.loss.item() + 2.0 * per_sentence.sum().item() / len(gold), rel=1e-5)
+    assert with_penalty.loss.item() == pytest.approx(
+        smoothed.loss.item() + 2.0 * per_sentence.sum().item() / len(gold), rel=1e-5)
 
 
 def test_label_smoothing_with_a_sampled_softmax_spreads_over_the_sampled_classes(monkeypatch):

@@ -7,21 +7,20 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from interlingua.config import ModelConfig, parse_config
 from interlingua.errors import ConfigError
 from interlingua.modules import transformer
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import beam_search, beam_search_nbest, greedy_search
 from interlingua.modules.transformer import TransformerEncoder, VariationalDropout
-
-from conftest import tiny_config
 
 VOCAB = 19
 
 
 def model(encoder: dict | None = None, decoder: dict | None = None, bridge: str = "attention",
-          dropout: float = 0.3, seed: int = 0) -> TranslationModel:
+          dropout: float = 0.3, seed: int = 0) -> TranslationNetwork:
     torch.manual_seed(seed)
     cfg = ModelConfig.model_validate({
         "embed_dim": 12,
@@ -30,7 +29,7 @@ def model(encoder: dict | None = None, decoder: dict | None = None, bridge: str 
         "bridge": {"type": bridge, "heads": 3, "hidden": 8},
         "decoder": {"type": "transformer", "hidden": 16, "heads": 4, "layers": 2, **(decoder or {})},
         "dropout": dropout})
-    return TranslationModel(cfg, {"en": VOCAB, "de": VOCAB}, ["en"], ["de"]).eval()
+    return TranslationNetwork(cfg, {"en": VOCAB, "de": VOCAB}, ["en"], ["de"]).eval()
 
 
 def padded_batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

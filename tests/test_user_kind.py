@@ -11,13 +11,12 @@ import sys
 
 import pytest
 import yaml
+from conftest import tiny_config, write_multiway_corpus
 
 from interlingua import load
 from interlingua.cli import main
 from interlingua.config import parse_config
 from interlingua.errors import ConfigError
-
-from conftest import tiny_config, write_multiway_corpus
 
 MODULE = "throwaway_gru_kind"
 KIND_SOURCE = '''"""A one-layer bidirectional GRU encoder: a kind that lives outside the package."""
@@ -80,8 +79,9 @@ def test_a_kind_module_of_ones_own_trains_and_translates(tmp_path, monkeypatch, 
     cfg = tiny_config(corpus, tmp_path / "run",
                       preprocess={"vocab_size": 50, "max_train_sentences": None, "max_valid_sentences": 40},
                       directions={"mode": "bilingual", "pairs": [["xa", "xb"]]},
-                      model={"kind_modules": [MODULE], "embed_dim": 16, "encoder": {"type": "throwaway_gru", "hidden": 24},
-                             "bridge": {"heads": 2, "hidden": 8}, "decoder": {"hidden": 24, "layers": 1}},
+                      model={"kind_modules": [MODULE], "embed_dim": 16,
+                             "encoder": {"type": "throwaway_gru", "hidden": 24}, "bridge": {"heads": 2, "hidden": 8},
+                             "decoder": {"hidden": 24, "layers": 1}},
                       train={"max_steps": 40, "valid_every": 40, "log_every": 10, "threads": 1, "precision": "fp32",
                              "device": "cpu"})
     config = tmp_path / "experiment.yaml"
@@ -103,7 +103,8 @@ def test_a_kind_module_of_ones_own_trains_and_translates(tmp_path, monkeypatch, 
     src_file = tmp_path / "src.xa"
     src_file.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(kinds_dir), *sys.path])}
-    run = subprocess.run([sys.executable, "-c", "import sys; from interlingua.cli import main; sys.exit(main(sys.argv[1:]))",
+    run = subprocess.run([sys.executable, "-c",
+                          "import sys; from interlingua.cli import main; sys.exit(main(sys.argv[1:]))",
                           "translate", "--model", str(ckpt), "--src", "xa", "--tgt", "xb", "--beam", "1",
                           "-i", str(src_file), "--threads", "1"],
                          capture_output=True, text=True, env=env, timeout=300, check=False)

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, tiny_config
 
 from interlingua.cli import main
 from interlingua.config import parse_config
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
 from interlingua.training.work_dir_lock import LOCK_NAME, WorkDirBusy, WorkDirLock, lock_holder
-
-from conftest import REPO, tiny_config
 
 HOLD_SCRIPT = """
 import sys, time

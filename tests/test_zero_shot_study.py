@@ -5,19 +5,20 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from conftest import tiny_config
+
 from interlingua.config import load_config, parse_config
 from interlingua.data.directions import build_directions, pair_shares
-from interlingua.data.vocab import BOS, language_tag
 from interlingua.data.language_id import identify, off_target_rate
+from interlingua.data.vocab import BOS, language_tag
 from interlingua.experiment import run_experiments
 from interlingua.modules.checkpoint import read_checkpoint
 from interlingua.training.checkpoints import lowest_loss_steps
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
 
-ZERO_SHOT_RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes" / "multi30k" / "cpu" / "zero_shot").glob("*.yaml"))
+ZERO_SHOT_RECIPES = sorted(
+    (Path(__file__).resolve().parents[1] / "recipes" / "multi30k" / "cpu" / "zero_shot").glob("*.yaml"))
 
 TRANSFORMER = {"embed_dim": 32, "shared": True, "tag_position": "decoder_start", "bridge": {"type": "none"},
                "encoder": {"type": "transformer", "layers": 3, "heads": 2, "ff_dim": 64, "residual_drop_layer": 2},
@@ -34,7 +35,7 @@ def _zero_shot_config(corpus: Path, work: Path, **train) -> dict:
 def test_decoder_start_tag_replaces_bos_and_leaves_the_source_unmarked(multi30k_corpus, tmp_path):
     run = build_run(parse_config(_zero_shot_config(multi30k_corpus, tmp_path)))
     vocab = run.data.vocabs["de"]
-    for (src, tgt), batches in run.batches.items():
+    for (_src, tgt), batches in run.batches.items():
         batch = batches.next()
         tag = vocab.piece_id(language_tag(tgt))
         assert tag > 3  # a piece of its own, not a special (pad, unk, bos, eos)
@@ -53,7 +54,8 @@ def test_decoder_start_tag_replaces_bos_and_leaves_the_source_unmarked(multi30k_
 def test_pair_shares_split_the_lines_by_language_pair():
     directions = [("cs", "en"), ("de", "en"), ("en", "cs"), ("en", "de"), ("en", "en"), ("en", "fr"), ("fr", "en")]
     shares = pair_shares(directions, "disjoint")
-    assert shares[("cs", "en")] == shares[("en", "cs")] == (0, 3) and shares[("de", "en")] == shares[("en", "de")] == (1, 3)
+    assert (shares[("cs", "en")] == shares[("en", "cs")] == (0, 3)
+            and shares[("de", "en")] == shares[("en", "de")] == (1, 3))
     assert shares[("en", "fr")] == (2, 3) and ("en", "en") not in shares  # copies keep every line
     assert set(pair_shares(directions, "common").values()) == {(0, 3)} and pair_shares(directions, "all") == {}
 
@@ -75,7 +77,8 @@ def test_disjoint_directions_train_each_pair_on_its_own_lines(multi30k_corpus, t
 
 
 def test_lowest_loss_steps_ranks_by_mean_dev_loss():
-    history = [{"step": s, "mean_loss": loss} for s, loss in ((2, 3.0), (4, 2.0), (6, 2.5), (8, 2.0), (10, float("nan")))]
+    history = [{"step": s, "mean_loss": loss}
+               for s, loss in ((2, 3.0), (4, 2.0), (6, 2.5), (8, 2.0), (10, float("nan")))]
     assert lowest_loss_steps(history, 2) == [8, 4]  # ties: the later step first
     assert lowest_loss_steps(history, 9) == [8, 4, 6, 2]
 
@@ -105,7 +108,8 @@ def test_language_identifier_and_off_target_rate():
 
 def test_experiment_writes_the_zero_shot_study_with_pivot_and_off_target(multi30k_corpus, tmp_path):
     recipe = tmp_path / "zs.yaml"
-    recipe.write_text(yaml.safe_dump({**_zero_shot_config(multi30k_corpus, tmp_path / "run", average_best=2), "name": "zs_tiny"}))
+    recipe.write_text(yaml.safe_dump({**_zero_shot_config(multi30k_corpus, tmp_path / "run", average_best=2),
+                                      "name": "zs_tiny"}))
     out = tmp_path / "zero-shot.md"
     run = run_experiments([recipe], [], out, max_test=15, pivot="en")[0]
     assert run["checkpoint"] == "averaged.pt"
@@ -130,7 +134,8 @@ def test_zero_shot_recipes_are_english_centred_and_name_their_switches(recipe, m
     cfg = load_config(recipe, [f"corpus={multi30k_corpus}"])
     langs = cfg.directions.languages or ["cs", "de", "en", "fr"]
     trained = set(build_directions(cfg.directions, langs))
-    assert {d for d in trained if d[0] != d[1]} == {(x, "en") for x in langs if x != "en"} | {("en", x) for x in langs if x != "en"}
+    assert {d for d in trained if d[0] != d[1]} == ({(x, "en") for x in langs if x != "en"}
+                                                    | {("en", x) for x in langs if x != "en"})
     if "lstm" in recipe.stem:
         assert cfg.model.encoder.type == "bilstm" and cfg.directions.monolingual
         return

@@ -35,11 +35,12 @@ class Batch:
     """A stand-in for a process whose part of the step batch is empty: trained with weight 0, and
     without rows of its own among the agreement loss's negatives."""
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         """The same batch on `device` (tensors already there are not copied)."""
         return replace(self, src=self.src.to(device, non_blocking=True),
                        src_lengths=self.src_lengths.to(device, non_blocking=True),
-                       tgt_in=self.tgt_in.to(device, non_blocking=True), tgt_out=self.tgt_out.to(device, non_blocking=True))
+                       tgt_in=self.tgt_in.to(device, non_blocking=True),
+                       tgt_out=self.tgt_out.to(device, non_blocking=True))
 
 
 def pad_sources(seqs: list[np.ndarray], prefix: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,8 +55,8 @@ def pad_sources(seqs: list[np.ndarray], prefix: int | None = None) -> tuple[torc
     return out, lengths
 
 
-def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str, src_prefix: int | None = None,
-               tgt_start: int = BOS, reverse_prefix: int | None = None) -> Batch:
+def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str,
+               src_prefix: int | None = None, tgt_start: int = BOS, reverse_prefix: int | None = None) -> Batch:
     """Padded tensors of one direction; the decoder input starts with `tgt_start` (BOS, or a language tag)."""
     s, lengths = pad_sources(src, src_prefix)
     tmax = max(len(t) for t in tgt) + 1
@@ -96,7 +97,7 @@ class DirectionBatches:
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(self.src))
         chunk = self.batch_size * self.pool
-        batches = []
+        batches: list[np.ndarray] = []
         for start in range(0, len(order), chunk):
             part = order[start:start + chunk]
             part = part[np.argsort(self.lengths[part], kind="stable")]

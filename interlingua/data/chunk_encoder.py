@@ -11,10 +11,10 @@ import multiprocessing
 import os
 import sys
 from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -87,7 +87,7 @@ class ChunkEncoder:
         self.workers = pre.workers or os.cpu_count() or 1
         self._pool: ProcessPoolExecutor | None = None
 
-    def __enter__(self) -> "ChunkEncoder":
+    def __enter__(self) -> ChunkEncoder:
         return self
 
     def _started_pool(self) -> ProcessPoolExecutor:
@@ -112,6 +112,7 @@ class ChunkEncoder:
             for chunk in chain(() if first is None else (first,), () if second is None else (second,), chunks):
                 yield encode_chunk(self.settings, self.vocabs, chunk)
             return
+        assert first is not None  # there is a second chunk, so a first
         pool = self._started_pool()
         pending: deque[Future] = deque()
         for chunk in chain((first, second), chunks):

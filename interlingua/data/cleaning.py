@@ -72,7 +72,7 @@ class LineFilter:
             assert hashes is not None, "the duplicate filter needs the lines' hashes"
             self._hashes.append(hashes)
 
-    def _drop(self, keep: np.ndarray, reject: np.ndarray, reason: str) -> None:
+    def _drop(self, keep: np.ndarray, reject: np.ndarray | np.bool_, reason: str) -> None:
         hit = keep & reject
         self.dropped[reason] += int(hit.sum())
         keep &= ~reject

@@ -20,10 +20,10 @@ import gzip
 import os
 import re
 import unicodedata
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import yaml
 

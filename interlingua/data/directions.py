@@ -20,14 +20,16 @@ def build_directions(cfg: DirectionsConfig, corpus_languages: list[str]) -> list
     """Expand a directions config into the sorted list of trained (src, tgt) pairs."""
     langs = sorted(cfg.languages or corpus_languages)
     unknown = sorted(set(langs) - set(corpus_languages))
-    mentioned = {x for p in list(cfg.pairs) + list(cfg.held_out) for x in p} | ({cfg.pivot} if cfg.mode == "pivot" else set())
+    mentioned = ({x for p in list(cfg.pairs) + list(cfg.held_out) for x in p}
+                 | ({cfg.pivot} if cfg.mode == "pivot" else set()))
     unknown += sorted(mentioned - set(corpus_languages) - set(unknown))
     if unknown:
-        raise ConfigError(f"invalid config directions: language(s) {', '.join(unknown)} not in the corpus (it has {', '.join(sorted(corpus_languages))})")
+        raise ConfigError(f"invalid config directions: language(s) {', '.join(unknown)} not in the corpus "
+                          f"(it has {', '.join(sorted(corpus_languages))})")
     if cfg.mode == "bilingual":
-        dirs = [tuple(cfg.pairs[0])]
+        dirs = [(cfg.pairs[0][0], cfg.pairs[0][1])]
     elif cfg.mode == "explicit":
-        dirs = [tuple(p) for p in cfg.pairs]
+        dirs = [(s, t) for s, t in cfg.pairs]
     elif cfg.mode == "pivot":
         if cfg.pivot not in langs:
             raise ConfigError(f"invalid config directions.pivot: '{cfg.pivot}' is not among the languages {langs}")
@@ -37,7 +39,8 @@ def build_directions(cfg: DirectionsConfig, corpus_languages: list[str]) -> list
         dirs = [(a, b) for a in langs for b in langs if a != b]
     for p in dirs:
         if p[0] == p[1] and not cfg.monolingual:
-            raise ConfigError(f"invalid config directions: {p[0]}->{p[1]} is a copy direction; set monolingual: true instead")
+            raise ConfigError(f"invalid config directions: {p[0]}->{p[1]} is a copy direction; "
+                              "set monolingual: true instead")
     if cfg.monolingual:
         involved = sorted({x for p in dirs for x in p})
         dirs += [(x, x) for x in involved]
@@ -45,7 +48,8 @@ def build_directions(cfg: DirectionsConfig, corpus_languages: list[str]) -> list
     missing = held - set(dirs)
     if missing and cfg.mode != "explicit":
         pretty = ", ".join(f"{a}->{b}" for a, b in sorted(missing))
-        raise ConfigError(f"invalid config directions.held_out: {pretty} would not be trained anyway in mode '{cfg.mode}'")
+        raise ConfigError(f"invalid config directions.held_out: {pretty} "
+                          f"would not be trained anyway in mode '{cfg.mode}'")
     dirs = sorted(set(dirs) - held)
     if not dirs:
         raise ConfigError("invalid config directions: no direction left to train")

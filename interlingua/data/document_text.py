@@ -24,7 +24,7 @@ SENTENCE_TOKENS = 500
 """Subwords each sentence keeps (paper 003's SV limit)."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _splitter(lang: str) -> SentenceSplitter:
     try:
         return SentenceSplitter(language=lang)
@@ -61,7 +61,8 @@ def tokenize_documents(texts: Sequence[str], vocab: Vocab, pre: PreprocessConfig
         log.warning("%s%s longer than %d subwords truncated to that length", where, name_items(cut), max_tokens)
     empty = sorted({doc(i) for i, x in enumerate(ids) if not x})
     if empty and owners is None:
-        log.warning("%s empty: %s", name_items(empty), "its vector is zeros" if len(empty) == 1 else "their vectors are zeros")
+        log.warning("%s empty: %s", name_items(empty),
+                    "its vector is zeros" if len(empty) == 1 else "their vectors are zeros")
     return [np.asarray(x[:max_tokens], dtype=np.int64) for x in ids]
 
 

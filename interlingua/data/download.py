@@ -6,8 +6,8 @@ import logging
 import shutil
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from tqdm import tqdm
 

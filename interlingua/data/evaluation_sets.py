@@ -23,7 +23,7 @@ XNLI_URL = ("https://raw.githubusercontent.com/wuhjie/few_shots_that_matters_wu/
 
 def read_checksums(name: str) -> dict[str, str]:
     """{relative path: SHA-256} from the package's `checksums/<name>.sha256` (sha256sum format)."""
-    text = resources.files("interlingua.data").joinpath("checksums", f"{name}.sha256").read_text()
+    text = resources.files("interlingua.data").joinpath("checksums").joinpath(f"{name}.sha256").read_text()
     return {path: digest for digest, path in (line.split(maxsplit=1) for line in text.splitlines() if line.strip())}
 
 

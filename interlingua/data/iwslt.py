@@ -17,7 +17,6 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from interlingua.data.corpus import read_lines, write_corpus_yaml, write_lines_gz
 from interlingua.data.download import install_archive
 from interlingua.errors import DataError
@@ -63,10 +62,11 @@ def read_train_tags(path: Path) -> list[str]:
     return [" ".join(line.split()) for line in read_lines(path) if not line.lstrip().startswith("<")]
 
 
-def _find(folder: Path) -> tuple[dict[tuple[str, str], dict[str, Path]], dict[tuple[str, str, str], dict[str, Path]]]:
-    """Release files anywhere under `folder`: train[(x, y)][lang] and evaluation[(set, x, y)][lang]."""
-    train: dict[tuple[str, str], dict[str, Path]] = {}
-    evaluation: dict[tuple[str, str, str], dict[str, Path]] = {}
+def _find(folder: Path) -> tuple[dict[tuple[str, ...], dict[str, Path]], dict[tuple[str, ...], dict[str, Path]]]:
+    """Release files anywhere under `folder`: train[(x, y)][lang] and evaluation[(set, x, y)][lang]
+    (keys typed as `_unordered` takes them)."""
+    train: dict[tuple[str, ...], dict[str, Path]] = {}
+    evaluation: dict[tuple[str, ...], dict[str, Path]] = {}
     for path in sorted(folder.rglob("*")):
         if not path.is_file():
             continue
@@ -106,7 +106,8 @@ def _write_pair(dest: Path, prefix: str, texts: dict[str, list[str]]) -> dict[st
     return group
 
 
-def multiway_through_english(pairs: dict[str, dict[str, list[str]]], talks: dict[str, list[str]]) -> dict[str, list[str]]:
+def multiway_through_english(pairs: dict[str, dict[str, list[str]]],
+                             talks: dict[str, list[str]]) -> dict[str, list[str]]:
     """A multi-way set from x-en pair sets: the (talk, English sentence) keys that every pair holds,
     each language's sentence for that key (keys seen twice within one pair are left out)."""
     tables = {}
@@ -185,14 +186,17 @@ def unpack_release(archive: Path, dest: Path) -> Path:
         with tarfile.open(archive, "r:*") as outer:
             inner = next((m for m in outer if m.name.endswith("DeEnItNlRo-DeEnItNlRo.tgz")), None)
             if inner is None:
-                raise DataError(f"{archive} holds no DeEnItNlRo-DeEnItNlRo.tgz: not the IWSLT 2017 multilingual release")
+                raise DataError(f"{archive} holds no DeEnItNlRo-DeEnItNlRo.tgz: "
+                                "not the IWSLT 2017 multilingual release")
             with tarfile.open(fileobj=outer.extractfile(inner), mode="r:gz") as tar:
                 for member in tar:
                     if not member.isfile() or not _is_release_file(member.name):
                         continue
                     target = dest / member.name.rsplit("/", 1)[-1]
                     tmp = target.with_name(target.name + ".part")
-                    with tar.extractfile(member) as src, open(tmp, "wb") as out:
+                    extracted = tar.extractfile(member)
+                    assert extracted is not None  # a regular file (checked above) has its data
+                    with extracted as src, open(tmp, "wb") as out:
                         shutil.copyfileobj(src, out)
                     tmp.replace(target)
     except (tarfile.TarError, OSError, EOFError) as err:

@@ -13,10 +13,10 @@ import hashlib
 import json
 import logging
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from itertools import chain
-from typing import Iterator
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -118,7 +118,7 @@ def train_vocabs(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> dic
 
 def _check_training_text(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> None:
     """Every language has some training text (reading only until each has shown a line)."""
-    have = set()
+    have: set[str] = set()
     for g, mine in _used_groups(corpus, "train", langs):
         for chunk in stream_group(g, mine, CHUNK_ROWS, pre.max_train_sentences, _normalizer(pre)):
             have.update(lang for lang in mine if any(chunk[lang]))
@@ -168,7 +168,8 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     langs = sorted(cfg.directions.languages or corpus.languages)
     unknown = sorted(set(langs) - set(corpus.languages))
     if unknown:
-        raise DataError(f"directions.languages: {', '.join(unknown)} not in corpus {corpus.source} (it has {', '.join(corpus.languages)})")
+        raise DataError(f"directions.languages: {', '.join(unknown)} not in corpus {corpus.source} "
+                        f"(it has {', '.join(corpus.languages)})")
     if vocabs is not None:
         absent = [lang for lang in langs if lang not in vocabs]
         if absent:
@@ -284,7 +285,8 @@ def language_training_text(corpus_path: str | Path, lang: str, pre: PreprocessCo
     preprocessing. A language without training text is refused before anything is read further."""
     corpus = load_corpus(corpus_path)
     if lang not in corpus.languages:
-        raise LanguageError(f"language '{lang}' is not in corpus {corpus.source} (it has {', '.join(corpus.languages)})")
+        raise LanguageError(f"language '{lang}' is not in corpus {corpus.source} "
+                            f"(it has {', '.join(corpus.languages)})")
     lines = _training_lines(corpus, pre, [lang], {lang})
     first = next(lines, None)
     if first is None:
@@ -317,10 +319,11 @@ def direction_pairs(data: PreparedData, split: str, src: str, tgt: str, limit: i
     return src_seqs, tgt_seqs
 
 
-def direction_references(data: PreparedData, split: str, src: str, tgt: str, limit: int | None = None) -> list[str] | None:
+def direction_references(data: PreparedData, split: str, src: str, tgt: str,
+                         limit: int | None = None) -> list[str] | None:
     """The raw target lines of exactly the pairs `direction_pairs` returns, or None when the
     split keeps no text (not in REFERENCE_SPLITS)."""
-    refs = []
+    refs: list[str] = []
     for g in data.groups(split):
         if src in g.ids and tgt in g.ids:
             if g.texts is None:

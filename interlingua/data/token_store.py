@@ -7,8 +7,8 @@ selecting lines (a direction's pairs, a process's share) copies only index array
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class TokenSequences:
         self.lengths = lengths
 
     @classmethod
-    def from_flat(cls, ids: np.ndarray, lengths: np.ndarray) -> "TokenSequences":
+    def from_flat(cls, ids: np.ndarray, lengths: np.ndarray) -> TokenSequences:
         """Lines laid end to end in `ids`, as a prepared corpus stores them."""
         lengths = np.asarray(lengths, dtype=np.int32)
         starts = np.zeros(len(lengths), dtype=np.int64)
@@ -37,7 +37,7 @@ class TokenSequences:
         return cls([ids], np.zeros(len(lengths), dtype=np.uint16), starts, lengths)
 
     @classmethod
-    def of(cls, seqs: "Sequence[np.ndarray] | TokenSequences") -> "TokenSequences":
+    def of(cls, seqs: Sequence[np.ndarray] | TokenSequences) -> TokenSequences:
         """`seqs` itself, or a list of arrays laid out flat."""
         if isinstance(seqs, TokenSequences):
             return seqs
@@ -46,7 +46,7 @@ class TokenSequences:
         return cls.from_flat(flat, lengths)
 
     @classmethod
-    def load(cls, ids_path: Path, lengths_path: Path, dtype: str) -> "TokenSequences":
+    def load(cls, ids_path: Path, lengths_path: Path, dtype: str) -> TokenSequences:
         """A prepared file pair, the ids memory-mapped (an empty file cannot be mapped, nor needs to be)."""
         lengths = np.load(lengths_path)
         size = ids_path.stat().st_size
@@ -54,7 +54,7 @@ class TokenSequences:
         return cls.from_flat(ids, lengths)
 
     @staticmethod
-    def concat(seqs: "list[TokenSequences]") -> "TokenSequences":
+    def concat(seqs: list[TokenSequences]) -> TokenSequences:
         """The lines of each in turn (no ids copied)."""
         if len(seqs) == 1:
             return seqs[0]
@@ -69,7 +69,7 @@ class TokenSequences:
             lengths.append(s.lengths)
         return TokenSequences(parts, np.concatenate(part), np.concatenate(starts), np.concatenate(lengths))
 
-    def select(self, index: np.ndarray | slice) -> "TokenSequences":
+    def select(self, index: np.ndarray | slice) -> TokenSequences:
         """The lines at `index` (positions or a slice), in that order."""
         return TokenSequences(self.parts, self.part[index], self.starts[index], self.lengths[index])
 

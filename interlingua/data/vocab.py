@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sentencepiece as spm
 
@@ -17,7 +18,7 @@ def language_tag(lang: str) -> str:
     return f"<2{lang}>"
 
 
-def source_prefix(vocab: "Vocab", tgt_lang: str, shared: bool, tag_position: str = "source_prefix") -> int | None:
+def source_prefix(vocab: Vocab, tgt_lang: str, shared: bool, tag_position: str = "source_prefix") -> int | None:
     """The id every source sentence starts with: the `<2tgt>` tag of a shared model whose tag goes on
     the source side (`model.tag_position: source_prefix`), None otherwise.
 
@@ -25,7 +26,7 @@ def source_prefix(vocab: "Vocab", tgt_lang: str, shared: bool, tag_position: str
     return vocab.piece_id(language_tag(tgt_lang)) if shared and tag_position == "source_prefix" else None
 
 
-def decoder_start(vocab: "Vocab", tgt_lang: str, shared: bool, tag_position: str = "source_prefix") -> int:
+def decoder_start(vocab: Vocab, tgt_lang: str, shared: bool, tag_position: str = "source_prefix") -> int:
     """The decoder's first input: the `<2tgt>` tag in place of BOS for a shared model whose tag goes on
     the target side (`model.tag_position: decoder_start`, paper 004: nothing marks the source), BOS otherwise.
 
@@ -50,11 +51,12 @@ class Vocab:
 
     @classmethod
     def train(cls, sentences: Iterable[str], vocab_size: int, user_symbols: Sequence[str] = (), threads: int = 2,
-              sample: int | None = None) -> "Vocab":
+              sample: int | None = None) -> Vocab:
         """BPE on the given (already normalised) sentences; the size is a soft limit on tiny data.
         With `sample`, sentencepiece keeps only that many sentences, drawn at random as they stream
         by, so a corpus of any size trains in bounded memory."""
         buf = io.BytesIO()
+        sampling: dict[str, Any] = {"input_sentence_size": sample, "shuffle_input_sentence": True} if sample else {}
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(s for s in sentences if s),
             model_writer=buf,
@@ -68,7 +70,7 @@ class Vocab:
             num_threads=threads,
             minloglevel=2,
             max_sentence_length=1 << 16,
-            **({"input_sentence_size": sample, "shuffle_input_sentence": True} if sample else {}),
+            **sampling,
         )
         return cls(buf.getvalue())
 
@@ -85,7 +87,8 @@ class Vocab:
 
     def tokenize_batch(self, texts: Sequence[str], threads: int | None = None) -> list[list[int]]:
         """Subword ids of each line (on `threads` threads of sentencepiece's own, or its default)."""
-        ids = self.sp.encode(list(texts), **({"num_threads": threads} if threads else {}))
+        threading: dict[str, Any] = {"num_threads": threads} if threads else {}
+        ids = self.sp.encode(list(texts), **threading)
         return [self._shift(x) for x in ids] if self.offset else ids
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -131,7 +134,7 @@ def vocabs_from_protos(protos: dict[str, bytes], offsets: dict[str, int] | None 
 def link_tags(vocabs: dict[str, Vocab]) -> None:
     """Let every vocabulary find every language's `<2xx>` tag, whichever vocabulary holds it."""
     tags: dict[str, int] = {}
-    for lang, v in vocabs.items():
+    for _lang, v in vocabs.items():
         for other in vocabs:
             tag = language_tag(other)
             if tag not in tags and v.sp.piece_to_id(tag) != UNK:

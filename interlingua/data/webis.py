@@ -64,7 +64,7 @@ class LabelledDocuments:
         if len(self.texts) != len(self.labels):
             raise DataError(f"{len(self.texts)} documents but {len(self.labels)} labels")
 
-    def subset(self, index: np.ndarray) -> "LabelledDocuments":
+    def subset(self, index: np.ndarray) -> LabelledDocuments:
         return LabelledDocuments([self.texts[i] for i in index], self.labels[index])
 
 
@@ -120,7 +120,8 @@ def read_reviews(path: Path) -> LabelledDocuments:
     return LabelledDocuments(texts, np.asarray(labels, dtype=np.int64))
 
 
-def held_out_split(docs: LabelledDocuments, test_share: float, seed: int) -> tuple[LabelledDocuments, LabelledDocuments]:
+def held_out_split(docs: LabelledDocuments, test_share: float,
+                   seed: int) -> tuple[LabelledDocuments, LabelledDocuments]:
     """(train, test): `test_share` of each label's documents, drawn with `seed`, become the test part."""
     rng = np.random.default_rng(seed)
     test_idx: list[int] = []

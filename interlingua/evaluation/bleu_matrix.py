@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from sacrebleu.metrics import BLEU, CHRF
 
 from interlingua.atomic_files import write_text_atomic
+from interlingua.data import language_id
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.errors import DataError
-from interlingua.data import language_id
 from interlingua.evaluation.plots import plot_score_matrix
 from interlingua.evaluation.registry import Report
 from interlingua.inference.api import Model, load
@@ -52,7 +52,7 @@ class MatrixResult:
                 "bleu_cased": self.bleu_cased, "off_target": self.off_target, "lid_ceiling": self.lid_ceiling}
 
     @classmethod
-    def from_json(cls, data: dict) -> "MatrixResult":
+    def from_json(cls, data: dict) -> MatrixResult:
         """The inverse of `to_json` (results written before the cased/off-target fields read too)."""
         keys = ("split", "languages", "bleu", "chrf", "beam_size", "pivot", "seconds", "signature",
                 "bleu_cased", "off_target", "lid_ceiling")
@@ -86,7 +86,8 @@ class MatrixResult:
             out.append("")
         if self.lid_ceiling:
             out += ["Language identifier (langid.py, restricted to the model's languages) on the references, "
-                    "% identified correctly: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.lid_ceiling.items())), ""]
+                    "% identified correctly: "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.lid_ceiling.items())), ""]
         return "\n".join(out)
 
 
@@ -172,7 +173,9 @@ def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", 
         if not table:
             continue
         png = out_dir / f"{stem}_{name}.png"
-        plot_score_matrix(table, result.languages, zs, f"{ {'bleu': 'BLEU', 'chrf': 'chrF', 'off_target': 'Off-target %'}[name]} on {result.split}", png)
+        plot_score_matrix(table, result.languages, zs,
+                          f"{ {'bleu': 'BLEU', 'chrf': 'chrF', 'off_target': 'Off-target %'}[name]} on {result.split}",
+                          png)
         pngs.append(png)
     return [md, js, *pngs]
 

@@ -38,8 +38,10 @@ log = logging.getLogger(__name__)
 
 UNITS: dict[str, Unit] = {"DV": "document", "SV": "sentences"}
 
-PAPER_TABLE2 = {"DV_en": (92.58, 82.53), "DV_de": (92.16, 79.38), "DV_en:de": (94.39, 82.70), "DV_en+de": (93.52, 82.25),
-                "SV_en": (93.30, 82.55), "SV_de": (91.74, 79.55), "SV_en:de": (94.30, 83.18), "SV_en+de": (93.22, 81.37),
+PAPER_TABLE2 = {"DV_en": (92.58, 82.53), "DV_de": (92.16, 79.38),
+                "DV_en:de": (94.39, 82.70), "DV_en+de": (93.52, 82.25),
+                "SV_en": (93.30, 82.55), "SV_de": (91.74, 79.55),
+                "SV_en:de": (94.30, 83.18), "SV_en+de": (93.22, 81.37),
                 "MT_base": (68.1, 67.4)}
 """Paper 003 Table 2, accuracy (%) en->de and de->en on RCV1/RCV2 topics (4 classes), NTDV models
 trained on Europarl: context for our numbers, not a like-for-like target."""
@@ -108,7 +110,8 @@ class _Translations:
         self.seconds += time.perf_counter() - start
         self.documents += len(docs)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps({"key": self.key, "documents": digest, "sentences": out}, ensure_ascii=False))
+        write_text_atomic(path, json.dumps({"key": self.key, "documents": digest, "sentences": out},
+                                           ensure_ascii=False))
         return out
 
 
@@ -240,7 +243,8 @@ def markdown(result: CLDCResult) -> str:
     """One table per pair: rows the vector variants and references, columns domain x direction."""
     lines = [f"# Cross-lingual document classification: {result.model}", "",
              "Accuracy % (macro-F1 %): a linear SVM trained on one language's documents, tested on the other's. "
-             f"Translations (the other-side vectors, translate-test) by {result.translator}, greedy, sentence by sentence."]
+             f"Translations (the other-side vectors, translate-test) by {result.translator}, "
+             "greedy, sentence by sentence."]
     if result.held_out:
         lines.append("The test documents are a held-out half of each train.review (no test.review in the data folder).")
     for a, b in result.pairs:

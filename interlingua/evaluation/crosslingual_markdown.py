@@ -11,13 +11,15 @@ if TYPE_CHECKING:
     from interlingua.evaluation.crosslingual_report import CrosslingualReport
 
 VECTOR_COLUMNS = (("retrieval", "retrieval %", 1), ("retrieval_centered", "centred %", 1),
-                  ("retrieval_ratio_margin", "ratio margin %", 1), ("retrieval_centered_ratio_margin", "centred ratio margin %", 1),
+                  ("retrieval_ratio_margin", "ratio margin %", 1),
+                  ("retrieval_centered_ratio_margin", "centred ratio margin %", 1),
                   ("margin", "margin", 3), ("margin_centered", "margin centred", 3),
                   ("cos_translation", "cos translation", 3), ("cos_unrelated", "cos unrelated", 3))
 TRANSLATION_COLUMNS = (("bleu", "BLEU", 2), ("bleu_cased", "BLEU cased", 2), ("off_target", "off-target %", 1),
                        ("pivot_bleu", "pivot BLEU", 2), ("pivot_bleu_cased", "pivot BLEU cased", 2),
                        ("pivot_off_target", "pivot off-target %", 1))
-HEAT_MAPS = (("retrieval", "Top-1 retrieval % (cosine)", 1), ("retrieval_centered", "Top-1 retrieval % (centred cosine)", 1),
+HEAT_MAPS = (("retrieval", "Top-1 retrieval % (cosine)", 1),
+             ("retrieval_centered", "Top-1 retrieval % (centred cosine)", 1),
              ("margin", "Margin: cos(translation) - cos(nearest other)", 2))
 
 
@@ -38,7 +40,8 @@ def summary_lines(report: CrosslingualReport) -> list[str]:
              f"{_fmt(s['retrieval_centered_mean'], 1)} / {_fmt(s['retrieval_centered_min'], 1)}"),
             ("margin (centred)", f"{_fmt(s['margin_mean'], 3)} ({_fmt(s['margin_centered_mean'], 3)})"),
             ("cos to the translation / to an unrelated sentence / to the nearest unrelated",
-             " / ".join(_fmt(s[k], 3) for k in ("cos_translation_mean", "cos_unrelated_mean", "cos_nearest_unrelated_mean"))),
+             " / ".join(_fmt(s[k], 3)
+                        for k in ("cos_translation_mean", "cos_unrelated_mean", "cos_nearest_unrelated_mean"))),
             ("language probe accuracy % vs chance", f"{_fmt(s['probe_accuracy'], 1)} vs {_fmt(s['probe_chance'], 1)}")]
     if report.beam is not None:
         rows += [("BLEU lowercased: supervised / zero-shot / via pivot", _triple(s, "bleu", 2)),
@@ -78,10 +81,12 @@ def markdown(report: CrosslingualReport) -> str:
                    "a language identifier does not find in the target language." if report.beam is not None
                    else "No translation (`--no-bleu`).")
     ceiling = (["", "Language identifier on the references, % right: "
-                + ", ".join(f"{k} {v:.1f}" for k, v in sorted(report.lid_ceiling.items()))] if report.lid_ceiling else [])
+                + ", ".join(f"{k} {v:.1f}" for k, v in sorted(report.lid_ceiling.items()))]
+               if report.lid_ceiling else [])
     return "\n".join([
         f"# Cross-lingual report: {report.model}", "",
-        f"Split `{report.split}` of {report.corpus}: {report.sentences} sentences in each of {', '.join(report.languages)} "
+        f"Split `{report.split}` of {report.corpus}: {report.sentences} sentences in each of "
+        f"{', '.join(report.languages)} "
         "(line i of every language is the same sentence; blank and repeated lines left out). Retrieval: top-1 "
         "among all sentences of the other language, plain cosine and after subtracting each language's mean "
         f"vector. Language probe: logistic regression on {report.probe['train_sentences']} sentences per language, "

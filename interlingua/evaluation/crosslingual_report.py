@@ -31,7 +31,8 @@ from interlingua.evaluation.registry import Report
 from interlingua.inference.api import Languages, Model, load
 
 GAP_KEYS = ("margin", "margin_centered", "cos_translation", "cos_unrelated", "cos_nearest_unrelated")
-PAIR_KEYS = ("src", "tgt", "kind", *RETRIEVAL_KEYS.values(), *GAP_KEYS, *SCORES, "pivot", *(f"pivot_{s}" for s in SCORES))
+PAIR_KEYS = ("src", "tgt", "kind", *RETRIEVAL_KEYS.values(), *GAP_KEYS, *SCORES,
+             "pivot", *(f"pivot_{s}" for s in SCORES))
 """Every per-pair dict has these keys, in this order (None where a score was not measured)."""
 
 
@@ -76,7 +77,7 @@ class CrosslingualReport:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "CrosslingualReport":
+    def from_json(cls, data: Mapping) -> CrosslingualReport:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     def to_markdown(self) -> str:
@@ -150,7 +151,8 @@ def summarize(pairs: Mapping[str, dict], probe: Mapping[str, float | int]) -> di
         found = values(key, kind)
         return round(float(np.mean(found)), 4) if found else None
 
-    out: dict[str, float | int | str | None] = {f"{key}_mean": mean(key) for key in (*RETRIEVAL_KEYS.values(), *GAP_KEYS)}
+    out: dict[str, float | int | str | None] = {f"{key}_mean": mean(key)
+                                                for key in (*RETRIEVAL_KEYS.values(), *GAP_KEYS)}
     weakest = min((r for r in rows if r["retrieval"] is not None), key=lambda r: r["retrieval"], default=None)
     out["retrieval_min"] = weakest["retrieval"] if weakest else None
     out["retrieval_min_pair"] = f"{weakest['src']}-{weakest['tgt']}" if weakest else None
@@ -185,7 +187,8 @@ def evaluate_crosslingual(model_or_path: Model | str | Path, corpus: str | Path 
     languages = model.languages
     langs = list(languages.sources)
     if len(langs) < 2:
-        raise LanguageError(f"a cross-lingual report compares two or more source languages; the model reads only {langs}")
+        raise LanguageError("a cross-lingual report compares two or more source languages; "
+                            f"the model reads only {langs}")
     targets = [t for _, t in translated_directions(languages)] if bleu else []
     texts = multiway_texts(corpus, split, langs, targets, limit)
     seconds: dict[str, float] = {}
@@ -203,7 +206,8 @@ def evaluate_crosslingual(model_or_path: Model | str | Path, corpus: str | Path 
     t = lap("retrieval", t)
     probe = language_probe(vectors, seed)
     t = lap("probe", t)
-    translations, ceiling = {}, {}
+    translations: dict[tuple[str, str], dict] = {}
+    ceiling: dict[str, float] = {}
     if bleu:
         translations, ceiling = translation_scores(model, corpus, split, beam=beam, pivot=pivot, max_sentences=limit,
                                                    batch_size=batch_size, progress=progress)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix
 from interlingua.inference.api import Languages, Model
@@ -58,7 +59,8 @@ def translation_scores(model: Model, corpus: str | Path, split: str, *, beam: in
     directions = translated_directions(languages)
     if not directions:
         return {}, {}
-    settings = dict(beam_size=beam, batch_size=batch_size, max_sentences=max_sentences, progress=progress)
+    settings: dict[str, Any] = dict(beam_size=beam, batch_size=batch_size, max_sentences=max_sentences,
+                                    progress=progress)
     direct = bleu_matrix(model, corpus, split, pairs=directions, **settings)
     no_pivot = {"pivot": None, **dict.fromkeys(f"pivot_{name}" for name in SCORES)}
     rows = {d: {"kind": languages.kind(*d), **_cells(direct, *d), **no_pivot} for d in directions}

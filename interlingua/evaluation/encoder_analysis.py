@@ -106,7 +106,8 @@ def layer_probes(train_states: Sequence[np.ndarray], train_ids: Sequence[np.ndar
     pos_te = _labels(poste, positions)
     token_acc, position_acc = [], []
     for layer in range(xtr.shape[0]):
-        token_acc.append(probe_accuracy(xtr[layer], tok_tr, xte[layer], tok_te, len(token_classes), settings, device)[0])
+        token_acc.append(probe_accuracy(xtr[layer], tok_tr, xte[layer], tok_te, len(token_classes),
+                                        settings, device)[0])
         position_acc.append(probe_accuracy(xtr[layer], postr, xte[layer], pos_te, len(positions), settings, device)[0])
     return token_acc, position_acc
 
@@ -242,7 +243,8 @@ def analyze_encoder(model: Model, corpus: str | Path, train_split: str = "val", 
     _, train_texts = _split_texts(corpus, train_split, langs, max_sentences)
     test_groups, test_texts = _split_texts(corpus, split, langs, max_sentences)
     device = model.device
-    token_acc, position_acc, ceiling, counts = {}, {}, {}, {train_split: {}, split: {}}
+    token_acc, position_acc, ceiling = {}, {}, {}
+    counts: dict[str, dict[str, int]] = {train_split: {}, split: {}}
     outputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     pooled: dict[str, dict[str, np.ndarray]] = {}
     depth = 0

@@ -30,7 +30,7 @@ def _per_layer(layers: list[str], columns: dict[str, list[float]], fmt=_pct) -> 
                                         for i, name in enumerate(layers)])
 
 
-def markdown(r: "EncoderAnalysis") -> str:
+def markdown(r: EncoderAnalysis) -> str:
     m = r.means()
     head = [f"# Encoder analysis: {r.checkpoint or 'model'} ({r.encoder} encoder)", "",
             f"Probes trained on `{r.train_split}`, scored on `{r.split}` of {r.corpus}; languages: "
@@ -53,7 +53,8 @@ def markdown(r: "EncoderAnalysis") -> str:
                   *_table(["layer", *(f"{p} ({r.pair_sentences[p]})" for p in r.svcca)],
                           [[name, *(f"{r.svcca[p][i]:.3f} ({r.svcca_random[p][i]:.3f})" for p in r.svcca)]
                            for i, name in enumerate(r.layers)]), ""]
-        lines += ["## Retrieval accuracy per language pair (both directions)", "", *_per_layer(r.layers, r.retrieval), ""]
+        lines += ["## Retrieval accuracy per language pair (both directions)", "",
+                  *_per_layer(r.layers, r.retrieval), ""]
     else:
         lines += ["SVCCA and retrieval need two languages with parallel test sentences.", ""]
     if r.confusion:
@@ -63,13 +64,14 @@ def markdown(r: "EncoderAnalysis") -> str:
     return "\n".join(lines)
 
 
-def plot_layers(r: "EncoderAnalysis", out_png: Path) -> Path:
+def plot_layers(r: EncoderAnalysis, out_png: Path) -> Path:
     """Per-layer curves: probe accuracies, SVCCA beside random data, retrieval accuracy."""
     m = r.means()
     x = np.arange(len(r.layers))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     ax = axes[0]
-    for name, table, color in (("token id", r.token_accuracy, "tab:blue"), ("position", r.position_accuracy, "tab:red")):
+    for name, table, color in (("token id", r.token_accuracy, "tab:blue"),
+                               ("position", r.position_accuracy, "tab:red")):
         for row in table.values():
             ax.plot(x, row, color=color, alpha=0.3, linewidth=0.8)
         ax.plot(x, m["token_accuracy" if name == "token id" else "position_accuracy"], color=color, marker="o",
@@ -93,7 +95,7 @@ def plot_layers(r: "EncoderAnalysis", out_png: Path) -> Path:
     return save_figure(fig, out_png)
 
 
-def plot_confusion(r: "EncoderAnalysis", out_png: Path) -> Path:
+def plot_confusion(r: EncoderAnalysis, out_png: Path) -> Path:
     """Row-normalised language-ID confusion matrix (paper 004, Figure 4)."""
     counts = np.asarray(r.confusion, dtype=float)
     share = counts / np.maximum(counts.sum(1, keepdims=True), 1)

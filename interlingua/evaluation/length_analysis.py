@@ -66,7 +66,8 @@ def bleu_by_length(models: dict[str, Model], sources: list[str], references: lis
 
 def write_length_report(result: LengthResult, out_dir: Path, title: str) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    md = [f"# {title}", "", "| model | " + " | ".join(f"{b} ({n})" for b, n in zip(result.buckets, result.counts)) + " |",
+    md = [f"# {title}", "",
+          "| model | " + " | ".join(f"{b} ({n})" for b, n in zip(result.buckets, result.counts)) + " |",
           "|---" * (len(result.buckets) + 1) + "|"]
     for name, row in result.bleu.items():
         md.append(f"| {name} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in row) + " |")
@@ -83,8 +84,9 @@ def write_length_report(result: LengthResult, out_dir: Path, title: str) -> list
     return [out_dir / "length_buckets.md", out_dir / "length_buckets.json", png]
 
 
-def evaluate_lengths(checkpoints: dict[str, Path], src: str, tgt: str, out_dir: Path, corpus: str | Path | None = None,
-                    split: str = "test_2016_flickr", beam_size: int = 1, device: str = "cpu") -> tuple[LengthResult, list[Path]]:
+def evaluate_lengths(checkpoints: dict[str, Path], src: str, tgt: str, out_dir: Path,
+                     corpus: str | Path | None = None, split: str = "test_2016_flickr", beam_size: int = 1,
+                     device: str = "cpu") -> tuple[LengthResult, list[Path]]:
     """`interlingua analyze lengths`: BLEU by source length of each named checkpoint on `split` of
     `corpus` (default: the first model's), written as length_buckets.md/.json/.png under `out_dir`."""
     from interlingua.evaluation.bleu_matrix import load_split_texts, parallel_texts

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 from interlingua.atomic_files import write_text_atomic
-from interlingua.textio import decode_lines
-from interlingua.evaluation.sentence.heads import head_entropy_stats, plot_head_heatmap, plot_head_heatmaps
 from interlingua.errors import InterlinguaError
 from interlingua.evaluation.registry import Report, named_checkpoints
+from interlingua.evaluation.sentence.heads import head_entropy_stats, plot_head_heatmap, plot_head_heatmaps
 from interlingua.inference.api import Model, load
+from interlingua.textio import decode_lines
 
 # Journal Table 13: EN-DE, k = 50, 10k NewsCrawl sentences of <= 40 tokens; (with, without) penalty.
 PAPER_TABLE13 = {"all_heads": (1.20, 0.63), "up_to_length": (0.49, 0.43), "beyond_length": (1.73, 0.82)}
@@ -49,7 +49,8 @@ def table_markdown(stats: dict, lang: str, n_sentences: int) -> str:
              + " | paper with / without |", "|---" * (len(names) + 2) + "|"]
     for row, label in ROW_NAMES.items():
         paper = PAPER_TABLE13[row]
-        lines.append(f"| {label} | " + " | ".join(_fmt(stats[n][row]) for n in names) + f" | {paper[0]:.2f} / {paper[1]:.2f} |")
+        lines.append(f"| {label} | " + " | ".join(_fmt(stats[n][row]) for n in names)
+                     + f" | {paper[0]:.2f} / {paper[1]:.2f} |")
     return "\n".join(lines) + "\n"
 
 

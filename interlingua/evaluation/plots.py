@@ -2,6 +2,7 @@
 sentence/heads.py."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib
@@ -13,8 +14,8 @@ import numpy as np  # noqa: E402
 from interlingua.figures import save_figure  # noqa: E402
 
 
-def plot_score_matrix(matrix: dict[str, dict[str, float | None]], languages: list[str], zero_shot: set[tuple[str, str]],
-                      title: str, out_png: Path, digits: int = 1) -> None:
+def plot_score_matrix(matrix: Mapping[str, Mapping[str, float | None]], languages: list[str],
+                      zero_shot: set[tuple[str, str]], title: str, out_png: Path, digits: int = 1) -> None:
     """Heat map of a source x target score matrix; zero-shot cells are starred. `digits`: decimals
     in the cells (1 for BLEU and percentages; cosine differences need 2)."""
     data = np.full((len(languages), len(languages)), np.nan)

@@ -10,8 +10,8 @@ from pathlib import Path
 from interlingua.evaluation.registry import Report
 from interlingua.evaluation.sentence import reference_embedders, run_suite
 from interlingua.evaluation.sentence.suites import AllResult, SuiteResult
-from interlingua.workers import usable_cores
 from interlingua.inference.api import load
+from interlingua.workers import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ class SentenceEvaluation:
     setup_elapsed_s: float
 
     @property
-    def total_elapsed_s(self) -> float:
+    def total_elapsed_s(self) -> float | None:
         return self.result.total_elapsed_s
 
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -40,8 +40,8 @@ from interlingua.errors import InterlinguaError, LanguageError
 from interlingua.inference.decoding_probe import decoding_bf16_speedup
 from interlingua.inference.representation import Representation, generate_text, represent_ids
 from interlingua.modules.base import BridgeOutput, Encoder
-from interlingua.modules.checkpoint import LoadedModel, load_model
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.checkpoint import LoadedCheckpoint, load_checkpoint
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import BEAM_STOPS, MAX_BEAM
 from interlingua.precision import model_workload
 from interlingua.runtime import Runtime, resolve_device, resolve_device_precision
@@ -124,7 +124,7 @@ def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"Model.{old} is deprecated: {new}", DeprecationWarning, stacklevel=3)
 
 
-def load(path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> "Model":
+def load(path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> Model:
     """A checkpoint (a `.pt` file, or a model folder from `interlingua export folder` / `Model.save`, read
     without unpickling anything) ready to translate and embed on `device` ("auto" = CUDA when available, else
     MPS, else the CPU; "cpu", "cuda", "cuda:N", "mps"); no optimizer or training state is kept in memory.
@@ -150,28 +150,28 @@ def _check_search(beam: int, length_penalty: float, max_len: int | None, batch_s
 class Model:
     """A trained (or freshly initialised) translation model with its vocabularies, for inference."""
 
-    def __init__(self, loaded: LoadedModel, precision: str = "fp32"):
+    def __init__(self, loaded: LoadedCheckpoint, precision: str = "fp32"):
         self._loaded = loaded
-        self._network: TranslationModel = loaded.model.eval()
+        self._network: TranslationNetwork = loaded.network.eval()
         self._vocabs: dict[str, Vocab] = loaded.vocabs
         self._pre = loaded.config.preprocess
         self._runtime = Runtime(self._network.device, precision)
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> "Model":
+    def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> Model:
         """`precision`: `fp32` (default, the numbers every result here was made with); `bf16` (autocast:
         on CPUs with AMX or AVX512-BF16 and on GPUs, faster, with outputs that may differ in places);
         `fp16` (CUDA GPUs); `auto`: bf16 or fp16 on a GPU, and on a CPU with native bf16 bf16 only
         where timing this model's own greedy and beam search in both precisions measures it faster here
         (cached per machine and model), else fp32."""
         dev = device if isinstance(device, torch.device) else resolve_device(device)
-        loaded = load_model(path, dev)
+        loaded = load_checkpoint(path, dev)
         if precision != "auto":
             return cls(loaded, resolve_device_precision(precision, dev))
-        first = loaded.model.encoder_langs[0]
+        first = loaded.network.encoder_langs[0]
         workload = "decoding " + model_workload(loaded.config.model.model_dump(mode="json"),
                                                 {lang: len(v) for lang, v in loaded.vocabs.items()}, 32)
-        probe = lambda: decoding_bf16_speedup(loaded.model, len(loaded.vocabs[first]))  # noqa: E731
+        probe = lambda: decoding_bf16_speedup(loaded.network, len(loaded.vocabs[first]))  # noqa: E731
         return cls(loaded, resolve_device_precision(precision, dev, probe, workload))
 
     def save(self, folder: str | Path) -> Path:
@@ -182,17 +182,17 @@ class Model:
         from interlingua.modules.model_folder import write_folder
         return write_folder(self._loaded, folder)
 
-    def untrained_like(self, seed: int = 0) -> "Model":
+    def untrained_like(self, seed: int = 0) -> Model:
         """The same architecture, vocabularies and device with freshly initialised weights: the
         reference point that shows what training bought."""
         loaded = self._loaded
-        fresh = load_model(loaded.payload_path, self.device) if loaded.payload_path else loaded
+        fresh = load_checkpoint(loaded.payload_path, self.device) if loaded.payload_path else loaded
         torch.manual_seed(seed)
-        for module in fresh.model.modules():
-            if module is not fresh.model and hasattr(module, "reset_parameters"):
-                module.reset_parameters()
-        if fresh.model.cfg.param_init:
-            fresh.model.reset_uniform(fresh.model.cfg.param_init)
+        for module in fresh.network.modules():
+            if module is not fresh.network and hasattr(module, "reset_parameters"):
+                module.reset_parameters()  # type: ignore[operator]  # torch types attributes as Tensor | Module
+        if fresh.network.cfg.param_init:
+            fresh.network.reset_uniform(fresh.network.cfg.param_init)
         # what the trained weights were (step, dev BLEU, the files beside them) does not describe these
         return Model(dataclasses.replace(fresh, step=None, training=None, payload_path=None), self._runtime.precision)
 
@@ -208,7 +208,7 @@ class Model:
     @property
     def languages(self) -> Languages:
         return Languages(tuple(self._network.encoder_langs), tuple(self._network.decoder_langs),
-                         tuple(tuple(d) for d in self._loaded.directions))
+                         tuple((s, t) for s, t in self._loaded.directions))
 
     @property
     def dim(self) -> int:
@@ -291,13 +291,13 @@ class Model:
     # --- deprecated names of the inside ------------------------------------------------------
 
     @property
-    def model(self) -> TranslationModel:
+    def model(self) -> TranslationNetwork:
         """Deprecated: the network inside, which the public methods above replace."""
         _deprecated("model", "use the Model's own methods (kinds, check_source, check_target, ...)")
         return self._network
 
     @property
-    def loaded(self) -> LoadedModel:
+    def loaded(self) -> LoadedCheckpoint:
         """Deprecated: the checkpoint as read; `config`, `step`, `path` and `languages` say what it holds."""
         _deprecated("loaded", "use Model.config, Model.step, Model.path or Model.languages")
         return self._loaded
@@ -328,8 +328,8 @@ class Model:
         rule: faster, and on Multi30k dev 0.2-0.4 BLEU lower with length_penalty 1).
         """
         _check_search(beam, length_penalty, max_len, batch_size, beam_stop)
-        settings = dict(beam=beam, length_penalty=length_penalty, max_len=max_len, batch_size=batch_size,
-                        progress=progress, beam_stop=beam_stop)
+        settings: dict[str, Any] = dict(beam=beam, length_penalty=length_penalty, max_len=max_len,
+                                        batch_size=batch_size, progress=progress, beam_stop=beam_stop)
         if pivot is not None:
             if pivot not in (src, tgt):
                 self._check(src, pivot)
@@ -408,7 +408,8 @@ class Model:
             raise InterlinguaError(f"unknown pooling '{pooling}' (use 'mean' or 'heads')")
         bridge = self._network.bridge
         if pooling == "heads" and bridge.heads is None:
-            raise InterlinguaError(f"pooling='heads' needs an attention-bridge model; this one has bridge: {bridge.kind}")
+            raise InterlinguaError("pooling='heads' needs an attention-bridge model; "
+                                   f"this one has bridge: {bridge.kind}")
         self.check_source(lang)
         seqs = tokenize_inputs(texts, self._vocabs[lang], self._pre, empty_output="their vectors are zeros")
         return self.encode_ids(seqs, lang, batch_size, pooling)
@@ -420,7 +421,10 @@ class Model:
         encoder takes): documents, sentences cut at another length. Empty sequences get zeros.
         `max_tokens` caps a batch's padded size (long documents go in smaller batches)."""
         bridge = self._network.bridge
-        shape = (len(seqs), bridge.heads, self.dim) if pooling == "heads" else (len(seqs), self.dim)
+        shape: tuple[int, ...] = (len(seqs), self.dim)
+        if pooling == "heads":
+            assert bridge.heads is not None  # `encode` accepts pooling 'heads' only from a bridge with heads
+            shape = (len(seqs), bridge.heads, self.dim)
         out = np.zeros(shape, dtype=np.float32)
         with self._runtime.autocast():
             for idx, _, bridged in self._bridged(list(seqs), lang, batch_size, max_tokens):
@@ -544,8 +548,11 @@ class Model:
 
     @torch.inference_mode()
     def _attentions(self, seqs: list[np.ndarray], lang: str, batch_size: int) -> list[np.ndarray]:
-        out = [np.zeros((self.heads, 0), dtype=np.float32) for _ in seqs]
+        heads = self.heads
+        assert heads is not None  # a bridge with attention (checked by the callers) has k heads
+        out = [np.zeros((heads, 0), dtype=np.float32) for _ in seqs]
         for idx, lengths, bridged in self._bridged(seqs, lang, batch_size):
+            assert bridged.attention is not None  # as above: the bridge attends
             att = bridged.attention.float().cpu().numpy()
             for row, i in enumerate(idx):
                 out[i] = att[row, :, : int(lengths[row])]

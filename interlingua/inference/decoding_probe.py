@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from interlingua.data.vocab import BOS, EOS, PAD
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import beam_search, greedy_search
 from interlingua.precision import autocast, measure_speedup
 
@@ -22,7 +22,7 @@ PROBE_LENGTHS = (6, 26)
 
 
 @torch.inference_mode()
-def decoding_bf16_speedup(model: TranslationModel, source_vocab_size: int, steps: int = 3) -> float:
+def decoding_bf16_speedup(model: TranslationNetwork, source_vocab_size: int, steps: int = 3) -> float:
     """fp32 / bf16 time of translating PROBE_SENTENCES random sources (ids below `source_vocab_size`,
     first encoder, last decoder) greedily and with beam 5."""
     src_lang, tgt_lang = model.encoder_langs[0], model.decoder_langs[-1]

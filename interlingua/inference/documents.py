@@ -21,8 +21,13 @@ from typing import Literal
 
 import numpy as np
 
-from interlingua.data.document_text import (DOCUMENT_TOKENS, SENTENCE_TOKENS, name_items, split_sentences,
-                                            tokenize_documents)
+from interlingua.data.document_text import (
+    DOCUMENT_TOKENS,
+    SENTENCE_TOKENS,
+    name_items,
+    split_sentences,
+    tokenize_documents,
+)
 from interlingua.data.inputs import check_input_texts
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Model

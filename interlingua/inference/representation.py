@@ -21,7 +21,7 @@ from interlingua.data.inputs import length_sorted_groups
 from interlingua.data.vocab import Vocab
 from interlingua.errors import TargetMismatchError
 from interlingua.modules.base import BridgeOutput
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import batches_total, decode_batch, encoded_batches
 
 
@@ -57,7 +57,7 @@ class Representation:
         width = self.memory[0].shape[-1] if self.memory else 0
         return f"Representation({len(self)} texts, src={self.src!r}, tgt={self.tgt!r}, memory {size} x {width})"
 
-    def __getitem__(self, index: int | slice | Sequence[int]) -> "Representation":
+    def __getitem__(self, index: int | slice | Sequence[int]) -> Representation:
         if isinstance(index, slice):
             picked = list(range(len(self)))[index]
         elif isinstance(index, (int, np.integer)):
@@ -68,7 +68,7 @@ class Representation:
                               tuple(self.lengths[i] for i in picked), self.src, self.tgt)
 
 
-def represent_ids(model: TranslationModel, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src: str,
+def represent_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src: str,
                   tgt: str | None, batch_size: int) -> Representation:
     """The encode half of `translate_ids`, kept: the memory of every batch split into its sentences.
     `tgt` is only read by a `source_prefix` model (whose encoding it changes); pass None otherwise."""
@@ -93,7 +93,7 @@ def _attended_rows(mask: torch.Tensor) -> list[int]:
     return (mask * positions).amax(dim=1).tolist() if mask.size(1) else [0] * mask.size(0)
 
 
-def _empty_rows(model: TranslationModel, like: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _empty_rows(model: TranslationNetwork, like: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """A memory and mask with no rows, for the empty texts (like the others' dtype where there are any)."""
     if like is not None:
         return like.new_zeros((0, like.size(-1))), torch.zeros(0, dtype=torch.bool, device=like.device)
@@ -102,7 +102,7 @@ def _empty_rows(model: TranslationModel, like: torch.Tensor | None) -> tuple[tor
             torch.zeros(0, dtype=torch.bool, device=device))
 
 
-def generate_text(model: TranslationModel, vocabs: dict[str, Vocab], rep: Representation, tgt: str, *,
+def generate_text(model: TranslationNetwork, vocabs: dict[str, Vocab], rep: Representation, tgt: str, *,
                   batch_size: int, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
                   max_len_cap: int = 100, beam_stop: str = "all", progress: bool = False) -> list[str]:
     """The decode half of `translate_ids` over a kept representation: the sentences in the same

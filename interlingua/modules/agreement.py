@@ -1,7 +1,7 @@
 """The agreement term of `train.agreement`: how far apart a sentence and its translation lie in the
 shared layer, per sentence of a batch.
 
-The vectors come from `TranslationModel._agreement_vector` (the sentence vector, one vector per bridge
+The vectors come from `TranslationNetwork._agreement_vector` (the sentence vector, one vector per bridge
 head, or a chosen encoder layer's masked mean); this module only compares them. Contrastive loss takes
 its negatives from the whole step batch: under torchrun every process's rows are gathered (with their
 gradients, `torch.distributed.nn.functional.all_gather`), so two processes compute what one would.

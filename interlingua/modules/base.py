@@ -15,8 +15,6 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from interlingua.config import KindConfig
-
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over dim 1 of `x` (batch, n, d) at the rows where `mask` (batch, n) is True, in x's dtype
@@ -33,9 +31,11 @@ class Kind(nn.Module):
 
     @classmethod
     @abstractmethod
-    def from_config(cls, cfg: KindConfig, **context: Any) -> "Kind":
-        """Build from the slot's config; `context` holds what the model knows (sizes, dropout):
-        take what the kind needs and ignore the rest (`**_`)."""
+    def from_config(cls, cfg: Any, *args: Any, **context: Any) -> Kind:
+        """Build from the slot's config (a `KindConfig`, each kind its own subclass); `context` holds
+        what the model knows (sizes, dropout): take what the kind needs and ignore the rest (`**_`).
+        (`cfg: Any, *args: Any` lets each kind name its own config class and keyword-only context.)"""
+
 
 
 class Encoder(Kind):

@@ -51,7 +51,7 @@ class AttentionBridge(Bridge):
         self.output_dim = input_dim
 
     @classmethod
-    def from_config(cls, cfg: AttentionBridgeConfig, *, input_dim: int, **_: object) -> "AttentionBridge":
+    def from_config(cls, cfg: AttentionBridgeConfig, *, input_dim: int, **_: object) -> AttentionBridge:
         return cls(input_dim, cfg.hidden, cfg.heads)
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor, lang: str | None = None) -> BridgeOutput:
@@ -78,10 +78,10 @@ class NoBridge(Bridge):
 
     def __init__(self, input_dim: int | None = None):
         super().__init__()
-        self.output_dim = input_dim  # type: ignore[assignment]  (H's size; unknown when built without it)
+        self.output_dim = input_dim  # type: ignore[assignment]  # H's size; unknown when built without it
 
     @classmethod
-    def from_config(cls, cfg: NoBridgeConfig, *, input_dim: int, **_: object) -> "NoBridge":
+    def from_config(cls, cfg: NoBridgeConfig, *, input_dim: int, **_: object) -> NoBridge:
         return cls(input_dim)
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor, lang: str | None = None) -> BridgeOutput:

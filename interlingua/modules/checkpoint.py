@@ -24,7 +24,7 @@ from interlingua.atomic_files import atomic_output
 from interlingua.config import ExperimentConfig, parse_config
 from interlingua.data.vocab import Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 
 FORMAT = "interlingua-checkpoint"
 VERSION = 2
@@ -144,7 +144,7 @@ class Checkpoint:
     """The file it was read from (for messages); None for one built in memory."""
 
     @classmethod
-    def of(cls, cfg: ExperimentConfig, model: TranslationModel, vocabs: dict[str, Vocab],
+    def of(cls, cfg: ExperimentConfig, model: TranslationNetwork, vocabs: dict[str, Vocab],
            directions: list[tuple[str, str]], training: TrainingState | None = None) -> Checkpoint:
         """The checkpoint of a model in use: its weights as they are now (not copied)."""
         return cls(config=cfg.model_dump(mode="json"), vocab_protos={lang: v.proto for lang, v in vocabs.items()},
@@ -212,13 +212,13 @@ class Checkpoint:
         return vocabs_from_protos(self.vocab_protos, self.vocab_offsets)
 
 
-def build_payload(cfg: ExperimentConfig, model: TranslationModel, vocabs: dict[str, Vocab],
+def build_payload(cfg: ExperimentConfig, model: TranslationNetwork, vocabs: dict[str, Vocab],
                   directions: list[tuple[str, str]], training: TrainingState | None = None) -> dict[str, Any]:
     """The file content of `Checkpoint.of(...)` (for tools and tests that write files by hand)."""
     return Checkpoint.of(cfg, model, vocabs, directions, training).to_payload()
 
 
-def restrict_to_vocabs(model: TranslationModel, vocabs: dict[str, Vocab]) -> None:
+def restrict_to_vocabs(model: TranslationNetwork, vocabs: dict[str, Vocab]) -> None:
     """Each target language produces only its own vocabulary's ids (only where a language was added)."""
     if vocab_offsets(vocabs):
         model.restrict_outputs({lang: v.id_ranges() for lang, v in vocabs.items()})
@@ -254,13 +254,13 @@ def check_format_version(version: object, newest: int, kind: str, path: str | Pa
 
 
 @dataclass
-class LoadedModel:
+class LoadedCheckpoint:
     """A checkpoint rebuilt for use: the model (eval mode), its vocabularies and config, the trained
     directions and the payload's small metadata; the optimizer and the rest of the training state are
     not kept (`step` and the `TrainingState.summary` a model card reports are all that is read from it).
     A model folder loads into the same (`payload`: its config.json, `payload_path`: the folder)."""
 
-    model: TranslationModel
+    network: TranslationNetwork
     vocabs: dict[str, Vocab]
     config: ExperimentConfig
     directions: list[tuple[str, str]]
@@ -284,7 +284,7 @@ def finite_json(value: Any) -> Any:
     return value if value is None or isinstance(value, (str, int, bool)) else str(value)
 
 
-def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedCheckpoint:
     """Rebuild the model and vocabularies of a checkpoint, in eval mode, on `device`.
 
     The training state (optimizer moments, RNG, counters) is dropped as soon as the file is read (but
@@ -301,7 +301,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedMo
     try:
         cfg = ckpt.experiment_config()
         vocabs = ckpt.load_vocabs()
-        model = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
+        model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
                                  ckpt.encoder_langs, ckpt.decoder_langs)
         model.load_state_dict(ckpt.weights)
         ckpt.weights = {}
@@ -310,7 +310,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedMo
         detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
     model.to(device).eval()
-    return LoadedModel(model, vocabs, cfg, list(ckpt.directions), ckpt.metadata(), Path(path),
+    return LoadedCheckpoint(model, vocabs, cfg, list(ckpt.directions), ckpt.metadata(), Path(path),
                        int(step) if isinstance(step, int) else None, summary)
 
 

@@ -1,4 +1,5 @@
-"""Language-specific decoders (kinds: `lstm`). The LSTM decoder: LSTM with Luong ("general") attention over the bridge memory.
+"""Language-specific decoders (kinds: `lstm`). \
+The LSTM decoder: LSTM with Luong ("general") attention over the bridge memory.
 
 Initial state: tanh(W mean(memory)) (paper 001), so the decoder starts from the sentence
 vector itself. Without input feeding the whole target sequence runs through one fused LSTM
@@ -33,7 +34,7 @@ class DecoderState:
     memory: torch.Tensor
     memory_mask: torch.Tensor
 
-    def select(self, index: torch.Tensor) -> "DecoderState":
+    def select(self, index: torch.Tensor) -> DecoderState:
         """Reorder / repeat along the batch (beam search)."""
         return DecoderState(
             self.hidden.index_select(1, index), self.cell.index_select(1, index),
@@ -68,7 +69,7 @@ class LSTMDecoder(Decoder):
 
     @classmethod
     def from_config(cls, cfg: LSTMDecoderConfig, *, vocab_size: int, embed_dim: int, memory_dim: int, dropout: float,
-                    **_: object) -> "LSTMDecoder":
+                    **_: object) -> LSTMDecoder:
         return cls(vocab_size, embed_dim, cfg.hidden, cfg.layers, memory_dim, dropout, cfg.input_feed)
 
     def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> DecoderState:

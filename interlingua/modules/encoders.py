@@ -64,7 +64,7 @@ class BiLSTMEncoder(Encoder):
 
     @classmethod
     def from_config(cls, cfg: BiLSTMEncoderConfig, *, vocab_size: int, embed_dim: int, dropout: float,
-                    **_: object) -> "BiLSTMEncoder":
+                    **_: object) -> BiLSTMEncoder:
         return cls(vocab_size, embed_dim, cfg.hidden, cfg.layers, dropout)
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

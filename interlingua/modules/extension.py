@@ -28,8 +28,8 @@ import torch
 from interlingua.data.prepare import language_training_text
 from interlingua.data.vocab import EOS, Vocab, language_tag, link_tags
 from interlingua.errors import CheckpointError, ConfigError, LanguageError
-from interlingua.modules.checkpoint import Checkpoint, load_model, restrict_to_vocabs
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.checkpoint import Checkpoint, load_checkpoint, restrict_to_vocabs
+from interlingua.modules.model import TranslationNetwork
 
 DEFAULT_VOCAB_SIZE = 4000
 DEFAULT_NOISE = 0.01
@@ -60,7 +60,7 @@ def new_language_vocab(texts: Iterable[str], lang: str, vocab_size: int, id_spac
 
 
 @torch.no_grad()
-def grow_rows(old: TranslationModel, new: TranslationModel, old_size: int, noise: float, seed: int) -> list[str]:
+def grow_rows(old: TranslationNetwork, new: TranslationNetwork, old_size: int, noise: float, seed: int) -> list[str]:
     """Copy `old`'s weights into `new`, whose id-space-sized weights have more rows: those rows are the
     mean of the old non-special rows plus N(0, noise^2) noise. Returns the names of the grown weights."""
     source = old.state_dict()
@@ -87,12 +87,12 @@ def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: s
                       vocab_size: int = DEFAULT_VOCAB_SIZE, noise: float = DEFAULT_NOISE, seed: int = 0) -> Extension:
     """Add `lang` to the trained shared model at `path` (its vocabulary learned on `corpus`, by default
     the one it was trained on) and write the extended, translation-only checkpoint to `out`."""
-    loaded = load_model(path, "cpu")
+    loaded = load_checkpoint(path, "cpu")
     cfg = loaded.config
     if not cfg.model.shared:
         raise ConfigError(f"{path}: adding a language needs a shared model (model.shared: true, one encoder "
                           f"and one decoder for all languages); this one has one per language")
-    known = sorted(set(loaded.vocabs) | set(loaded.model.encoder_langs) | set(loaded.model.decoder_langs))
+    known = sorted(set(loaded.vocabs) | set(loaded.network.encoder_langs) | set(loaded.network.decoder_langs))
     if lang in known:
         raise LanguageError(f"language '{lang}' is already in the model ({', '.join(known)})")
     if vocab_size < EOS + 2:
@@ -100,13 +100,13 @@ def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: s
     if noise < 0:
         raise ConfigError(f"noise must be >= 0, got {noise}")
     texts = language_training_text(corpus or cfg.corpus, lang, cfg.preprocess)
-    old_size = loaded.model.decoder_for(loaded.model.decoder_langs[0]).generator.out_features
+    old_size = loaded.network.decoder_for(loaded.network.decoder_langs[0]).generator.out_features
     new_vocab = new_language_vocab(texts, lang, vocab_size, old_size, cfg.preprocess.vocab_sample)
     vocabs = {**loaded.vocabs, lang: new_vocab}
     link_tags(vocabs)
-    model = TranslationModel(cfg.model, {code: len(v) for code, v in vocabs.items()},
-                             [*loaded.model.encoder_langs, lang], [*loaded.model.decoder_langs, lang])
-    grown = grow_rows(loaded.model, model, old_size, noise, seed)
+    model = TranslationNetwork(cfg.model, {code: len(v) for code, v in vocabs.items()},
+                             [*loaded.network.encoder_langs, lang], [*loaded.network.decoder_langs, lang])
+    grown = grow_rows(loaded.network, model, old_size, noise, seed)
     restrict_to_vocabs(model, vocabs)
     extended = Checkpoint.of(cfg, model, vocabs, loaded.directions)
     extended.extended = [*loaded.payload.get("extended", []),

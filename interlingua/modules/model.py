@@ -12,16 +12,16 @@ DistributedDataParallel can wrap the model); `loss(...)` is the same on plain te
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from interlingua.config import AgreementConfig, ModelConfig
+from interlingua.data.batching import Batch
 from interlingua.data.vocab import EOS, PAD
 from interlingua.errors import ConfigError, LanguageError
-from interlingua.data.batching import Batch
 from interlingua.modules.agreement import agreement_losses
 from interlingua.modules.base import BridgeOutput, Decoder, Encoder, masked_mean
 from interlingua.modules.outputs import OutputRows, RestrictedDecoder
@@ -44,8 +44,9 @@ class LossOutput:
     """Sentences the agreement loss was computed for (0: off, or a copy direction)."""
 
 
-class TranslationModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, vocab_sizes: dict[str, int], encoder_langs: list[str], decoder_langs: list[str]):
+class TranslationNetwork(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_sizes: dict[str, int], encoder_langs: list[str],
+                 decoder_langs: list[str]):
         super().__init__()
         self.cfg = cfg
         self.encoder_langs, self.decoder_langs = sorted(encoder_langs), sorted(decoder_langs)
@@ -79,7 +80,7 @@ class TranslationModel(nn.Module):
         self.translation_frozen = True
         self.train(self.training)
 
-    def train(self, mode: bool = True) -> "TranslationModel":
+    def train(self, mode: bool = True) -> TranslationNetwork:
         super().train(mode)
         if self.translation_frozen:
             self.encoders.eval()
@@ -117,13 +118,15 @@ class TranslationModel(nn.Module):
 
     def encoder_for(self, lang: str) -> Encoder:
         if lang not in self.encoder_langs:
-            raise LanguageError(f"the model has no encoder for '{lang}' (source languages: {', '.join(self.encoder_langs)})")
-        return self.encoders[SHARED if self.cfg.shared else lang]
+            raise LanguageError(f"the model has no encoder for '{lang}' "
+                                f"(source languages: {', '.join(self.encoder_langs)})")
+        return cast(Encoder, self.encoders[SHARED if self.cfg.shared else lang])  # ModuleDict items are Modules
 
     def decoder_for(self, lang: str) -> Decoder:
         if lang not in self.decoder_langs:
-            raise LanguageError(f"the model has no decoder for '{lang}' (target languages: {', '.join(self.decoder_langs)})")
-        return self.decoders[SHARED if self.cfg.shared else lang]
+            raise LanguageError(f"the model has no decoder for '{lang}' "
+                                f"(target languages: {', '.join(self.decoder_langs)})")
+        return cast(Decoder, self.decoders[SHARED if self.cfg.shared else lang])
 
     def run_encoder(self, src: torch.Tensor, lengths: torch.Tensor, src_lang: str) -> BridgeOutput:
         """The source language's encoder, then the bridge: ids (batch, n) -> `BridgeOutput`."""
@@ -161,7 +164,8 @@ class TranslationModel(nn.Module):
         their vectors pulled towards the sources' (`interlingua.modules.agreement`); `filler`: this
         batch only stands in for a process without sentences and gives contrastive no negatives."""
         use_agreement = agreement is not None and agreement.weight > 0 and src_lang != tgt_lang
-        bridged, layers = self._encode(src, src_lengths, src_lang, agreement.layer if use_agreement else None)
+        layer = agreement.layer if use_agreement and agreement is not None else None
+        bridged, layers = self._encode(src, src_lengths, src_lang, layer)
         decoder = self.decoder_for(tgt_lang)
         att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask))
         real = tgt_out != PAD
@@ -226,11 +230,12 @@ class TranslationModel(nn.Module):
             raise ConfigError("train.agreement.pooling: heads needs a bridge with a fixed number of heads (attention, "
                               f"ntdv) and no agreement.layer; this model's bridge is '{self.bridge.kind}'")
         if agreement.layer is not None:
-            enc = self.encoders[next(iter(self.encoders))]
+            enc = cast(Encoder, self.encoders[next(iter(self.encoders))])
             n_layers = len(enc.layer_states(torch.zeros(1, 1, dtype=torch.long, device=self.device),
                                             torch.ones(1, dtype=torch.long, device=self.device))[0]) - 1
             if agreement.layer > n_layers:
-                raise ConfigError(f"train.agreement.layer {agreement.layer} is beyond the encoder's last layer ({n_layers})")
+                raise ConfigError(f"train.agreement.layer {agreement.layer} "
+                                  f"is beyond the encoder's last layer ({n_layers})")
 
     def _tag_free(self, mask: torch.Tensor) -> torch.Tensor:
         """The mask without the first position where every source starts with a target tag (a shared

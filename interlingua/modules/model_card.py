@@ -103,7 +103,8 @@ def _training_section(cfg: dict[str, Any], training: dict[str, Any]) -> list[str
     step = training.get("step")
     if isinstance(step, int):
         elapsed = training.get("elapsed_s")
-        lines.append(f"- Steps: {step:,}" + (f" of {training['max_steps']:,} planned" if training.get("max_steps") else "")
+        lines.append(f"- Steps: {step:,}"
+                     + (f" of {training['max_steps']:,} planned" if training.get("max_steps") else "")
                      + (f", {_duration(elapsed)} of training" if isinstance(elapsed, (int, float)) else "")
                      + f"; batches of {train.get('batch_size')} sentence pairs, {train.get('optimizer')} at lr "
                        f"{train.get('lr')}")

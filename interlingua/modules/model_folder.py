@@ -37,9 +37,14 @@ from safetensors.torch import load_file, save_file
 from interlingua.config import parse_config
 from interlingua.data.vocab import EOS, Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError, InterlinguaError
-from interlingua.modules.checkpoint import (LoadedModel, check_format_version, finite_json, load_model,
-                                          restrict_to_vocabs)
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.checkpoint import (
+    LoadedCheckpoint,
+    check_format_version,
+    finite_json,
+    load_checkpoint,
+    restrict_to_vocabs,
+)
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.model_card import render_card
 
 log = logging.getLogger(__name__)
@@ -63,14 +68,14 @@ def export_folder(model: str | Path, out: str | Path) -> Path:
     model folder at `out`; returns `out`."""
     out = Path(out)
     check_target(out)  # before a possibly long load
-    return write_folder(load_model(model, "cpu"), out)
+    return write_folder(load_checkpoint(model, "cpu"), out)
 
 
-def write_folder(loaded: LoadedModel, out: str | Path) -> Path:
+def write_folder(loaded: LoadedCheckpoint, out: str | Path) -> Path:
     """Write `loaded` as a model folder at `out` (see the module's docstring); returns `out`."""
     out = Path(out)
     check_target(out)
-    tensors, tied = stored_tensors(loaded.model)
+    tensors, tied = stored_tensors(loaded.network)
     meta, protos = folder_config(loaded, tied)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
@@ -110,10 +115,10 @@ def stored_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dic
     return tensors, tied
 
 
-def folder_config(loaded: LoadedModel, tied: dict[str, str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+def folder_config(loaded: LoadedCheckpoint, tied: dict[str, str]) -> tuple[dict[str, Any], dict[str, bytes]]:
     """config.json's content for `loaded` (`tied`: see `stored_tensors`), and the tokenizer files
     (name -> sentencepiece proto)."""
-    model, payload = loaded.model, loaded.payload
+    model, payload = loaded.network, loaded.payload
     from_folder = payload.get("format") == FOLDER_FORMAT
     used = set(model.encoder_langs) | set(model.decoder_langs)  # a corpus's other languages are not shipped
     vocabs = {lang: v for lang, v in loaded.vocabs.items() if lang in used}
@@ -162,7 +167,7 @@ def tokenizer_files(vocabs: dict[str, Vocab]) -> tuple[dict[str, str], dict[str,
     return files, protos
 
 
-def recorded_results(loaded: LoadedModel) -> dict[str, Any]:
+def recorded_results(loaded: LoadedCheckpoint) -> dict[str, Any]:
     """What the model card reports of a checkpoint's history, as recorded, never recomputed: its
     training summary (dev BLEU of its own step from the training state, else from metrics.jsonl
     beside it) and the test BLEU results in `eval/` beside it."""
@@ -266,7 +271,7 @@ def _replace_folder(new: Path, out: Path) -> None:
 
 # -- reading ------------------------------------------------------------------------------------
 
-def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
+def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedCheckpoint:
     """Rebuild a model folder's model (eval mode, on `device`) and vocabularies from JSON, safetensors
     and sentencepiece files: nothing is unpickled. A missing or unreadable file is a
     `CheckpointError` that names it."""
@@ -287,7 +292,7 @@ def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedM
     if missing:
         raise CheckpointError(f"{where} names no tokenizer for {', '.join(missing)}")
     try:
-        model = TranslationModel(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, enc, dec)
+        model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, enc, dec)
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe a model this version builds: {err}") from None
     read_weights(model, folder / _plain_name(weights, where))
@@ -295,7 +300,7 @@ def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedM
     model.to(device).eval()
     training = (meta.get("record") or {}).get("training")
     step = training.get("step") if isinstance(training, dict) else None
-    return LoadedModel(model, vocabs, cfg, directions, meta, folder, step if isinstance(step, int) else None,
+    return LoadedCheckpoint(model, vocabs, cfg, directions, meta, folder, step if isinstance(step, int) else None,
                        training if isinstance(training, dict) else None)
 
 
@@ -339,7 +344,7 @@ def read_tokenizers(folder: Path, files: dict[str, str]) -> dict[str, bytes]:
     return protos
 
 
-def read_weights(model: TranslationModel, path: Path) -> None:
+def read_weights(model: TranslationNetwork, path: Path) -> None:
     """Load `path` (safetensors) into `model`; the names `stored_tensors` left out because they are a
     stored tensor under another name (tied weights) are filled by it, since the model ties them itself."""
     if not path.is_file():

@@ -75,7 +75,7 @@ class NTDVBridge(Bridge):
 
     @classmethod
     def from_config(cls, cfg: NTDVBridgeConfig, *, input_dim: int, languages: list[str] | None = None,
-                    **_: object) -> "NTDVBridge":
+                    **_: object) -> NTDVBridge:
         return cls(input_dim, cfg.hidden, cfg.heads, list(languages or []))
 
     @property
@@ -85,7 +85,7 @@ class NTDVBridge(Bridge):
     def forward(self, states: torch.Tensor, mask: torch.Tensor, lang: str | None = None) -> BridgeOutput:
         """H (batch, n, d_enc), mask -> K^ (batch, r, d_enc) as the memory, g (batch, r, n) as the
         attention, P (batch, r, d_h) as the head vectors."""
-        if lang not in self.projections:
+        if lang is None or lang not in self.projections:
             raise LanguageError(f"the ntdv bridge has no projection for '{lang}' "
                                 f"(languages: {', '.join(sorted(self.projections))})")
         batch, n, _ = states.shape

@@ -7,7 +7,7 @@ model's (the old ids are a prefix of the id space), so its log-probabilities, an
 translations, are the old model's bit for bit: the logits come from the same contiguous weight
 rows through the same `F.linear`, and the softmax runs over the same number of entries.
 
-Training uses the same restricted softmax (`TranslationModel.loss`), so the objective the model
+Training uses the same restricted softmax (`TranslationNetwork.loss`), so the objective the model
 is fine-tuned on is the distribution the search reads, and an old language's loss is the one it
 was trained with before the new rows existed.
 """
@@ -85,7 +85,7 @@ class RestrictedDecoder(Decoder):
         return self.inner.generator
 
     @classmethod
-    def from_config(cls, cfg: Any, **context: Any) -> "RestrictedDecoder":
+    def from_config(cls, cfg: Any, **context: Any) -> RestrictedDecoder:
         raise TypeError("a RestrictedDecoder wraps a built decoder; it is not a configurable kind")
 
     def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> Any:
@@ -96,7 +96,7 @@ class RestrictedDecoder(Decoder):
 
     def step(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         inner, generator = self.inner, self.inner.generator
-        inner.generator = _RowsGenerator(generator, self.rows)
+        inner.generator = _RowsGenerator(generator, self.rows)  # type: ignore[assignment]  # Linear's stand-in
         try:
             logp, state = inner.step(prev, state)
         finally:

@@ -18,7 +18,8 @@ a user's own kind modules are listed in the config's `model.kind_modules`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from interlingua.config import BRIDGE_KINDS, DECODER_KINDS, ENCODER_KINDS, KindConfig, KindConfigs, discover_kinds
 from interlingua.modules.base import Bridge, Decoder, Encoder, Kind
@@ -65,6 +66,7 @@ class Registry(Generic[K]):
         return module  # type: ignore[return-value]
 
 
-ENCODERS: Registry[Encoder] = Registry("encoder", Encoder, ENCODER_KINDS)
-BRIDGES: Registry[Bridge] = Registry("bridge", Bridge, BRIDGE_KINDS)
-DECODERS: Registry[Decoder] = Registry("decoder", Decoder, DECODER_KINDS)
+# the abstract bases are only used in issubclass checks (mypy wants a concrete class for type[K])
+ENCODERS: Registry[Encoder] = Registry("encoder", Encoder, ENCODER_KINDS)  # type: ignore[type-abstract]
+BRIDGES: Registry[Bridge] = Registry("bridge", Bridge, BRIDGE_KINDS)  # type: ignore[type-abstract]
+DECODERS: Registry[Decoder] = Registry("decoder", Decoder, DECODER_KINDS)  # type: ignore[type-abstract]

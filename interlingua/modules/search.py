@@ -16,7 +16,7 @@ from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
 from interlingua.modules.base import BridgeOutput, Decoder
 
 if TYPE_CHECKING:
-    from interlingua.modules.model import TranslationModel
+    from interlingua.modules.model import TranslationNetwork
 
 
 def _device(decoder: Decoder) -> torch.device:
@@ -156,7 +156,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
     return [sorted(f, key=lambda x: -x[0]) for f in finished]
 
 
-def encoded_batches(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
+def encoded_batches(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
                     tgt_lang: str, batch_size: int) -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
     """The encode half of translation: (original indices, source lengths with the prefix, encoder + bridge
     output on the model's device) per length-sorted batch of the non-empty sources. `tgt_lang` matters only
@@ -176,7 +176,7 @@ def output_limits(lengths: torch.Tensor, max_len: int | None, max_len_cap: int, 
     return limit if readable is None else limit.clamp(max=readable)
 
 
-def decode_batch(model: "TranslationModel", vocabs: dict[str, Vocab], bridged: BridgeOutput, lengths: torch.Tensor,
+def decode_batch(model: TranslationNetwork, vocabs: dict[str, Vocab], bridged: BridgeOutput, lengths: torch.Tensor,
                  tgt_lang: str, *, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
                  max_len_cap: int = 100, beam_stop: str = "all") -> list[str]:
     """The decode half of translation: one batch's memory (`bridged`, from `encoded_batches` or put back
@@ -199,7 +199,7 @@ def batches_total(lengths: Sequence[int], batch_size: int) -> int:
 
 
 @torch.inference_mode()
-def translate_ids(model: "TranslationModel", vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
+def translate_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
                   tgt_lang: str, *, batch_size: int, beam: int = 1, length_penalty: float = 1.0,
                   max_len: int | None = None, max_len_cap: int = 100, progress: bool = False,
                   beam_stop: str = "all") -> list[str]:

@@ -19,6 +19,7 @@ keys and values are projected once in `start_state`, and `reorder_state` indexes
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,7 +58,7 @@ class _TransformerConfig(KindConfig):
     instead of element-wise dropout."""
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "_TransformerConfig":
+    def _heads_divide(self) -> _TransformerConfig:
         if self.hidden is not None and self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         return self
@@ -74,9 +75,10 @@ class TransformerEncoderConfig(_TransformerConfig):
     query_wavelength: float = Field(100.0, gt=1.0)
 
     @model_validator(mode="after")
-    def _drop_layer(self) -> "TransformerEncoderConfig":
+    def _drop_layer(self) -> TransformerEncoderConfig:
         if self.residual_drop_layer is not None and self.residual_drop_layer > self.layers:
-            raise ValueError(f"residual_drop_layer ({self.residual_drop_layer}) is beyond the last layer ({self.layers})")
+            raise ValueError(f"residual_drop_layer ({self.residual_drop_layer}) "
+                             f"is beyond the last layer ({self.layers})")
         if self.position_query and self.residual_drop_layer is None:
             raise ValueError("position_query needs residual_drop_layer (the layer whose query it replaces)")
         return self
@@ -172,14 +174,16 @@ class _Layer(nn.Module):
         super().__init__()
         self.pre = norm == "pre"
         self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(n_norms))
-        self.ff = nn.Sequential(nn.Linear(dim, ff_dim), nn.ReLU(), _dropout(dropout, variational), nn.Linear(ff_dim, dim))
+        self.ff = nn.Sequential(nn.Linear(dim, ff_dim), nn.ReLU(), _dropout(dropout, variational),
+                                nn.Linear(ff_dim, dim))
         self.drop = _dropout(dropout, variational)
 
     def _sub_input(self, x: torch.Tensor, i: int) -> torch.Tensor:
         """What sub-layer i's function reads: LN(x) with pre-norm, x itself with post-norm."""
         return self.norms[i](x) if self.pre else x
 
-    def _sub(self, x: torch.Tensor, i: int, fn, residual: bool = True) -> torch.Tensor:
+    def _sub(self, x: torch.Tensor, i: int, fn: Callable[[torch.Tensor], torch.Tensor],
+             residual: bool = True) -> torch.Tensor:
         """pre: x + F(LN(x)) (F(LN(x)) without residual); post: LN(x + F(x)) (LN(F(x)))."""
         y = self.drop(fn(self._sub_input(x, i)))
         if self.pre:
@@ -240,11 +244,11 @@ class LayerCache:
     """(batch, h, mem_len, d_k) cross-attention keys, projected once per sentence."""
     memory_values: torch.Tensor
 
-    def select(self, index: torch.Tensor) -> "LayerCache":
+    def select(self, index: torch.Tensor) -> LayerCache:
         return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
                           self.memory_keys.index_select(0, index), self.memory_values.index_select(0, index))
 
-    def select_decoded(self, index: torch.Tensor) -> "LayerCache":
+    def select_decoded(self, index: torch.Tensor) -> LayerCache:
         """Reorder the self-attention cache only (rows of one sentence share the memory's)."""
         return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
                           self.memory_keys, self.memory_values)
@@ -253,7 +257,8 @@ class LayerCache:
 class DecoderLayer(_Layer):
     """Causal self-attention, cross-attention over the memory, feed-forward."""
 
-    def __init__(self, dim: int, heads: int, ff_dim: int, dropout: float, norm: str, variational: bool, memory_dim: int):
+    def __init__(self, dim: int, heads: int, ff_dim: int, dropout: float, norm: str, variational: bool,
+                 memory_dim: int):
         super().__init__(dim, ff_dim, dropout, norm, variational, 3)
         self.self_attn = MultiHeadAttention(dim, heads)
         self.cross_attn = MultiHeadAttention(dim, heads, kv_dim=memory_dim)
@@ -342,8 +347,8 @@ class TransformerEncoder(Encoder):
         self.layers = nn.ModuleList(
             EncoderLayer(dim, cfg.heads, ff_dim, dropout, cfg.norm, cfg.variational_dropout,
                          residual=cfg.residual_drop_layer != i + 1,
-                         query_wavelength=cfg.query_wavelength if cfg.position_query and cfg.residual_drop_layer == i + 1
-                         else None)
+                         query_wavelength=(cfg.query_wavelength
+                                           if cfg.position_query and cfg.residual_drop_layer == i + 1 else None))
             for i in range(cfg.layers))
         self.final_norm = nn.LayerNorm(dim) if cfg.norm == "pre" else None
         self.output_dim = dim
@@ -352,7 +357,7 @@ class TransformerEncoder(Encoder):
 
     @classmethod
     def from_config(cls, cfg: TransformerEncoderConfig, *, vocab_size: int, embed_dim: int, dropout: float,
-                    **_: object) -> "TransformerEncoder":
+                    **_: object) -> TransformerEncoder:
         return cls(cfg, vocab_size, embed_dim, dropout)
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -381,7 +386,7 @@ class TransformerEncoder(Encoder):
         states = [x]
         for layer in self.layers:
             if weights is not None:
-                weights.append(layer.attention_weights(x, keys))
+                weights.append(layer.attention_weights(x, keys))  # type: ignore[operator]  # ModuleList: Module items
             x = layer(x, keys)
             states.append(x)
         if self.final_norm is not None:
@@ -398,7 +403,7 @@ class TransformerDecoderState:
     position: int
     """Target positions decoded so far (the next token's position)."""
 
-    def select(self, index: torch.Tensor) -> "TransformerDecoderState":
+    def select(self, index: torch.Tensor) -> TransformerDecoderState:
         return TransformerDecoderState([c.select(index) for c in self.caches], self.memory_mask.index_select(0, index),
                                        self.position)
 
@@ -420,18 +425,19 @@ class TransformerDecoder(Decoder):
         self.generator = nn.Linear(dim, vocab_size)
         if cfg.tie_embeddings:  # one Parameter: the embedding table is the output projection's weight
             if self.embedding.proj is not None:
-                raise ConfigError(f"decoder.tie_embeddings needs the decoder width ({dim}) equal to embed_dim ({embed_dim})")
+                raise ConfigError(f"decoder.tie_embeddings needs the decoder width ({dim}) "
+                                  f"equal to embed_dim ({embed_dim})")
             self.generator.weight = self.embedding.embed.weight
 
     @classmethod
     def from_config(cls, cfg: TransformerDecoderConfig, *, vocab_size: int, embed_dim: int, memory_dim: int,
-                    dropout: float, **_: object) -> "TransformerDecoder":
+                    dropout: float, **_: object) -> TransformerDecoder:
         return cls(cfg, vocab_size, embed_dim, memory_dim, dropout)
 
     def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> TransformerDecoderState:
         """Projects the memory's keys and values for every layer; the self-attention caches start empty."""
-        return TransformerDecoderState([layer.start(memory) for layer in self.layers],
-                                       memory_mask[:, None, None, :], 0)
+        return TransformerDecoderState([layer.start(memory)  # type: ignore[operator]  # ModuleList: Module items
+                                        for layer in self.layers], memory_mask[:, None, None, :], 0)
 
     def _run(self, tgt: torch.Tensor, state: TransformerDecoderState,
              incremental: bool) -> tuple[torch.Tensor, TransformerDecoderState]:

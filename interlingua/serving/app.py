@@ -39,8 +39,15 @@ from interlingua.serving.batcher import BatcherClosed, DynamicBatcher
 from interlingua.serving.error_responses import RequestFieldError, install_error_handlers
 from interlingua.serving.limits import ServiceLimits, check_texts, check_written, estimated_subwords
 from interlingua.serving.metrics import CONTENT_TYPE, ServiceMetrics
-from interlingua.serving.model_calls import (AttentionCall, EncodeCall, EncodedText, ModelCall, TranslateCall,
-                                             TranslateTargetsCall, run_model_call)
+from interlingua.serving.model_calls import (
+    AttentionCall,
+    EncodeCall,
+    EncodedText,
+    ModelCall,
+    TranslateCall,
+    TranslateTargetsCall,
+    run_model_call,
+)
 from interlingua.serving.page_routes import install_page
 from interlingua.serving.request_body import BodyGuard
 from interlingua.serving.schemas import (
@@ -133,8 +140,9 @@ class _LanguageCheck:
                                     "give either `tgt` (one target language) or `tgts` (a list of them)"
                                     + (", not both" if tgts is not None else ""))
         if tgts is None:
-            self.target(tgt, "body.tgt")  # type: ignore[arg-type]  (not None here)
-            return [tgt]  # type: ignore[list-item]
+            assert tgt is not None  # exactly one of tgt, tgts (checked above)
+            self.target(tgt, "body.tgt")
+            return [tgt]
         if not tgts:
             raise RequestFieldError("body.tgts", "the list of target languages is empty; send at least one")
         for index, lang in enumerate(tgts):
@@ -238,7 +246,7 @@ async def _encode_each(request: Request, texts: list[str], langs: list[str], cou
     for indices, answer in zip(groups.values(), answers):
         for index, item in zip(indices, answer):
             encoded[index] = item
-    return encoded  # type: ignore[return-value]  (every index belongs to one group)
+    return encoded  # type: ignore[return-value]  # every index belongs to one group
 
 
 def _translated(call: TranslateCall, translations: list[str], check: _LanguageCheck) -> TranslateResponse:
@@ -329,7 +337,7 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
     async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> OpenAIEmbeddingResponse:
         """OpenAI-compatible embeddings (mean pooling); without `language`, each text's language is identified."""
         single = isinstance(body.input, str)
-        texts = [body.input] if single else body.input
+        texts = [body.input] if isinstance(body.input, str) else body.input
         check_texts(texts, "body.input", limits, indexed=not single)
         if body.language is not None:
             check.source(body.language, "body.language")
@@ -355,8 +363,8 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
         """The languages the model reads and writes, its trained directions and its zero-shot ones."""
         langs = check.languages
         return LanguagesResponse(languages=list(langs.sources), targets=list(langs.targets),
-                                 trained=[tuple(d) for d in langs.trained],
-                                 zero_shot=[tuple(d) for d in langs.zero_shot])
+                                 trained=[(s, t) for s, t in langs.trained],
+                                 zero_shot=[(s, t) for s, t in langs.zero_shot])
 
     @app.get("/directions", response_model=DirectionsResponse)
     async def directions() -> DirectionsResponse:

@@ -127,7 +127,7 @@ class DynamicBatcher(Generic[Key, Result]):
         await self._loop_task
         self._worker.shutdown(wait=True)  # idle by now: the last batch has been awaited
 
-    async def __aenter__(self) -> "DynamicBatcher[Key, Result]":
+    async def __aenter__(self) -> DynamicBatcher[Key, Result]:
         self.start()
         return self
 

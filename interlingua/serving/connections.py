@@ -102,7 +102,7 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
 
     def _peer(self) -> str:
-        return "%s:%d" % self.client if self.client else "a client"
+        return f"{self.client[0]}:{self.client[1]:d}" if self.client else "a client"
 
 
 def guarded_protocol(read_timeout_s: float, max_connections: int) -> type[GuardedH11Protocol]:

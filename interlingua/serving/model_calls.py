@@ -34,7 +34,7 @@ class TranslateCall:
     beam_stop: str = "all"
 
     @classmethod
-    def normalised(cls, src: str, tgt: str, beam: int, pivot: str | None, beam_stop: str = "all") -> "TranslateCall":
+    def normalised(cls, src: str, tgt: str, beam: int, pivot: str | None, beam_stop: str = "all") -> TranslateCall:
         """Greedy search has no stop rule: greedy requests share batches whatever they asked."""
         return cls(src, tgt, beam, None if pivot in (src, tgt) else pivot, beam_stop if beam > 1 else "all")
 
@@ -58,7 +58,7 @@ class TranslateTargetsCall:
 
     @classmethod
     def normalised(cls, src: str, tgts: tuple[str, ...], beam: int, pivot: str | None,
-                   beam_stop: str = "all") -> "TranslateTargetsCall":
+                   beam_stop: str = "all") -> TranslateTargetsCall:
         """As `TranslateCall.normalised`; a pivot no target goes through (the source, or every target) is none."""
         through = pivot is not None and pivot != src and any(t != pivot for t in tgts)
         return cls(src, tuple(tgts), beam, pivot if through else None, beam_stop if beam > 1 else "all")

@@ -75,9 +75,10 @@ def server_config(app: FastAPI, limits: ServiceLimits, graceful_timeout_s: float
                   log_level: str = "info") -> uvicorn.Config:
     """uvicorn's settings for `app`: the connection limits of `limits` (idle keep-alive, the head's read
     deadline, open connections: `connections.py`) and a graceful stop."""
-    return uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=graceful_timeout_s, lifespan="on",
+    return uvicorn.Config(app, log_level=log_level, lifespan="on",
+                          timeout_graceful_shutdown=graceful_timeout_s,  # type: ignore[arg-type]  # a float works
                           http=guarded_protocol(limits.read_timeout_s, limits.max_connections),
-                          timeout_keep_alive=limits.keep_alive_timeout_s)  # type: ignore[arg-type]  (a float works)
+                          timeout_keep_alive=limits.keep_alive_timeout_s)  # type: ignore[arg-type]  # a float works
 
 
 def reachable_from_elsewhere(host: str) -> bool:

@@ -16,7 +16,7 @@ import torch
 
 from interlingua.config import ExperimentConfig
 from interlingua.data.batching import DirectionBatches
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.precision import autocast, measure_speedup, model_workload
 from interlingua.runtime import Runtime, resolve_device_precision
 
@@ -24,7 +24,7 @@ PROBE_BATCHES = 3
 """Distinct batches the probe cycles through (lengths differ from batch to batch)."""
 
 
-def model_bf16_probe(model: TranslationModel, batches: DirectionBatches, device: torch.device,
+def model_bf16_probe(model: TranslationNetwork, batches: DirectionBatches, device: torch.device,
                      loss_options: dict[str, Any], rng_state: Callable[[], Any],
                      set_rng_state: Callable[[Any], None], steps: int = 4) -> Callable[[], float]:
     """A probe for `precision.resolve_precision`: fp32 / bf16 time of `model`'s training step
@@ -50,7 +50,7 @@ def model_bf16_probe(model: TranslationModel, batches: DirectionBatches, device:
     return probe
 
 
-def auto_precision(cfg: ExperimentConfig, model: TranslationModel, batches: DirectionBatches, runtime: Runtime,
+def auto_precision(cfg: ExperimentConfig, model: TranslationNetwork, batches: DirectionBatches, runtime: Runtime,
                    loss_options: dict[str, Any], vocab_sizes: dict[str, int]) -> str:
     """What `precision: auto` trains in here: bf16 only where this model's own steps measure faster in it."""
     probe = model_bf16_probe(model, batches, runtime.device, loss_options, runtime.rng_state, runtime.set_rng_state)

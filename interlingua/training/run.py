@@ -33,7 +33,7 @@ from interlingua.data.vocab import decoder_start, source_prefix
 from interlingua.distributed import Distributed
 from interlingua.errors import ConfigError, DataError
 from interlingua.modules.checkpoint import restrict_to_vocabs
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.runtime import Runtime
 from interlingua.training.distribution import check_batch_split, check_same_vocabs, lock_work_dir, seed_dropout
 from interlingua.training.metrics import MetricsLog
@@ -64,7 +64,7 @@ class Run:
     data: PreparedData
     directions: list[Direction]
     zero_shot: list[Direction]
-    model: TranslationModel
+    model: TranslationNetwork
     optimizer: torch.optim.Optimizer
     lr_factor: Callable[[int], float]
     lr_scheduler: torch.optim.lr_scheduler.LambdaLR
@@ -166,7 +166,7 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
 
     directions = build_directions(cfg.directions, data.languages)
     zero_shot = zero_shot_directions(directions, data.languages)
-    model = TranslationModel(cfg.model, {lang: len(v) for lang, v in data.vocabs.items()},
+    model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in data.vocabs.items()},
                              sorted({s for s, _ in directions}), sorted({t for _, t in directions}))
     if init_from is not None and resume_from is None:
         assert init is not None

@@ -17,7 +17,7 @@ from interlingua.config import ExperimentConfig
 from interlingua.data.directions import Direction
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.modules.checkpoint import Checkpoint, TrainingState
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.training.metrics import empty_window
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def read_init_checkpoint(cfg: ExperimentConfig, init: str | Path) -> Checkpoint:
     return ckpt
 
 
-def load_init_weights(model: TranslationModel, ckpt: Checkpoint, trainable: str, path: Path) -> None:
+def load_init_weights(model: TranslationNetwork, ckpt: Checkpoint, trainable: str, path: Path) -> None:
     """The checkpoint's weights; with `trainable: bridge` its encoders and decoders only (those of
     languages this run does not use are left out) and the bridge stays new."""
     weights = ckpt.weights

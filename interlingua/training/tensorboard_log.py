@@ -39,7 +39,7 @@ def require_tensorboard() -> None:
 class TensorBoardLog:
     """The run's event files; `write` takes metrics.jsonl records."""
 
-    def __init__(self, work_dir: Path, step: int, metrics: "MetricsLog"):
+    def __init__(self, work_dir: Path, step: int, metrics: MetricsLog):
         """Open the writer for a run at `step` (0: a fresh run), whose metrics.jsonl is already
         trimmed to that state."""
         from torch.utils.tensorboard import SummaryWriter

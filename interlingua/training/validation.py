@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sacrebleu.metrics import BLEU, CHRF
 import torch
+from sacrebleu.metrics import BLEU, CHRF
 
 from interlingua.data.batching import make_batch
 from interlingua.data.corpus import load_corpus
@@ -24,7 +24,7 @@ from interlingua.data.directions import Direction
 from interlingua.data.prepare import PreparedData, direction_pairs, direction_references
 from interlingua.data.vocab import Vocab, decoder_start, source_prefix
 from interlingua.errors import DataError
-from interlingua.modules.model import TranslationModel
+from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> tuple[float, 
 
 
 @torch.inference_mode()
-def translate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
+def translate_devset(model: TranslationNetwork, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
                      beam: int = 1, max_len: int = 100) -> list[str]:
     """The model's translations of the dev sources (greedy, or beam search), in their order."""
     return translate_ids(model, vocabs, dev.src, dev.src_lang, dev.tgt_lang, batch_size=batch_size,
@@ -56,7 +56,7 @@ def translate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Voc
 
 
 @torch.inference_mode()
-def evaluate_devset(model: TranslationModel, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
+def evaluate_devset(model: TranslationNetwork, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
                     beam: int = 1, max_len: int = 100) -> dict[str, float]:
     """Teacher-forced loss on the (subword) dev pairs; BLEU and chrF of the translations against
     `dev.references`, the corpus's own target lines."""
@@ -118,7 +118,7 @@ def check_dev_files(data: PreparedData, corpus_path: str | Path) -> None:
                     "dev sentences there, or remove the 'val' split to train without validation")
 
 
-def validate(model: TranslationModel, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
+def validate(model: TranslationNetwork, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
              zero_shot: list[Direction], step: int, autocast: Callable[[], AbstractContextManager], *,
              beam: int, max_len: int) -> dict[str, Any]:
     """The validation record of `step`: per-direction dev scores; the mean BLEU and mean loss of the

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 LOCK_NAME = "run.lock"
 
-_held: dict[Path, "_Held"] = {}
+_held: dict[Path, _Held] = {}
 """The locks this process holds, by lock file path."""
 _held_guard = threading.Lock()
 
@@ -102,7 +102,7 @@ class WorkDirLock:
         self.command = command
         self._acquired = False
 
-    def acquire(self) -> "WorkDirLock":
+    def acquire(self) -> WorkDirLock:
         """Take the lock at once, or raise `WorkDirBusy` naming the process that holds it."""
         if self._acquired:
             return self
@@ -178,7 +178,7 @@ class WorkDirLock:
             finally:
                 os.close(held.fd)  # closing drops the flock
 
-    def __enter__(self) -> "WorkDirLock":
+    def __enter__(self) -> WorkDirLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

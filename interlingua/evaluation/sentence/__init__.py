@@ -6,8 +6,13 @@ cross-lingual transfer and retrieval, with reference embedders beside the model.
 >>> run_suite("all", embedders, data_root, Path("runs/x/eval"))
 """
 from interlingua.evaluation.sentence.baselines import BagOfSubwords, FunctionEmbedder, reference_embedders
-from interlingua.evaluation.sentence.heads import (head_entropies, head_entropy_stats, plot_head_heatmap,
-                                                   plot_head_heatmaps, plot_per_head_accuracy)
+from interlingua.evaluation.sentence.heads import (
+                                                   head_entropies,
+                                                   head_entropy_stats,
+                                                   plot_head_heatmap,
+                                                   plot_head_heatmaps,
+                                                   plot_per_head_accuracy,
+)
 from interlingua.evaluation.sentence.protocol import CachedEmbedder, EmbedderLike, EvaluationError
 from interlingua.evaluation.sentence.suites import SUITES, Budget, run_suite
 from interlingua.evaluation.sentence.tasks import MissingDataError

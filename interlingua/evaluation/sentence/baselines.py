@@ -66,7 +66,8 @@ class BagOfSubwords:
 
     def __init__(self, models: Mapping[str, bytes], vectors: Mapping[str, np.ndarray], info: Mapping | None = None):
         if set(models) != set(vectors):
-            raise EvaluationError(f"bag-of-subwords languages differ: pieces for {sorted(models)}, vectors for {sorted(vectors)}")
+            raise EvaluationError(f"bag-of-subwords languages differ: pieces for {sorted(models)}, "
+                                  f"vectors for {sorted(vectors)}")
         self._protos = dict(models)
         self._sp = {lang: spm.SentencePieceProcessor(model_proto=proto) for lang, proto in models.items()}
         self._vectors = {lang: np.asarray(v, dtype=np.float32) for lang, v in vectors.items()}

@@ -154,7 +154,8 @@ def evaluate_classification(task: ClassificationTask, encoder: CachedEmbedder, *
         return train_test_accuracy(X, task.train.labels, X_test, task.test.labels, folds=folds, seed=seed)
     if task.protocol == "train_dev_test":
         X_dev = encoder.mean(task.dev.texts, "en")
-        return train_dev_test_accuracy(X, task.train.labels, X_dev, task.dev.labels, X_test, task.test.labels, seed=seed)
+        return train_dev_test_accuracy(X, task.train.labels, X_dev, task.dev.labels, X_test, task.test.labels,
+                                       seed=seed)
     raise EvaluationError(f"task {task.name}: unknown protocol '{task.protocol}'")
 
 

@@ -26,8 +26,9 @@ def pair_matrix(encoder: CachedEmbedder, pairs: Pairs, lang: str, features: str 
     return pair_features(encoder.mean(pairs.a, lang), encoder.mean(pairs.b, lang), features)
 
 
-def xnli_transfer(encoder: CachedEmbedder, data: Mapping[str, Pairs], *, train_sets: Sequence[Sequence[str]] | None = None,
-                  folds: int = 10, inner_folds: int = 5, features: str = "full", seed: int = 0) -> dict:
+def xnli_transfer(encoder: CachedEmbedder, data: Mapping[str, Pairs], *,
+                  train_sets: Sequence[Sequence[str]] | None = None, folds: int = 10, inner_folds: int = 5,
+                  features: str = "full", seed: int = 0) -> dict:
     """Accuracy matrix {train languages joined by '+': {test language: acc}} over k folds.
 
     `data` holds parallel XNLI sets per language; languages the embedder lacks are listed in
@@ -43,7 +44,8 @@ def xnli_transfer(encoder: CachedEmbedder, data: Mapping[str, Pairs], *, train_s
     y = np.asarray(data[langs[0]].gold)
     for lang in langs[1:]:
         if list(data[lang].gold) != list(y):
-            raise EvaluationError(f"XNLI labels of '{lang}' differ from those of '{langs[0]}': the sets are not parallel")
+            raise EvaluationError(f"XNLI labels of '{lang}' differ from those of '{langs[0]}': "
+                                  "the sets are not parallel")
     if train_sets is None:
         train_sets = [[lang] for lang in langs] + ([langs] if len(langs) > 1 else [])
     train_sets = [list(ts) for ts in train_sets if all(lang in langs for lang in ts)]

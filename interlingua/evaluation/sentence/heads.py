@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -17,8 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.stats import entropy  # noqa: E402
 
-from interlingua.figures import save_figure  # noqa: E402
 from interlingua.evaluation.sentence.protocol import EvaluationError  # noqa: E402
+from interlingua.figures import save_figure  # noqa: E402
 
 
 def check_attention(attention: np.ndarray, n_tokens: int | None = None) -> np.ndarray:
@@ -60,8 +61,9 @@ def head_entropy_stats(attentions: Sequence[np.ndarray]) -> dict:
         raise EvaluationError("head entropy needs at least one attention matrix")
     if len(ks) != 1:
         raise EvaluationError(f"all attention matrices must have the same number of heads, got {sorted(ks)}")
-    out = {name: {"mean": float(np.mean(v)) if v else None, "std": float(np.std(v)) if v else None, "count": len(v)}
-           for name, v in groups.items()}
+    out: dict[str, Any] = {
+        name: {"mean": float(np.mean(v)) if v else None, "std": float(np.std(v)) if v else None, "count": len(v)}
+        for name, v in groups.items()}
     out["heads"] = ks.pop()
     out["sentences"] = len(attentions)
     return out
@@ -83,8 +85,10 @@ def plot_head_heatmaps(attentions: Mapping[str, np.ndarray], tokens: Sequence[st
     fig, axes = plt.subplots(len(mats), 1, figsize=(width, sum(heights) + 1.2 * len(mats) + 0.8),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (name, A) in zip(axes[:, 0], mats.items()):
-        im = ax.imshow(A, cmap="Blues", aspect="auto", vmin=0.0, vmax=max(float(A.max()), 1e-6), interpolation="nearest")
-        ax.set_yticks(range(A.shape[0]), [str(i + 1) if A.shape[0] <= 25 or i % 5 == 4 else "" for i in range(A.shape[0])],
+        im = ax.imshow(A, cmap="Blues", aspect="auto", vmin=0.0, vmax=max(float(A.max()), 1e-6),
+                       interpolation="nearest")
+        ax.set_yticks(range(A.shape[0]),
+                      [str(i + 1) if A.shape[0] <= 25 or i % 5 == 4 else "" for i in range(A.shape[0])],
                       fontsize=7)
         ax.set_ylabel(f"{name + ': ' if name else ''}head (k={A.shape[0]})", fontsize=8)
         ax.set_xticks(range(len(tokens)), list(tokens), rotation=60, ha="right", fontsize=8)

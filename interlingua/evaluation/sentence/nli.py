@@ -13,7 +13,8 @@ from interlingua.evaluation.sentence.protocol import CachedEmbedder
 from interlingua.evaluation.sentence.tasks import Pairs
 
 
-def sick_entailment(encoder: CachedEmbedder, splits: Mapping[str, Pairs], *, features: str = "full", seed: int = 0) -> dict:
+def sick_entailment(encoder: CachedEmbedder, splits: Mapping[str, Pairs], *, features: str = "full",
+                    seed: int = 0) -> dict:
     """SICK-E accuracy (%): C chosen on the trial set, scored on the test set."""
     X = {s: pair_matrix(encoder, splits[s], "en", features) for s in ("train", "dev", "test")}
     res = train_dev_test_accuracy(X["train"], splits["train"].gold, X["dev"], splits["dev"].gold,
@@ -22,8 +23,8 @@ def sick_entailment(encoder: CachedEmbedder, splits: Mapping[str, Pairs], *, fea
     return res
 
 
-def xnli_english(encoder: CachedEmbedder, pairs: Pairs, *, folds: int = 10, inner_folds: int = 5, features: str = "full",
-                 seed: int = 0) -> dict:
+def xnli_english(encoder: CachedEmbedder, pairs: Pairs, *, folds: int = 10, inner_folds: int = 5,
+                 features: str = "full", seed: int = 0) -> dict:
     """XNLI-en accuracy (%) by k-fold over its dev set (the test set is held out)."""
     res = xnli_transfer(encoder, {"en": pairs}, train_sets=[["en"]], folds=folds, inner_folds=inner_folds,
                         features=features, seed=seed)

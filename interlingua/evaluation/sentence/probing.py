@@ -56,7 +56,8 @@ class StackedMLP(torch.nn.Module):
             return torch.nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
         self.w1, self.b1 = uniform(models, d_in, hidden, fan_in=d_in), uniform(models, 1, hidden, fan_in=d_in)
-        self.w2, self.b2 = uniform(models, hidden, n_classes, fan_in=hidden), uniform(models, 1, n_classes, fan_in=hidden)
+        self.w2, self.b2 = (uniform(models, hidden, n_classes, fan_in=hidden),
+                            uniform(models, 1, n_classes, fan_in=hidden))
         self.dropout = torch.nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -179,8 +180,8 @@ class ProbeFeatures:
     heads_skipped: str | None = None
 
 
-def probe_features(encoder: CachedEmbedder, task: ProbingTask, *, per_head: bool = False, per_head_train: int | None = None,
-                   seed: int = 0) -> ProbeFeatures:
+def probe_features(encoder: CachedEmbedder, task: ProbingTask, *, per_head: bool = False,
+                   per_head_train: int | None = None, seed: int = 0) -> ProbeFeatures:
     """Encode one task's splits (mean vectors; with `per_head`, also each head, training split capped)."""
     splits = ("train", "dev", "test")
     feats = ProbeFeatures(task.name, X={s: encoder.mean(getattr(task, s).texts, task.lang) for s in splits},

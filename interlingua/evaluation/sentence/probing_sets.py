@@ -113,7 +113,8 @@ def read_probing_file(path: Path, *, name: str | None = None, limits: SplitSizes
     return task
 
 
-def official_probing_tasks(folder: Path, *, limits: SplitSizes | None = None, seed: int = 0) -> tuple[list[ProbingTask], list[str]]:
+def official_probing_tasks(folder: Path, *, limits: SplitSizes | None = None,
+                           seed: int = 0) -> tuple[list[ProbingTask], list[str]]:
     """All official probing files found in `folder`, and the names of those absent."""
     tasks, missing = [], []
     for stem in OFFICIAL_PROBING:
@@ -173,13 +174,16 @@ def _webis_sentences(data_root: Path) -> Iterable[str]:
             yield from _SENT_END.split(review)[1:]
 
 
-TEXT_SOURCES: dict[str, Callable[[Path], Iterable[str]]] = {"multi30k": _multi30k_sentences, "webis_cls10": _webis_sentences}
+TEXT_SOURCES: dict[str, Callable[[Path], Iterable[str]]] = {"multi30k": _multi30k_sentences,
+                                                             "webis_cls10": _webis_sentences}
 
 
 def probing_corpus(data_root: Path, *, sources: Sequence[str] = ("multi30k", "webis_cls10"), min_len: int = 5,
                    max_len: int = 28) -> tuple[list[Sentence], list[str]]:
     """Distinct tokenised English sentences of min_len..max_len tokens from the named sources, plus notes."""
-    pool, seen, notes = [], set(), []
+    pool: list[Sentence] = []
+    seen: set[str] = set()
+    notes: list[str] = []
     for source in sources:
         if source not in TEXT_SOURCES:
             raise EvaluationError(f"unknown probing text source '{source}' (known: {', '.join(TEXT_SOURCES)})")
@@ -242,7 +246,7 @@ def _balanced_sample(items: list[tuple[Sentence, str]], quota: int, rng: np.rand
     else:
         take = avail
     chosen = []
-    for (src, lab), group in groups.items():
+    for (src, _lab), group in groups.items():
         idx = rng.permutation(len(group))[: take[src]]
         chosen += [group[i] for i in idx]
     return [chosen[i] for i in rng.permutation(len(chosen))]
@@ -469,7 +473,8 @@ def parse_in_parts(sentences: Sequence[Sentence], executor: Executor, parts: int
     return [clause for future in futures for clause in future.result()]
 
 
-def build_tense(pool: Sequence[Sentence], clauses: Sequence[MainClause], sizes: SplitSizes, seed: int = 0) -> ProbingTask:
+def build_tense(pool: Sequence[Sentence], clauses: Sequence[MainClause], sizes: SplitSizes,
+                seed: int = 0) -> ProbingTask:
     """Tense: PAST / PRES main verb; a verb form belongs to one split only."""
     items = [(s, c.tense) for s, c in zip(pool, clauses) if c.tense]
     verbs = [c.verb for c in clauses if c.tense]

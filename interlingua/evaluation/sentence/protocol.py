@@ -78,7 +78,8 @@ class CachedEmbedder:
     def mean(self, sentences: Sequence[str], lang: str) -> np.ndarray:
         """(n, d) float32 mean-pooled vectors; each distinct sentence is encoded once per run."""
         if not self.has(lang):
-            raise EvaluationError(f"embedder '{self.name}' has no encoder for language '{lang}' (it has {self.languages})")
+            raise EvaluationError(f"embedder '{self.name}' has no encoder for language '{lang}' "
+                                  f"(it has {self.languages})")
         todo = list(dict.fromkeys(s for s in sentences if (lang, s) not in self._cache))
         if todo:
             vecs = self._encode(todo, lang, "mean", self.batch_size)

@@ -35,7 +35,8 @@ class Table:
 
     def add(self, label: str, cells: list) -> None:
         if len(cells) != len(self.columns):
-            raise ValueError(f"table '{self.title}': row '{label}' has {len(cells)} cells for {len(self.columns)} columns")
+            raise ValueError(f"table '{self.title}': row '{label}' has {len(cells)} cells "
+                             f"for {len(self.columns)} columns")
         self.rows.append((label, cells))
 
     def _cell(self, value, best: bool) -> str:
@@ -51,7 +52,8 @@ class Table:
         out += ["| " + " | ".join([self.label, *self.columns]) + " |", "|" + "---|" * (len(self.columns) + 1)]
         for label, cells in self.rows:
             numeric = [v for c, v in zip(self.columns, cells)
-                       if c not in self.reference_columns and isinstance(v, (int, float, np.number)) and not math.isnan(v)]
+                       if c not in self.reference_columns and isinstance(v, (int, float, np.number))
+                       and not math.isnan(v)]
             top = max(numeric) if len(numeric) > 1 else None
             out.append("| " + " | ".join([label] + [self._cell(v, top is not None and c not in self.reference_columns
                                                                 and v == top)
@@ -68,7 +70,8 @@ class Table:
                "|" + "---|" * (len(self.paper) + 1)]
         for label in rows:
             cells = [values.get(label) for _, values in self.paper]
-            out.append("| " + " | ".join([label] + ["–" if v is None else f"*{v:.{self.digits}f}*" for v in cells]) + " |")
+            out.append("| " + " | ".join([label] + ["–" if v is None else f"*{v:.{self.digits}f}*" for v in cells])
+                       + " |")
         return out
 
 

@@ -48,7 +48,8 @@ def centered(vectors: np.ndarray) -> np.ndarray:
 def retrieval_accuracy(src: np.ndarray, tgt: np.ndarray, *, method: str = "cosine", k: int = 4) -> float:
     """Share (%) of source rows i whose best-scoring target row is row i."""
     if len(src) != len(tgt):
-        raise EvaluationError(f"retrieval needs aligned sets of one size, got {len(src)} sources and {len(tgt)} targets")
+        raise EvaluationError(f"retrieval needs aligned sets of one size, "
+                              f"got {len(src)} sources and {len(tgt)} targets")
     if method not in METHODS:
         raise EvaluationError(f"unknown retrieval method '{method}' (use {', '.join(map(repr, METHODS))})")
     if method in ("centered", "centered_margin"):
@@ -72,7 +73,8 @@ def multiway_retrieval(encoder: CachedEmbedder, texts: Mapping[str, list[str]], 
     missing = [lang for lang in texts if not encoder.has(lang)]
     sizes = {len(v) for v in texts.values()}
     if len(sizes) != 1:
-        raise EvaluationError(f"multi-way retrieval needs the same number of sentences per language, got {sorted(sizes)}")
+        raise EvaluationError("multi-way retrieval needs the same number of sentences per language, "
+                              f"got {sorted(sizes)}")
     vecs = {lang: encoder.mean(texts[lang], lang) for lang in langs}
     out: dict = {**retrieval_tables(vecs, k=k), "languages": langs, "missing_languages": missing, "k": k,
                  "n": sizes.pop()}

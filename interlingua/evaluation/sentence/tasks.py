@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
@@ -81,6 +82,10 @@ def _read_lines(path: Path, encoding: str = "utf-8") -> list[str]:
         return f.read().splitlines()
 
 
+@overload
+def subsample(items: Labelled, limit: int | None, seed: int) -> Labelled: ...
+@overload
+def subsample(items: Pairs, limit: int | None, seed: int) -> Pairs: ...
 def subsample(items: Labelled | Pairs, limit: int | None, seed: int) -> Labelled | Pairs:
     """A seeded random subset of at most `limit` items, order kept (None: all)."""
     n = len(items.labels) if isinstance(items, Labelled) else len(items)
@@ -102,7 +107,8 @@ def _two_file_set(folder: Path, pos: str, neg: str) -> Labelled:
     return Labelled(texts, labels)
 
 
-def load_classification(data_root: Path, name: str, *, sst_train_limit: int | None = None, seed: int = 0) -> ClassificationTask:
+def load_classification(data_root: Path, name: str, *, sst_train_limit: int | None = None,
+                        seed: int = 0) -> ClassificationTask:
     """One SentEval classification set by name (MR, CR, SUBJ, MPQA, TREC, SST2).
 
     SST2's train file has 67k phrase-level lines; `sst_train_limit` keeps a seeded subset
@@ -142,7 +148,8 @@ def load_classification(data_root: Path, name: str, *, sst_train_limit: int | No
             note = (f"SST2 train: seeded random {sst_train_limit:,} of the {len(train.labels):,} "
                     f"phrase-level training lines (time budget); dev and test complete")
             train = subsample(train, sst_train_limit, seed)
-        return ClassificationTask(name, "train_dev_test", train, dev=sst("sentiment-dev"), test=sst("sentiment-test"), note=note)
+        return ClassificationTask(name, "train_dev_test", train, dev=sst("sentiment-dev"), test=sst("sentiment-test"),
+                                  note=note)
     raise DataError(f"unknown classification task '{name}' (known: {', '.join(CLASSIFICATION_TASKS)})")
 
 
@@ -156,7 +163,8 @@ def load_sts(data_root: Path, year: str) -> dict[str, Pairs]:
         inputs = _read_lines(folder / f"STS.input.{subset}.txt")
         gold = _read_lines(folder / f"STS.gs.{subset}.txt")
         if len(inputs) != len(gold):
-            raise DataError(f"{folder / f'STS.input.{subset}.txt'} has {len(inputs)} lines but its gold file has {len(gold)}")
+            raise DataError(f"{folder / f'STS.input.{subset}.txt'} has {len(inputs)} lines "
+                            f"but its gold file has {len(gold)}")
         a, b, g = [], [], []
         for line, score in zip(inputs, gold):
             if score.strip():

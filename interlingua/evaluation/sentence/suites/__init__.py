@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import cast
 
 from interlingua.evaluation.sentence.features import PAIR_FEATURES
 from interlingua.evaluation.sentence.protocol import CachedEmbedder, EmbedderLike, EvaluationError
@@ -26,14 +27,16 @@ from interlingua.evaluation.sentence.suites.xnli_suite import XNLITransfer
 __all__ = ["SUITES", "SUITE_ORDER", "AllResult", "Budget", "Context", "Suite", "SuiteResult", "Task", "TaskRun",
            "Timing", "run_all", "run_suite"]
 
-_SUITES: dict[str, Suite] = {s.name: s for s in (Downstream(), Similarity(), Nli(), Probing(), XNLITransfer(), Retrieval())}
+_SUITES: dict[str, Suite] = {s.name: s for s in (Downstream(), Similarity(), Nli(), Probing(), XNLITransfer(),
+                                                  Retrieval())}
 SUITE_ORDER = tuple(_SUITES)
 """The order `all` runs the suites in."""
 
 
 def run_all(ctx: Context) -> AllResult:
     """Every suite in turn (each also writes its own report); the encoders' caches are shared."""
-    return AllResult(ctx.names, {name: _run_and_write(name, ctx) for name in SUITE_ORDER})
+    # SUITE_ORDER names the suites, not `all`: each gives a SuiteResult
+    return AllResult(ctx.names, {name: cast(SuiteResult, _run_and_write(name, ctx)) for name in SUITE_ORDER})
 
 
 SUITES: dict[str, Callable[[Context], SuiteResult | AllResult]] = {
@@ -73,10 +76,12 @@ def run_suite(name: str, embedders: Mapping[str, EmbedderLike], data_root: Path,
         raise EvaluationError(f"max_examples must be at least 10, got {max_examples}")
     data_root = Path(data_root)
     if not data_root.is_dir():
-        raise EvaluationError(f"data root {data_root} is not a folder (expected senteval_downstream/, xnli/, multi30k/ in it)")
+        raise EvaluationError(f"data root {data_root} is not a folder "
+                              "(expected senteval_downstream/, xnli/, multi30k/ in it)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = Context(encoders={n: CachedEmbedder(n, e, batch_size, encode_threads) for n, e in embedders.items()}, data_root=data_root,
+    ctx = Context(encoders={n: CachedEmbedder(n, e, batch_size, encode_threads) for n, e in embedders.items()},
+                  data_root=data_root,
                   out_dir=out_dir, budget=Budget.make(quick, max_examples), seed=seed, features=pair_features,
                   probing_dir=Path(probing_dir) if probing_dir else None,
                   per_head_embedders=None if per_head_embedders is None else list(per_head_embedders), jobs=jobs)

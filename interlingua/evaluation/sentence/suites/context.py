@@ -33,7 +33,8 @@ class Budget:
             return cls(max_examples=max_examples)
         small = SplitSizes(400, 120, 120)
         return cls(cv_folds=3, inner_folds=2, xnli_folds=3, xnli_inner_folds=2, sst_train=500, probe_sizes=small,
-                   official_probe_limits=small, wc_words=40, per_head_train=300, parse_limit=1500, max_examples=max_examples or 400)
+                   official_probe_limits=small, wc_words=40, per_head_train=300, parse_limit=1500,
+                   max_examples=max_examples or 400)
 
 
 @dataclass

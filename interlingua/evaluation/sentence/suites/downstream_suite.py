@@ -13,8 +13,12 @@ from interlingua.evaluation.sentence.suites.context import Context
 from interlingua.evaluation.sentence.suites.results import SuiteResult
 from interlingua.evaluation.sentence.suites.skeleton import Suite, Task
 from interlingua.evaluation.sentence.suites.tables import add_average, cells, with_paper
-from interlingua.evaluation.sentence.tasks import (CLASSIFICATION_TASKS, ClassificationTask, MissingDataError,
-                                                   load_classification)
+from interlingua.evaluation.sentence.tasks import (
+    CLASSIFICATION_TASKS,
+    ClassificationTask,
+    MissingDataError,
+    load_classification,
+)
 
 
 def _cap_classification(task: ClassificationTask, ctx: Context) -> ClassificationTask:

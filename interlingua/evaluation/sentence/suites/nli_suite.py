@@ -34,7 +34,8 @@ class Nli(Suite):
             result.skip("XNLI-en", err)
         else:
             b = ctx.budget
-            yield Task("XNLI-en", lambda enc: xnli_english(enc, xnli, folds=b.xnli_folds, inner_folds=b.xnli_inner_folds,
+            yield Task("XNLI-en", lambda enc: xnli_english(enc, xnli, folds=b.xnli_folds,
+                                                           inner_folds=b.xnli_inner_folds,
                                                            features=ctx.features, seed=ctx.seed),
                        reference={"majority": 100.0 * max(xnli.gold.count(c) for c in set(xnli.gold)) / len(xnli)})
 

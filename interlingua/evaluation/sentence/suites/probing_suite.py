@@ -14,8 +14,12 @@ from tqdm import tqdm
 from interlingua.evaluation.sentence.classification import majority_accuracy
 from interlingua.evaluation.sentence.heads import plot_per_head_accuracy
 from interlingua.evaluation.sentence.probing import fit_probe, probe_features
-from interlingua.evaluation.sentence.probing_sets import (OFFICIAL_PROBING, ProbingTask, local_probing_tasks,
-                                                          official_probing_tasks)
+from interlingua.evaluation.sentence.probing_sets import (
+    OFFICIAL_PROBING,
+    ProbingTask,
+    local_probing_tasks,
+    official_probing_tasks,
+)
 from interlingua.evaluation.sentence.protocol import CachedEmbedder
 from interlingua.evaluation.sentence.report import Table
 from interlingua.evaluation.sentence.suites.context import Context
@@ -37,8 +41,9 @@ def _probing_sets(ctx: Context, result: SuiteResult, pool: Executor) -> list[Pro
                     "(get them with `interlingua data senteval-probing --dest DIR`, then `--probing-dir DIR`)")
     b = ctx.budget
     try:
-        local, notes, not_run = local_probing_tasks(ctx.data_root, b.probe_sizes, seed=ctx.seed, parse_limit=b.parse_limit,
-                                                    wc_words=b.wc_words, executor=pool, parts=ctx.jobs)
+        local, notes, not_run = local_probing_tasks(ctx.data_root, b.probe_sizes, seed=ctx.seed,
+                                                    parse_limit=b.parse_limit, wc_words=b.wc_words, executor=pool,
+                                                    parts=ctx.jobs)
     except MissingDataError as err:
         result.skip("local probing", err)
         return tasks
@@ -72,8 +77,8 @@ class Probing(Suite):
             result.notes += [f"{task.name}: {note}" for note in task.notes]
         for task in tqdm(sets, desc="probing: encode"):
             yield Task(task.name, lambda enc, task=task: self._submit(enc, task, ctx, pool), needs=(task.lang,),
-                       reference={"chance": majority_accuracy(task.train.labels, task.test.labels), "sizes": task.sizes(),
-                                  "source": task.source})
+                       reference={"chance": majority_accuracy(task.train.labels, task.test.labels),
+                                  "sizes": task.sizes(), "source": task.source})
 
     @staticmethod
     def _submit(enc: CachedEmbedder, task: ProbingTask, ctx: Context, pool: Executor) -> Future:
@@ -110,7 +115,8 @@ class Probing(Suite):
         """A table (rows: heads, columns: tasks) and a plot of each head's accuracy for one embedder."""
         task_names = list(accs)
         k = len(next(iter(accs.values())))
-        table = Table(f"Per-head probing, {name}: each bridge head alone (accuracy %)", task_names, label="head", digits=1)
+        table = Table(f"Per-head probing, {name}: each bridge head alone (accuracy %)", task_names,
+                      label="head", digits=1)
         for h in range(k):
             table.add(str(h + 1), [accs[t][h] for t in task_names])
         result.tables.append(table)

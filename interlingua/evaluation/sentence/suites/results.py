@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from interlingua.evaluation.sentence.report import Table, jsonable, write_all_report, write_report
 
@@ -76,7 +77,7 @@ class SuiteResult(_Report):
 
     def to_dict(self) -> dict:
         """The report layout with `Table` objects kept (what the markdown renders from)."""
-        out = {"suite": self.suite, "embedders": self.embedders, "settings": self.settings,
+        out: dict[str, Any] = {"suite": self.suite, "embedders": self.embedders, "settings": self.settings,
                "results": {name: run.scores for name, run in self.tasks.items()},
                "reference": {name: run.reference for name, run in self.tasks.items() if run.reference is not None},
                "tables": self.tables, "notes": self.notes, "skipped": self.skipped,
@@ -101,7 +102,7 @@ class AllResult(_Report):
     suite: str = "all"
 
     def to_dict(self) -> dict:
-        out = {"suite": self.suite, "embedders": self.embedders,
+        out: dict[str, Any] = {"suite": self.suite, "embedders": self.embedders,
                "suites": {name: result.to_dict() for name, result in self.suites.items()},
                "elapsed_s": {name: {"suite": result.total_elapsed_s} for name, result in self.suites.items()}}
         if self.total_elapsed_s is not None:

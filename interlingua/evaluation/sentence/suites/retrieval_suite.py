@@ -1,4 +1,5 @@
-"""Multi30k test_2016_flickr multi-way retrieval: cosine, ratio margin (k=4), both on centred vectors too (accuracy %)."""
+"""Multi30k test_2016_flickr multi-way retrieval: cosine, ratio margin (k=4), \
+both on centred vectors too (accuracy %)."""
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -58,6 +58,7 @@ class Similarity(Suite):
         add_average(pearson)
         add_average(spearman)
         result.tables += [with_paper(pearson), spearman, with_paper(trained), subsets]
-        result.notes.append("STS12-16: SentEval's aggregate is the mean over a year's subsets ('mean'); the JSON also has "
-                            "the size-weighted mean ('wmean'). STS-B/SICK-R: SentEval's relatedness model (softmax over "
+        result.notes.append("STS12-16: SentEval's aggregate is the mean over a year's subsets ('mean'); "
+                            "the JSON also has the size-weighted mean ('wmean'). "
+                            "STS-B/SICK-R: SentEval's relatedness model (softmax over "
                             "score points, expected score), early stopping on dev Pearson.")
