@@ -59,7 +59,7 @@ class CLDCResult:
     translator: str
     pairs: list[tuple[str, str]]
     domains: list[str]
-    scores: dict[str, dict[str, dict[str, Score]]] = field(default_factory=dict)
+    scores: dict[str, dict[str, Score]] = field(default_factory=dict)
     """row (DV_en, ..., translate-test, in-language) -> column ("books en->de") -> score."""
     held_out: bool = False
     documents: dict[str, int] = field(default_factory=dict)
@@ -199,7 +199,7 @@ def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | 
     domains = domains or list(DOMAINS)
     model, translations, translator_path = _setup(model_path, translator_path, {x for p in pairs for x in p}, device,
                                                   f"{seed}:{max_documents}", precision)
-    result = CLDCResult(str(model_path), str(translator_path), [tuple(p) for p in pairs], list(domains))
+    result = CLDCResult(str(model_path), str(translator_path), [(a, b) for a, b in pairs], list(domains))
     scorer = _Scorer(model, translations, result, batch_size)
     steps = [(p, d) for p in pairs for d in domains]
     for (a, b), domain in tqdm(steps, desc="cldc", unit="pair-domain"):
@@ -322,7 +322,7 @@ def plot_accuracy(result: CLDCResult, out_png: Path) -> Path:
         means = []
         for row in rows:
             vals = [v.accuracy for c, v in result.scores[row].items() if c.endswith(f" {s}->{t}")]
-            means.append(np.mean(vals) if vals else np.nan)
+            means.append(float(np.mean(vals)) if vals else np.nan)
         ax.bar(np.arange(len(rows)) + k * width, means, width, label=f"{s}->{t}")
     ax.set_xticks(np.arange(len(rows)) + width * (len(directions) - 1) / 2, rows, rotation=60, ha="right", fontsize=8)
     ax.axhline(50, color="grey", lw=0.8, ls="--")

@@ -1,7 +1,7 @@
 """The markdown and the heat maps of a cross-lingual report (crosslingual_report.py)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,13 @@ def _fmt(value: float | int | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _fmt_at(summary: Mapping[str, float | int | str | None], key: str, digits: int) -> str:
+    """`_fmt` of a numeric summary entry (the summary also holds text, e.g. `retrieval_min_pair`)."""
+    value = summary[key]
+    assert not isinstance(value, str), f"summary[{key!r}] is text, not a number"
+    return _fmt(value, digits)
+
+
 def _triple(summary: dict, key: str, digits: int) -> str:
     """supervised / zero-shot / via pivot means of one translation score."""
     return " / ".join(_fmt(summary[f"{key}_{part}_mean"], digits) for part in ("supervised", "zero_shot", "pivot"))
@@ -35,14 +42,15 @@ def _triple(summary: dict, key: str, digits: int) -> str:
 def summary_lines(report: CrosslingualReport) -> list[str]:
     s = report.summary
     rows = [("top-1 retrieval %, cosine: mean / min over pairs",
-             f"{_fmt(s['retrieval_mean'], 1)} / {_fmt(s['retrieval_min'], 1)} ({s['retrieval_min_pair']})"),
+             f"{_fmt_at(s, 'retrieval_mean', 1)} / {_fmt_at(s, 'retrieval_min', 1)} ({s['retrieval_min_pair']})"),
             ("top-1 retrieval %, centred cosine: mean / min",
-             f"{_fmt(s['retrieval_centered_mean'], 1)} / {_fmt(s['retrieval_centered_min'], 1)}"),
-            ("margin (centred)", f"{_fmt(s['margin_mean'], 3)} ({_fmt(s['margin_centered_mean'], 3)})"),
+             f"{_fmt_at(s, 'retrieval_centered_mean', 1)} / {_fmt_at(s, 'retrieval_centered_min', 1)}"),
+            ("margin (centred)", f"{_fmt_at(s, 'margin_mean', 3)} ({_fmt_at(s, 'margin_centered_mean', 3)})"),
             ("cos to the translation / to an unrelated sentence / to the nearest unrelated",
-             " / ".join(_fmt(s[k], 3)
+             " / ".join(_fmt_at(s, k, 3)
                         for k in ("cos_translation_mean", "cos_unrelated_mean", "cos_nearest_unrelated_mean"))),
-            ("language probe accuracy % vs chance", f"{_fmt(s['probe_accuracy'], 1)} vs {_fmt(s['probe_chance'], 1)}")]
+            ("language probe accuracy % vs chance",
+             f"{_fmt_at(s, 'probe_accuracy', 1)} vs {_fmt_at(s, 'probe_chance', 1)}")]
     if report.beam is not None:
         rows += [("BLEU lowercased: supervised / zero-shot / via pivot", _triple(s, "bleu", 2)),
                  ("BLEU cased: supervised / zero-shot / via pivot", _triple(s, "bleu_cased", 2)),

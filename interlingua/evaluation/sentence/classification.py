@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline, make_pipeline
@@ -37,13 +38,13 @@ def logreg(C: float = 1.0, seed: int = 0) -> Pipeline:
     return make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=1e-3, max_iter=2000, random_state=seed))
 
 
-def _check(X: np.ndarray, y: Sequence) -> np.ndarray:
-    y = np.asarray(y)
-    if X.ndim != 2 or len(X) != len(y):
-        raise EvaluationError(f"features must be (n, d) with one label per row, got {X.shape} and {len(y)} labels")
-    if len(np.unique(y)) < 2:
+def _check(X: np.ndarray, y: ArrayLike) -> np.ndarray:
+    labels = np.asarray(y)
+    if X.ndim != 2 or len(X) != len(labels):
+        raise EvaluationError(f"features must be (n, d) with one label per row, got {X.shape} and {len(labels)} labels")
+    if len(np.unique(labels)) < 2:
         raise EvaluationError("a classifier needs at least two classes in its training labels")
-    return y
+    return labels
 
 
 def _folds(y: np.ndarray, k: int, seed: int) -> StratifiedKFold:
@@ -64,11 +65,11 @@ class Tuned:
     C: float
     cv_acc: float  # mean k-fold accuracy (%) at that C
 
-    def score(self, X: np.ndarray, y: Sequence) -> float:
+    def score(self, X: np.ndarray, y: ArrayLike) -> float:
         return float(self.model.score(X, np.asarray(y)))
 
 
-def tuned_logreg(X: np.ndarray, y: Sequence, *, folds: int = 5, seed: int = 0) -> Tuned:
+def tuned_logreg(X: np.ndarray, y: ArrayLike, *, folds: int = 5, seed: int = 0) -> Tuned:
     """Logistic regression with C picked by stratified k-fold accuracy on (X, y), refit on all of it.
 
     LogisticRegressionCV warm-starts along the C grid: 4.0x faster than GridSearchCV over the
@@ -87,14 +88,14 @@ def tuned_logreg(X: np.ndarray, y: Sequence, *, folds: int = 5, seed: int = 0) -
     return Tuned(model, float(np.ravel(search.C_)[0]), 100.0 * float(mean.max()))
 
 
-def fixed_logreg(X: np.ndarray, y: Sequence, *, C: float, seed: int = 0) -> Pipeline:
+def fixed_logreg(X: np.ndarray, y: ArrayLike, *, C: float, seed: int = 0) -> Pipeline:
     """Logistic regression with a given C, fit on (X, y)."""
     y = _check(X, y)
     with single_thread():
         return logreg(C, seed).fit(X, y)
 
 
-def cv_accuracy(X: np.ndarray, y: Sequence, *, folds: int = 10, inner_folds: int = 5, seed: int = 0) -> dict:
+def cv_accuracy(X: np.ndarray, y: ArrayLike, *, folds: int = 10, inner_folds: int = 5, seed: int = 0) -> dict:
     """Mean test accuracy over outer folds, C tuned on inner folds of each outer training part."""
     y = _check(X, y)
     accs, devs, cs = [], [], []
@@ -107,7 +108,7 @@ def cv_accuracy(X: np.ndarray, y: Sequence, *, folds: int = 10, inner_folds: int
             "C": cs, "n": int(len(y)), "protocol": f"{len(accs)}-fold CV, C by inner {inner_folds}-fold"}
 
 
-def train_test_accuracy(X_train: np.ndarray, y_train: Sequence, X_test: np.ndarray, y_test: Sequence,
+def train_test_accuracy(X_train: np.ndarray, y_train: ArrayLike, X_test: np.ndarray, y_test: ArrayLike,
                         *, folds: int = 10, seed: int = 0) -> dict:
     """C tuned by k-fold on the training set, then refit on all of it and scored on test."""
     tuned = tuned_logreg(X_train, y_train, folds=folds, seed=seed)
@@ -115,8 +116,8 @@ def train_test_accuracy(X_train: np.ndarray, y_train: Sequence, X_test: np.ndarr
             "n_train": len(X_train), "n_test": len(X_test), "protocol": f"C by {folds}-fold CV on train"}
 
 
-def train_dev_test_accuracy(X_train: np.ndarray, y_train: Sequence, X_dev: np.ndarray, y_dev: Sequence,
-                            X_test: np.ndarray, y_test: Sequence, *, seed: int = 0) -> dict:
+def train_dev_test_accuracy(X_train: np.ndarray, y_train: ArrayLike, X_dev: np.ndarray, y_dev: ArrayLike,
+                            X_test: np.ndarray, y_test: ArrayLike, *, seed: int = 0) -> dict:
     """C chosen by dev accuracy; the model trained with it is scored on test.
 
     The C grid is walked upwards with warm starts (each fit starts from the previous
@@ -132,6 +133,7 @@ def train_dev_test_accuracy(X_train: np.ndarray, y_train: Sequence, X_dev: np.nd
             dev = 100.0 * clf.score(X_dv, np.asarray(y_dev))
             if best is None or dev > best[0]:
                 best = (dev, C, 100.0 * clf.score(X_te, np.asarray(y_test)))
+    assert best is not None  # C_GRID is not empty
     dev, C, test = best
     return {"acc": float(test), "dev_acc": float(dev), "C": C, "n_train": len(X_train), "n_dev": len(X_dev),
             "n_test": len(X_test), "protocol": "C by dev accuracy"}
@@ -149,10 +151,12 @@ def evaluate_classification(task: ClassificationTask, encoder: CachedEmbedder, *
     X = encoder.mean(task.train.texts, "en")
     if task.protocol == "cv":
         return cv_accuracy(X, task.train.labels, folds=folds, inner_folds=inner_folds, seed=seed)
+    assert task.test is not None, f"task {task.name}: protocol '{task.protocol}' needs a test split"
     X_test = encoder.mean(task.test.texts, "en")
     if task.protocol == "train_test":
         return train_test_accuracy(X, task.train.labels, X_test, task.test.labels, folds=folds, seed=seed)
     if task.protocol == "train_dev_test":
+        assert task.dev is not None, f"task {task.name}: protocol 'train_dev_test' needs a dev split"
         X_dev = encoder.mean(task.dev.texts, "en")
         return train_dev_test_accuracy(X, task.train.labels, X_dev, task.dev.labels, X_test, task.test.labels,
                                        seed=seed)
@@ -162,6 +166,7 @@ def evaluate_classification(task: ClassificationTask, encoder: CachedEmbedder, *
 def task_majority(task: ClassificationTask, *, folds: int = 10, seed: int = 0) -> float:
     """Majority-class accuracy under the same protocol as the embedders (CV sets: mean over folds)."""
     if task.protocol != "cv":
+        assert task.test is not None, f"task {task.name}: protocol '{task.protocol}' needs a test split"
         return majority_accuracy(task.train.labels, task.test.labels)
     y = np.asarray(task.train.labels)
     return float(np.mean([majority_accuracy(y[tr], y[te]) for tr, te in _folds(y, folds, seed).split(y, y)]))

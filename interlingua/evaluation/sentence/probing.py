@@ -104,6 +104,7 @@ def train_probes(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_
                     per_model.sum().backward()
                     with torch.no_grad():  # L2 as torch.optim.Adam(weight_decay=...) applies it, per member
                         for p in params:
+                            assert p.grad is not None  # backward() has just set it
                             p.grad.add_(p * decay.view(-1, *([1] * (p.dim() - 1))))
                     opt.step()
             epoch += 1
@@ -120,6 +121,7 @@ def train_probes(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_
                     running[i] = bad[i] <= cfg.tenacity
         with torch.no_grad():
             for i, weights in enumerate(best_weights):
+                assert weights is not None  # the first dev check (accuracy >= 0) beats -1.0
                 for p, w in zip(params, weights):
                     p[i].copy_(w)
     return model, best, checks
@@ -148,10 +150,10 @@ def probe_accuracies(X_tr: np.ndarray, y_tr: Sequence, X_dev: np.ndarray, y_dev:
     def labels(y: Sequence) -> torch.Tensor:  # a class never seen in training can only be wrong: -1
         return torch.tensor([index.get(c, -1) for c in y], dtype=torch.long)
 
-    X_tr, X_dev, X_te = _standardise(X_tr, X_dev, X_te)
+    S_tr, S_dev, S_te = _standardise(X_tr, X_dev, X_te)
     t_tr, t_dev, t_te = labels(y_tr), labels(y_dev), labels(y_te)
-    model, devs, checks = train_probes(X_tr, t_tr, X_dev, t_dev, len(classes), l2s=l2s, cfg=cfg, seed=seed)
-    tests = _accuracies(model, X_te, t_te).tolist()
+    model, devs, checks = train_probes(S_tr, t_tr, S_dev, t_dev, len(classes), l2s=l2s, cfg=cfg, seed=seed)
+    tests = _accuracies(model, S_te, t_te).tolist()
     return [{"acc": 100.0 * test, "dev_acc": 100.0 * dev, "l2": l2, "epochs": n, "n_classes": len(classes),
              "n_train": len(t_tr), "n_test": len(t_te)} for test, dev, n, l2 in zip(tests, devs, checks, l2s)]
 
@@ -213,6 +215,7 @@ def fit_probe(feats: ProbeFeatures, *, cfg: ProbeConfig = ProbeConfig(), seed: i
         res["per_head"] = {"skipped": feats.heads_skipped}
     elif feats.heads is not None:
         H = feats.heads
+        assert feats.head_train_labels is not None  # `probe_features` sets it with `heads`
         head_cfg = replace(cfg, max_epochs=per_head_checks) if per_head_checks else cfg
         heads = probe_accuracies(H["train"], feats.head_train_labels, H["dev"], y["dev"], H["test"], y["test"],
                                  l2s=[res["l2"]] * H["train"].shape[0], cfg=head_cfg, seed=seed)

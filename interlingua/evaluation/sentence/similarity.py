@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 from scipy.stats import pearsonr, spearmanr
 from sklearn.preprocessing import StandardScaler
 
@@ -22,7 +23,7 @@ from interlingua.evaluation.sentence.protocol import CachedEmbedder, EvaluationE
 from interlingua.evaluation.sentence.tasks import Pairs
 
 
-def correlations(pred: Sequence[float], gold: Sequence[float]) -> dict:
+def correlations(pred: ArrayLike, gold: ArrayLike) -> dict:
     """Pearson and Spearman of predictions against gold; a constant prediction scores 0 (as SentEval)."""
     pred = np.asarray(pred, dtype=np.float64)
     gold = np.asarray(gold, dtype=np.float64)
@@ -73,12 +74,12 @@ def relatedness_regression(train: tuple[np.ndarray, Sequence[float]], dev: tuple
     (X_tr, y_tr), (X_dev, y_dev), (X_te, y_te) = train, dev, test
     low, high = score_range
     scaler = StandardScaler().fit(X_tr)
-    X_tr, X_dev, X_te = (torch.from_numpy(scaler.transform(x).astype(np.float32)) for x in (X_tr, X_dev, X_te))
+    T_tr, T_dev, T_te = (torch.from_numpy(scaler.transform(x).astype(np.float32)) for x in (X_tr, X_dev, X_te))
     target = torch.from_numpy(score_distribution(y_tr, low, high))
     points = torch.arange(low, high + 1, dtype=torch.float32)
     with torch.random.fork_rng(), single_thread():
         torch.manual_seed(seed)
-        model = torch.nn.Sequential(torch.nn.Linear(X_tr.shape[1], high - low + 1), torch.nn.Softmax(dim=-1))
+        model = torch.nn.Sequential(torch.nn.Linear(T_tr.shape[1], high - low + 1), torch.nn.Softmax(dim=-1))
         opt = torch.optim.Adam(model.parameters())
         gen = torch.Generator().manual_seed(seed)
 
@@ -91,19 +92,20 @@ def relatedness_regression(train: tuple[np.ndarray, Sequence[float]], dev: tuple
         while rounds < max_rounds and bad <= patience:
             model.train()
             for _ in range(epochs_per_round):
-                for idx in torch.randperm(len(X_tr), generator=gen).split(batch_size):
-                    loss = torch.nn.functional.mse_loss(model(X_tr[idx]), target[idx], reduction="sum")
+                for idx in torch.randperm(len(T_tr), generator=gen).split(batch_size):
+                    loss = torch.nn.functional.mse_loss(model(T_tr[idx]), target[idx], reduction="sum")
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
             rounds += 1
-            dev_r = correlations(predict(X_dev), y_dev)["pearson"]
+            dev_r = correlations(predict(T_dev), y_dev)["pearson"]
             if dev_r > best:
                 best, best_state, bad = dev_r, copy.deepcopy(model.state_dict()), 0
             else:
                 bad += 1
+        assert best_state is not None  # the first round's dev Pearson (in [-1, 1]) beats -2.0
         model.load_state_dict(best_state)
-        pred = predict(X_te)
+        pred = predict(T_te)
     res = correlations(pred, y_te)
     res.update(dev_pearson=float(best), mse=float(np.mean((pred - np.asarray(y_te)) ** 2)),
                epochs=rounds * epochs_per_round)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import overload
 
 from interlingua.evaluation.sentence.probing import ProbeConfig
 from interlingua.evaluation.sentence.probing_sets import SplitSizes
@@ -57,6 +58,10 @@ class Context:
         """The embedders in column order."""
         return list(self.encoders)
 
+    @overload
+    def cap(self, items: Labelled, salt: int = 0) -> Labelled: ...
+    @overload
+    def cap(self, items: Pairs, salt: int = 0) -> Pairs: ...
     def cap(self, items: Labelled | Pairs, salt: int = 0) -> Labelled | Pairs:
         """A seeded subset within `budget.max_examples`; `salt` keeps the splits of one set independent."""
         return subsample(items, self.budget.max_examples, self.seed + salt)

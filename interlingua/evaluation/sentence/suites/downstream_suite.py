@@ -42,14 +42,16 @@ class Downstream(Suite):
                 continue
             if data.note:
                 result.notes.append(data.note)
-            yield Task(task_name, lambda enc, data=data: evaluate_classification(
-                data, enc, folds=b.cv_folds, inner_folds=b.inner_folds, seed=ctx.seed),
-                reference={"majority": task_majority(data, folds=b.cv_folds, seed=ctx.seed)})
+            yield Task(task_name,
+                       lambda enc, data=data: evaluate_classification(  # type: ignore[misc]  # mypy: default-arg lambda
+                           data, enc, folds=b.cv_folds, inner_folds=b.inner_folds, seed=ctx.seed),
+                       reference={"majority": task_majority(data, folds=b.cv_folds, seed=ctx.seed)})
 
     def report(self, tasks: list[Task], ctx: Context, result: SuiteResult) -> None:
         table = Table("SentEval classification (accuracy %)", ctx.names + ["majority"], reference_columns=["majority"])
         for task in tasks:
             run = result.tasks[task.name]
+            assert run.reference is not None  # every classification task has its majority class
             table.add(task.name, cells(run, ctx.names, lambda r: r["acc"]) + [run.reference["majority"]])
         add_average(table)
         result.tables.append(with_paper(table))

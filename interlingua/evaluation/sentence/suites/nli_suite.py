@@ -44,6 +44,7 @@ class Nli(Suite):
                       reference_columns=["majority"])
         for task in tasks:
             run = result.tasks[task.name]
+            assert run.reference is not None  # every NLI task has its majority class
             table.add(task.name, cells(run, ctx.names, lambda r: r["acc"]) + [run.reference["majority"]])
         result.tables.append(with_paper(table))
         result.notes.append(f"SICK-E: C by accuracy on SICK trial. XNLI-en: only the dev set is public here, so "

@@ -76,7 +76,8 @@ class Probing(Suite):
         for task in sets:
             result.notes += [f"{task.name}: {note}" for note in task.notes]
         for task in tqdm(sets, desc="probing: encode"):
-            yield Task(task.name, lambda enc, task=task: self._submit(enc, task, ctx, pool), needs=(task.lang,),
+            yield Task(task.name, lambda enc, task=task:  # type: ignore[misc]  # mypy: default-arg lambda
+                       self._submit(enc, task, ctx, pool), needs=(task.lang,),
                        reference={"chance": majority_accuracy(task.train.labels, task.test.labels),
                                   "sizes": task.sizes(), "source": task.source})
 
@@ -97,6 +98,7 @@ class Probing(Suite):
         per_head: dict[str, dict[str, list[float]]] = {}
         for task in tasks:
             run = result.tasks[task.name]
+            assert run.reference is not None  # every probing task has its chance level
             table.add(task.name, cells(run, names, lambda r: r["acc"]) + [run.reference["chance"]])
             for name in names:
                 heads = (run.scores.get(name) or {}).get("per_head", {})

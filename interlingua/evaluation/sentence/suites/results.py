@@ -12,7 +12,9 @@ from typing import Any
 
 from interlingua.evaluation.sentence.report import Table, jsonable, write_all_report, write_report
 
-Score = dict[str, object]  # one embedder's scores on one task, as the task's scoring function returns them
+# one embedder's scores on one task, as the task's scoring function returns them: nested JSON-like values
+# whose shape differs from task to task (each suite's report knows its own)
+Score = dict[str, Any]
 
 
 @dataclass(frozen=True)

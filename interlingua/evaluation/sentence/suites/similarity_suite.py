@@ -28,7 +28,9 @@ class Similarity(Suite):
             except MissingDataError as err:
                 result.skip(year, err)
                 continue
-            yield Task(year, lambda enc, data=data: sts_cosine(enc, data), data=list(data))
+            yield Task(year,
+                       lambda enc, data=data: sts_cosine(enc, data),  # type: ignore[misc]  # mypy: default-arg lambda
+                       data=list(data))
         for name, loader, score_range in (("STS-B", lambda: load_stsb(ctx.data_root), (0, 5)),
                                           ("SICK-R", lambda: load_sick(ctx.data_root, "relatedness"), (1, 5))):
             try:
@@ -36,8 +38,9 @@ class Similarity(Suite):
             except MissingDataError as err:
                 result.skip(name, err)
                 continue
-            yield Task(name, lambda enc, splits=splits, score_range=score_range: trainable_relatedness(
-                enc, splits, score_range=score_range, features=ctx.features, seed=ctx.seed))
+            yield Task(name, lambda enc, splits=splits,  # type: ignore[misc]  # mypy: default-arg lambda
+                       score_range=score_range: trainable_relatedness(
+                           enc, splits, score_range=score_range, features=ctx.features, seed=ctx.seed))
 
     def report(self, tasks: list[Task], ctx: Context, result: SuiteResult) -> None:
         names = ctx.names
@@ -54,7 +57,9 @@ class Similarity(Suite):
             pearson.add(task.name, cells(run, names, lambda r: r["all"]["pearson"]["mean"]))
             spearman.add(task.name, cells(run, names, lambda r: r["all"]["spearman"]["mean"]))
             for sub in task.data:
-                subsets.add(f"{task.name} {sub}", cells(run, names, lambda r, s=sub: r["subsets"][s]["pearson"]))
+                subsets.add(f"{task.name} {sub}",
+                            cells(run, names, lambda r, s=sub:  # type: ignore[misc]  # mypy: default-arg lambda
+                                  r["subsets"][s]["pearson"]))
         add_average(pearson)
         add_average(spearman)
         result.tables += [with_paper(pearson), spearman, with_paper(trained), subsets]

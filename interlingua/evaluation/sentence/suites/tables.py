@@ -12,7 +12,7 @@ from interlingua.evaluation.sentence.suites.results import Score, SuiteResult, T
 
 def cells(run: TaskRun, names: list[str], getter: Callable[[Score], object]) -> list:
     """`getter` of each embedder's score, None where it has none (a language it lacks)."""
-    return [None if run.scores.get(n) is None else getter(run.scores[n]) for n in names]
+    return [None if (score := run.scores.get(n)) is None else getter(score) for n in names]
 
 
 def add_average(table: Table) -> None:
