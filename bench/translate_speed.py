@@ -77,7 +77,7 @@ def main() -> None:
     src = read_lines(Path(args.data) / f"test_2016_flickr.{args.src}.gz")
     ref = read_lines(Path(args.data) / f"test_2016_flickr.{args.tgt}.gz")
     tr = load(args.model, precision=args.precision)
-    step = tr.loaded.step
+    step = tr.step
     for beam in [int(b) for b in args.beams.split(",")]:
         times = []
         for _ in range(args.reps):

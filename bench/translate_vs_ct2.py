@@ -62,7 +62,7 @@ def write_peer_input(ours_ckpt: str, src_lines: list[str], dest: Path) -> Path:
     model = load(ours_ckpt, "cpu")
     vocab = model.vocabs["en"]
     from interlingua.data.inputs import tokenize_inputs
-    seqs = tokenize_inputs(src_lines, vocab, model.pre)
+    seqs = tokenize_inputs(src_lines, vocab, model.preprocess)
     dest.write_text("".join(" ".join(vocab.id_to_piece(int(i)) for i in s) + "\n" for s in seqs), encoding="utf-8")
     return dest
 

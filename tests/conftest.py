@@ -107,7 +107,7 @@ a checkpoint that learned nothing."""
     from interlingua.modules.checkpoint import read_checkpoint, save_atomic
     payload = read_checkpoint(trained_model)
     payload.pop("training", None)
-    payload["model"] = load(trained_model).untrained_like(seed=1).model.state_dict()
+    payload["model"] = load(trained_model).untrained_like(seed=1)._network.state_dict()
     path = tmp_path_factory.mktemp("untrained") / "best.pt"
     save_atomic(payload, path)
     return path

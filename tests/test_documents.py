@@ -53,7 +53,7 @@ def test_dv_sv_and_both_sides(trained_model, caplog):
     # SV: the mean of the document's sentence vectors
     sv = embed_documents(model, DOCS_EN, "en", unit="sentences")
     sentences = split_sentences(DOCS_EN[0], "en")
-    ids = tokenize_documents(sentences, model.vocabs["en"], model.pre, SENTENCE_TOKENS)
+    ids = tokenize_documents(sentences, model.vocabs["en"], model.preprocess, SENTENCE_TOKENS)
     assert np.allclose(sv.vectors["en"][0], model.encode_ids(ids, "en").mean(0), atol=1e-5)
     assert not sv.vectors["en"][1].any()
     # given translations are used as they are (no second translation)

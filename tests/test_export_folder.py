@@ -170,7 +170,7 @@ def test_folder_translates_and_embeds_like_the_checkpoint_without_unpickling(exp
     from_folder = interlingua.load(exported, "cpu")
     again = interlingua.Model.load(exported, "cpu")
     assert from_folder.languages == from_pt.languages
-    assert from_folder.loaded.step == from_pt.loaded.step == 600
+    assert from_folder._loaded.step == from_pt._loaded.step == 600
     for src, tgt in (("en", "de"), ("de", "en")):
         texts = EN if src == "en" else from_pt.translate(EN, "en", "de")
         same_outputs(from_pt, from_folder, texts, src, tgt)
@@ -223,7 +223,7 @@ def test_model_card_reports_what_was_recorded(exported, trained_model):
     assert "de->de (copy)" in card and "en->de" in card and "de->en" in card
     assert "- Zero-shot directions (an encoder and a decoder never trained together): none" in card
     assert "`bilstm`" in card and "`attention` bridge" in card and "`lstm`" in card
-    params = sum(p.numel() for p in interlingua.load(trained_model, "cpu").model.parameters())
+    params = sum(p.numel() for p in interlingua.load(trained_model, "cpu")._network.parameters())
     assert f"{params:,} parameters" in card
     assert "Steps: 600 of 600 planned" in card
     assert str(parse_config(read_checkpoint(trained_model)["config"]).corpus) in card
@@ -255,15 +255,15 @@ def test_every_kind_round_trips_exactly(kind_checkpoint, tmp_path, monkeypatch):
     no_unpickling(monkeypatch)
     back = interlingua.load(tmp_path / "folder", "cpu")
     same_outputs(model, back, TEXTS, "xa", "xb")
-    weights = dict(back.model.state_dict())
-    assert weights.keys() == model.model.state_dict().keys()
-    assert all(torch.equal(weights[k], v) for k, v in model.model.state_dict().items())
-    if back.model.cfg.decoder.type == "transformer" and back.model.cfg.decoder.tie_embeddings:
-        for decoder in back.model.decoders.values():  # still one tensor, stored once
+    weights = dict(back._network.state_dict())
+    assert weights.keys() == model._network.state_dict().keys()
+    assert all(torch.equal(weights[k], v) for k, v in model._network.state_dict().items())
+    if back._network.cfg.decoder.type == "transformer" and back._network.cfg.decoder.tie_embeddings:
+        for decoder in back._network.decoders.values():  # still one tensor, stored once
             assert decoder.generator.weight is decoder.embedding.embed.weight
         with safe_open(tmp_path / "folder" / "model.safetensors", "pt") as f:
             assert len(list(f.keys())) < len(weights)
-    if back.model.cfg.shared:
+    if back._network.cfg.shared:
         meta = json.loads((tmp_path / "folder" / "config.json").read_text())
         assert meta["tokenizers"] == {"xa": "joint.spm.model", "xb": "joint.spm.model"}
 
@@ -285,7 +285,7 @@ def test_an_added_language_round_trips(tmp_path, monkeypatch):
     folder = interlingua.load(tmp_path / "folder", "cpu")
     same_outputs(pt, folder, TEXTS, "xa", "xn")
     same_outputs(pt, folder, ["na nb nc", "nh ng"], "xn", "xb")
-    assert folder.model.output_rows.keys() == pt.model.output_rows.keys()
+    assert folder._network.output_rows.keys() == pt._network.output_rows.keys()
 
 
 def test_exporting_a_folder_again_gives_the_same_folder(kind_checkpoint, tmp_path):

@@ -99,7 +99,7 @@ def test_old_ids_unchanged_and_tags_found_both_ways(trained, corpus):
     assert new.piece_id(language_tag("xa")) == old.vocabs["xa"].piece_id(language_tag("xa"))
     assert ext.vocabs["xa"].piece_id(language_tag(NEW)) == size     # old vocabularies find the new tag
     assert new.id_to_piece(size) == language_tag(NEW)
-    assert ext.model.decoder_for(NEW).generator.out_features == len(new)
+    assert ext._network.decoder_for(NEW).generator.out_features == len(new)
 
 
 def test_old_outputs_and_log_probs_unchanged(trained, corpus):
@@ -113,22 +113,22 @@ def test_old_outputs_and_log_probs_unchanged(trained, corpus):
     # bit for bit: the step's log-probabilities and the teacher-forced loss of an old direction
     size = len(old.vocabs["xa"])
     for model in (old, ext):
-        model.model.eval()
+        model._network.eval()
     logp, losses = {}, {}
     for name, m in (("old", old), ("ext", ext)):
         batch = _batch(m, corpus, "xa", "xb")
         with torch.inference_mode():
-            bridged = m.model.run_encoder(batch.src, batch.src_lengths, "xa")
-            decoder, state = m.model.start_decoding(bridged, "xb")
+            bridged = m._network.run_encoder(batch.src, batch.src_lengths, "xa")
+            decoder, state = m._network.start_decoding(bridged, "xb")
             logp[name], _ = decoder.step(batch.tgt_in[:, 0], state)
-            losses[name] = m.model(batch).nll_sum
+            losses[name] = m._network(batch).nll_sum
     assert torch.equal(logp["ext"][:, :size], logp["old"])
     assert torch.isneginf(logp["ext"][:, size:]).all()
     assert losses["ext"] == losses["old"]
 
 
 def _batch(model: Model, corpus: Path, src: str, tgt: str, split: str = "test", n: int = 20):
-    shared, pos = model.model.cfg.shared, model.model.cfg.tag_position
+    shared, pos = model._network.cfg.shared, model._network.cfg.tag_position
     s = [np.asarray(x) for x in model.vocabs[src].tokenize_batch(sentences(corpus, src, split)[:n])]
     t = [np.asarray(x) for x in model.vocabs[tgt].tokenize_batch(sentences(corpus, tgt, split)[:n])]
     return make_batch(s, t, src, tgt, source_prefix(model.vocabs[src], tgt, shared, pos),
@@ -175,7 +175,7 @@ def test_extended_checkpoint_saves_loads_and_translates_the_new_language(trained
     # the new language's outputs stay within its vocabulary
     batch = _batch(ext, corpus, "xb", NEW)
     with torch.inference_mode():
-        decoder, state = ext.model.start_decoding(ext.model.run_encoder(batch.src, batch.src_lengths, "xb"), NEW)
+        decoder, state = ext._network.start_decoding(ext._network.run_encoder(batch.src, batch.src_lengths, "xb"), NEW)
         logp, _ = decoder.step(batch.tgt_in[:, 0], state)
     allowed = torch.zeros(logp.size(1), dtype=torch.bool)
     for a, b in ext.vocabs[NEW].id_ranges():
@@ -204,10 +204,10 @@ def test_plain_checkpoints_unchanged(trained):
 
 
 def _nll(model: Model, corpus: Path, src: str, tgt: str) -> float:
-    model.model.eval()
+    model._network.eval()
     batch = _batch(model, corpus, src, tgt, split="val")
     with torch.inference_mode():
-        out = model.model(batch)
+        out = model._network(batch)
     return out.nll_sum / out.n_tokens
 
 
@@ -225,7 +225,7 @@ def test_train_init_fine_tunes_the_new_language(trained, corpus, tmp_path, capsy
         assert a < 0.75 * b, (d, b, a)  # measured: xn->xb 2.15 -> 1.21, xb->xn 5.03 -> 1.18
     assert ({k: (v.proto, v.offset) for k, v in after.vocabs.items()}
             == {k: (v.proto, v.offset) for k, v in before.vocabs.items()})
-    assert set(after.loaded.directions) >= {(NEW, "xb"), ("xb", NEW), ("xa", "xb")}
+    assert set(after._loaded.directions) >= {(NEW, "xb"), ("xb", NEW), ("xa", "xb")}
 
     # the weights are the checkpoint's: one step at a vanishing learning rate leaves them where they were
     cfg["work_dir"] = str(tmp_path / "one_step")

@@ -41,7 +41,7 @@ def test_auto_times_the_models_own_decoding_where_bf16_is_native(trained_model, 
         return
     assert model.runtime.precision in ("fp32", "bf16")
     assert "decoding model" in (tmp_path / "precision.json").read_text()
-    assert decoding_bf16_speedup(model.model, len(model.vocabs["en"]), steps=1) > 0
+    assert decoding_bf16_speedup(model._network, len(model.vocabs["en"]), steps=1) > 0
     (tmp_path / "in.en").write_text("a dog runs .\n")
     assert main(["translate", "--model", str(trained_model), "--src", "en", "--tgt", "de", "--device", "cpu",
                  "--precision", "auto", "-i", str(tmp_path / "in.en"), "-o", str(tmp_path / "out.de")]) == 0

@@ -149,7 +149,7 @@ def test_kind_learns_the_task_and_translates_reproducibly(overrides, synthetic_c
 
     first = load(ckpt)
     for key, value in overrides.items():  # the checkpoint holds the settings asked for
-        node = first.loaded.config
+        node = first._loaded.config
         for part in key.split("."):
             node = getattr(node, part)
         assert node == value, key
@@ -172,7 +172,7 @@ def test_kind_learns_the_task_and_translates_reproducibly(overrides, synthetic_c
     # beam search with beam 1 is greedy search, token for token
     src, lengths = padded(second, sources, "xa")
     with torch.inference_mode():
-        decoder, state = second.model.start_decoding(second.model.run_encoder(src, lengths, "xa"), "xb")
+        decoder, state = second._network.start_decoding(second._network.run_encoder(src, lengths, "xa"), "xb")
         by_greedy = greedy_search(decoder, state, 30)
         by_beam = beam_search(decoder, state, 30, beam_size=1)
     assert by_beam == by_greedy

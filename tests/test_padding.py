@@ -76,7 +76,7 @@ def test_pooled_vector_independent_of_padding_through_the_embedder(tmp_path, bri
     ckpt = random_checkpoint(tmp_path / "random.pt", param_init=0.5,
                              bridge={"type": bridge, "heads": 4, "hidden": 32}, encoder={"hidden": 64, "layers": 2})
     emb = load(ckpt)
-    assert emb.model.has_bridge == (bridge == "attention")
+    assert emb._network.has_bridge == (bridge == "attention")
     short = "a dog ."
     longer = ["the small child sits near the big red ball in the park .", "a woman runs on the street near the park ."]
     alone = emb.encode([short], "en")[0]
@@ -87,6 +87,6 @@ def test_pooled_vector_independent_of_padding_through_the_embedder(tmp_path, bri
     assert np.allclose(batched[2], alone, atol=1e-5)
     # and the padding is not simply ignored by being tiny: pooling over the padded length would differ
     if bridge == "none":
-        mem = emb.model.run_encoder(torch.tensor([emb.vocabs["en"].tokenize(short) + [0] * 10]),
+        mem = emb._network.run_encoder(torch.tensor([emb.vocabs["en"].tokenize(short) + [0] * 10]),
                                torch.tensor([n_short]), "en").memory[0]
         assert not np.allclose(mem.mean(0).detach().numpy(), alone, atol=1e-3)
