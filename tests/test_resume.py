@@ -176,8 +176,6 @@ def test_ctrl_c_mid_step_resumes_exactly(multi30k_corpus, straight, tmp_path):
     reference, data = straight
     work = tmp_path / "run"
     trainer = _trainer(_config(multi30k_corpus, work), data)
-
-
     _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
         trainer.train()
@@ -204,8 +202,6 @@ def test_interrupt_raised_inside_the_weight_update_keeps_the_last_validation(mul
     reference, data = straight
     work = tmp_path / "run"
     trainer = _trainer(_config(multi30k_corpus, work), data)
-
-
     _call_hook(trainer.run.optimizer, "step", 13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="last.pt left as it was"):
         trainer.train()
@@ -281,8 +277,6 @@ def test_stop_before_the_first_checkpoint_then_start_again(multi30k_corpus, stra
     reference, data = straight
     work = tmp_path / "run"
     trainer = _trainer(_config(multi30k_corpus, work), data)
-
-
     _call_hook(trainer.run.optimizer, "step", 7, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="step 7: no checkpoint yet: start the run again"):
         trainer.train()
