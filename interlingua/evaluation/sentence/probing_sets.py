@@ -16,7 +16,6 @@ that the source (captions vs reviews) cannot stand in for the label.
 from __future__ import annotations
 
 import functools
-import gzip
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -29,7 +28,7 @@ import numpy as np
 from interlingua.atomic_files import write_text_atomic
 from interlingua.data.webis import DOMAINS, training_reviews
 from interlingua.evaluation.sentence.protocol import EvaluationError
-from interlingua.evaluation.sentence.tasks import Labelled, MissingDataError
+from interlingua.evaluation.sentence.tasks import Labelled, MissingDataError, load_multi30k
 from interlingua.workers import InlineExecutor
 
 SPLITS = ("train", "dev", "test")
@@ -154,11 +153,8 @@ def _keep(tokens: list[str], min_len: int, max_len: int) -> bool:
 
 
 def _multi30k_sentences(data_root: Path) -> Iterable[str]:
-    path = Path(data_root) / "multi30k" / "train.en.gz"
-    if not path.is_file():
-        raise MissingDataError(f"missing probing text {path}")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        yield from (line.strip() for line in f)
+    """Multi30k's English training captions, read as every sentence evaluation reads Multi30k."""
+    yield from (line.strip() for line in load_multi30k(data_root, "train", "en"))
 
 
 def _webis_sentences(data_root: Path) -> Iterable[str]:
