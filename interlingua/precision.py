@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from interlingua.atomic_files import write_text_atomic
+
 log = logging.getLogger(__name__)
 
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -169,10 +171,7 @@ def _read_cache(path: Path) -> dict:
 
 def _write_cache(path: Path, data: dict) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
     except OSError as err:  # a read-only home must not stop training
         log.warning("could not cache the precision probe in %s: %s", path, err)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from interlingua.atomic_files import atomic_output, write_text_atomic
 from interlingua.errors import DataError
 from interlingua.textio import decode_lines, iter_decoded_lines, read_text
 
@@ -178,20 +179,16 @@ def stream_group(group: ParallelGroup, langs: list[str], chunk_rows: int, limit:
 
 def write_lines_gz(path: Path, lines: Iterable[str]) -> None:
     """Write lines gzipped through a temporary name: a file under the final name is always whole."""
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+    with atomic_output(path) as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
         for line in lines:
             f.write((line + "\n").encode("utf-8"))
-    tmp.replace(path)
 
 
 def write_corpus_yaml(dest: Path, spec: dict) -> Path:
     """`dest/corpus.yaml` from a corpus description, through a temporary name (it appears whole or not
     at all: the file that makes a converted data set usable is written last)."""
     out = dest / "corpus.yaml"
-    tmp = out.with_name(out.name + ".part")
-    tmp.write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    tmp.replace(out)
+    write_text_atomic(out, yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
     return out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from interlingua.atomic_files import write_bytes_atomic
 from interlingua.data.corpus import write_multiway_corpus_yaml
 from interlingua.errors import DataError
 
@@ -112,9 +113,7 @@ def install_files(dest: Path, checksums: Mapping[str, str], *, url_for: Callable
             continue
         _obtain(target, name, url_for(name), source_dir, desc)
         if source_dir is None and convert is not None:
-            tmp = target.with_name(target.name + ".part")
-            tmp.write_bytes(convert(name, target.read_bytes()))
-            tmp.replace(target)
+            write_bytes_atomic(target, convert(name, target.read_bytes()))
         actual = digest(target)
         if actual != expected:
             target.unlink()
