@@ -27,6 +27,10 @@ def _read_lines(path: str | None) -> list[str]:
 
 Number = TypeVar("Number", int, float)
 
+EXPORT_QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
+                        "bfloat16", "float32")
+"""`export ctranslate2 --quantization`: none, or a weight type CTranslate2's converter takes."""
+
 
 def _number(text: str, kind: type[Number], low: float, strict: bool) -> Number:
     """Parse `text` as `kind` and insist that it is >= low (> low when strict), finite."""
@@ -190,6 +194,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from interlingua.inference.api import load
     _use_threads(args.threads)
     model = load(args.model, args.device, args.precision)
+    if args.shortlist:
+        model.use_shortlist(args.shortlist)
     out = model.translate(_read_lines(args.input), args.src, args.tgt, beam=args.beam, pivot=args.pivot,
                           length_penalty=args.length_penalty, max_len=args.max_len, batch_size=args.batch_size,
                           progress=True, beam_stop=args.beam_stop)
@@ -199,6 +205,18 @@ def cmd_translate(args: argparse.Namespace) -> None:
         write_text_atomic(args.output, text)
     else:
         sys.stdout.write(text)
+
+
+def cmd_shortlist(args: argparse.Namespace) -> None:
+    from interlingua.inference.api import load
+    from interlingua.inference.shortlist_build import build_shortlist
+    model = load(args.model, "cpu")
+    shortlist = build_shortlist(model, args.corpus, per_token=args.per_token, frequent=args.frequent,
+                                max_pairs=args.max_pairs, progress=True)
+    out = shortlist.save(args.out)
+    print(f"wrote {out}: {', '.join(f'{s}->{t}' for s, t in shortlist.directions)} "
+          f"({args.per_token} candidates per source subword, {args.frequent} frequent); "
+          f"translate with --shortlist {out}")
 
 
 def cmd_embed(args: argparse.Namespace) -> None:
@@ -262,6 +280,17 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
+    if args.format == "ctranslate2":
+        from interlingua.inference.ctranslate2_export import export_ctranslate2
+        out = export_ctranslate2(args.model, args.out, args.quantization)
+        size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+        weights = "float32" if args.quantization == "none" else args.quantization
+        print(f"wrote {out} ({size / 2**20:.1f} MiB, CTranslate2, {weights} weights); "
+              f"how to call it: {out / 'README.md'}")
+        return
+    if args.quantization != "none":
+        raise InterlinguaError("--quantization is for `export ctranslate2` (a model folder keeps the weights "
+                               "as trained)")
     from interlingua.modules.model_folder import export_folder
     out = export_folder(args.model, args.out)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
@@ -298,7 +327,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
                            request_timeout_s=args.request_timeout, read_timeout_s=args.read_timeout,
                            keep_alive_timeout_s=args.keep_alive_timeout, max_connections=args.max_connections)
     serve(args.model, host=args.host, port=args.port, device=args.device, precision=args.precision, limits=limits,
-          api_key=args.api_key or os.environ.get("INTERLINGUA_API_KEY") or None)
+          api_key=args.api_key or os.environ.get("INTERLINGUA_API_KEY") or None, shortlist=args.shortlist)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -414,9 +443,26 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=positive_int, default=None)
     t.add_argument("-i", "--input", default=None)
     t.add_argument("-o", "--output", default=None)
+    t.add_argument("--shortlist", default=None, metavar="FILE",
+                   help="a lexical shortlist (from `interlingua shortlist`): each sentence's output layer only over "
+                        "the target subwords its source makes likely; faster, outputs may differ")
     _add_device(t)
     _add_precision(t)
     t.set_defaults(func=cmd_translate)
+
+    sl = sub.add_parser("shortlist", help="count a lexical shortlist from the training bitext, for faster "
+                                          "translation (--shortlist)")
+    sl.add_argument("model", metavar="MODEL", help="a .pt checkpoint or a model folder")
+    sl.add_argument("--out", required=True, help="the file to write (safetensors)")
+    sl.add_argument("--corpus", default=None, help="corpus YAML whose train split is counted "
+                                                   "(default: the corpus the model was trained on)")
+    from interlingua.data.shortlist import DEFAULT_FREQUENT, DEFAULT_PER_TOKEN
+    sl.add_argument("--per-token", type=positive_int, default=DEFAULT_PER_TOKEN,
+                    help="target candidates per source subword (highest Dice coefficient)")
+    sl.add_argument("--frequent", type=non_negative_int, default=DEFAULT_FREQUENT,
+                    help="most frequent target subwords, always candidates")
+    sl.add_argument("--max-pairs", type=positive_int, default=None, help="count at most this many pairs per direction")
+    sl.set_defaults(func=cmd_shortlist)
 
     e = sub.add_parser("embed", help="sentence vectors (.npy) for lines from stdin (or -i)")
     e.add_argument("--model", required=True)
@@ -463,10 +509,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_average)
 
     o = sub.add_parser("export", help="write a model as a folder to ship: config.json, model.safetensors, "
-                                      "sentencepiece models, README.md model card (loads without unpickling)")
-    o.add_argument("format", choices=["folder"], help="folder: the only format so far")
+                                      "sentencepiece models, README.md model card (loads without unpickling); "
+                                      "or as a CTranslate2 model")
+    o.add_argument("format", choices=["folder", "ctranslate2"],
+                   help="folder: interlingua's own model folder; ctranslate2: a CTranslate2 model folder (shared "
+                        "Transformer models without a bridge; needs pip install 'interlingua[ctranslate2]')")
     o.add_argument("model", metavar="MODEL", help="a .pt checkpoint, or a model folder")
-    o.add_argument("out", metavar="OUT", help="the folder to write: new, empty, or a previous export (replaced whole)")
+    o.add_argument("out", metavar="OUT", help="the folder to write: new, empty, or a previous export of the same "
+                                              "format (replaced whole)")
+    o.add_argument("--quantization", default="none", choices=EXPORT_QUANTIZATIONS, metavar="TYPE",
+                   help=f"ctranslate2 only: the weights' type, one of {', '.join(EXPORT_QUANTIZATIONS)} (default: "
+                        f"none, float32 as trained)")
     o.set_defaults(func=cmd_export)
 
     x = sub.add_parser("experiment", help="train recipes, evaluate on test, write a paper-style results table")
@@ -519,6 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the environment variable INTERLINGUA_API_KEY, else no key)")
     s.add_argument("--threads", type=positive_int, default=None, help="torch threads of the model (default: torch's)")
     _add_device(s)
+    s.add_argument("--shortlist", default=None, metavar="FILE",
+                   help="a lexical shortlist for translation (from `interlingua shortlist`; see translate --shortlist)")
     _add_precision(s)
     s.set_defaults(func=cmd_serve)
 

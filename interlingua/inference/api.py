@@ -35,11 +35,12 @@ import torch
 from interlingua.config import ExperimentConfig, PreprocessConfig
 from interlingua.data.directions import Direction
 from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
+from interlingua.data.shortlist import DirectionTable, Shortlist
 from interlingua.data.vocab import Vocab, source_prefix
-from interlingua.errors import InterlinguaError, LanguageError
+from interlingua.errors import ConfigError, InterlinguaError, LanguageError
 from interlingua.inference.decoding_probe import decoding_bf16_speedup
 from interlingua.inference.representation import Representation, generate_text, represent_ids
-from interlingua.modules.base import BridgeOutput, Encoder
+from interlingua.modules.base import BridgeOutput, Decoder, Encoder
 from interlingua.modules.checkpoint import LoadedCheckpoint, load_checkpoint
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import BEAM_STOPS, MAX_BEAM
@@ -156,6 +157,7 @@ class Model:
         self._vocabs: dict[str, Vocab] = loaded.vocabs
         self._pre = loaded.config.preprocess
         self._runtime = Runtime(self._network.device, precision)
+        self._shortlist: Shortlist | None = None
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> Model:
@@ -181,6 +183,17 @@ class Model:
         not at all; `folder` must be new, empty or a previous export (which it replaces). Returns `folder`."""
         from interlingua.modules.model_folder import write_folder
         return write_folder(self._loaded, folder)
+
+    def export_ctranslate2(self, folder: str | Path, quantization: str | None = None) -> Path:
+        """Write this model as a CTranslate2 model folder (what `interlingua export ctranslate2` writes):
+        CTranslate2's model.bin, config.json and vocabulary, the sentencepiece model, interlingua.json and a
+        README.md saying how to call it. Shared Transformer models without a bridge only (anything else
+        raises `UnsupportedModelError` naming what CTranslate2 lacks); their greedy output in CTranslate2 is
+        this model's. `quantization`: None (float32) or a CTranslate2 weight type (`int8`, `int16`,
+        `float16`, `bfloat16`, ...). Written whole or not at all; `folder` must be new, empty or a previous
+        CTranslate2 export. Needs `pip install 'interlingua[ctranslate2]'`. Returns `folder`."""
+        from interlingua.inference.ctranslate2_export import write_ctranslate2
+        return write_ctranslate2(self._loaded, folder, quantization)
 
     def untrained_like(self, seed: int = 0) -> Model:
         """The same architecture, vocabularies and device with freshly initialised weights: the
@@ -385,7 +398,42 @@ class Model:
         with self._runtime.autocast():
             return generate_text(self._network, self._vocabs, representation, tgt, batch_size=batch_size, beam=beam,
                                  length_penalty=length_penalty, max_len=max_len, max_len_cap=4 * self._pre.max_len,
-                                 beam_stop=beam_stop, progress=progress)
+                                 beam_stop=beam_stop, progress=progress,
+                                 shortlist=self._shortlist_for(representation, tgt))
+
+    # --- lexical shortlist -------------------------------------------------------------------
+
+    @property
+    def shortlist(self) -> Shortlist | None:
+        """The lexical shortlist translation uses (`use_shortlist`), or None: the whole vocabulary."""
+        return self._shortlist
+
+    def use_shortlist(self, shortlist: Shortlist | str | Path | None) -> Model:
+        """Translate with a lexical shortlist (`interlingua.data.shortlist`; a file from `interlingua shortlist`
+        or `build_shortlist`) from now on, or with the whole vocabulary again (None). Each sentence's output
+        layer is then restricted to the target subwords its source subwords make likely plus the frequent
+        ones: faster, and its output can differ from the full vocabulary's. Directions the shortlist has no
+        table for decode over the whole vocabulary. Returns the model."""
+        if shortlist is not None and not isinstance(shortlist, Shortlist):
+            shortlist = Shortlist.load(shortlist)
+        if shortlist is not None:
+            if type(self._network.decoder_for(self._network.decoder_langs[0])).step_states is Decoder.step_states:
+                raise ConfigError(f"decoder kind '{self.kinds.decoder}' cannot decode with a shortlist "
+                                  "(it has no step_states)")
+            for (src, tgt), table in shortlist.tables.items():
+                if src in self._vocabs and tgt in self._vocabs and (
+                        table.table.shape[0] != len(self._vocabs[src])
+                        or (table.frequent.size and int(table.frequent.max()) >= len(self._vocabs[tgt]))):
+                    raise ConfigError(f"the shortlist's {src}->{tgt} table does not fit this model's vocabularies "
+                                      f"({table.table.shape[0]} source ids, the model has {len(self._vocabs[src])}): "
+                                      "it was built for another model")
+        self._shortlist = shortlist
+        return self
+
+    def _shortlist_for(self, representation: Representation, tgt: str) -> DirectionTable | None:
+        if self._shortlist is None:
+            return None
+        return self._shortlist.direction(representation.src, tgt)
 
     def _check(self, src: str, tgt: str) -> None:
         self.check_source(src)

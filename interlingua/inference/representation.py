@@ -18,6 +18,7 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from interlingua.data.inputs import length_sorted_groups
+from interlingua.data.shortlist import DirectionTable
 from interlingua.data.vocab import Vocab
 from interlingua.errors import TargetMismatchError
 from interlingua.modules.base import BridgeOutput
@@ -47,6 +48,9 @@ class Representation:
     tgt: str | None
     """The one target this representation can be written in, for a model that puts the target's tag
     before the source (`model.tag_position: source_prefix`); None: any target."""
+    source_ids: tuple[np.ndarray, ...] = ()
+    """Each text's subword ids (no language tag), where known: what a shortlist picks a sentence's target
+    candidates from; empty where the representation was put together without them."""
 
     def __len__(self) -> int:
         return len(self.memory)
@@ -65,7 +69,8 @@ class Representation:
         else:
             picked = [int(i) for i in index]
         return Representation(tuple(self.memory[i] for i in picked), tuple(self.mask[i] for i in picked),
-                              tuple(self.lengths[i] for i in picked), self.src, self.tgt)
+                              tuple(self.lengths[i] for i in picked), self.src, self.tgt,
+                              tuple(self.source_ids[i] for i in picked) if self.source_ids else ())
 
 
 def represent_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src: str,
@@ -84,7 +89,8 @@ def represent_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Seq
             lengths[i] = int(batch_lengths[row])
     empty_memory, empty_mask = _empty_rows(model, next((m for m in memory if m is not None), None))
     return Representation(tuple(empty_memory if m is None else m for m in memory),
-                          tuple(empty_mask if m is None else m for m in mask), tuple(lengths), src, tgt)
+                          tuple(empty_mask if m is None else m for m in mask), tuple(lengths), src, tgt,
+                          tuple(np.asarray(s) for s in seqs))
 
 
 def _attended_rows(mask: torch.Tensor) -> list[int]:
@@ -104,9 +110,14 @@ def _empty_rows(model: TranslationNetwork, like: torch.Tensor | None) -> tuple[t
 
 def generate_text(model: TranslationNetwork, vocabs: dict[str, Vocab], rep: Representation, tgt: str, *,
                   batch_size: int, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
-                  max_len_cap: int = 100, beam_stop: str = "all", progress: bool = False) -> list[str]:
+                  max_len_cap: int = 100, beam_stop: str = "all", progress: bool = False,
+                  shortlist: DirectionTable | None = None) -> list[str]:
     """The decode half of `translate_ids` over a kept representation: the sentences in the same
-    length-sorted batches, each batch's memory padded back as the encoder gave it."""
+    length-sorted batches, each batch's memory padded back as the encoder gave it. A `shortlist` needs
+    the representation's `source_ids`."""
+    if shortlist is not None and len(rep.source_ids) != len(rep):
+        raise ValueError("this representation has no source ids, which a shortlist needs: make it with "
+                         "Model.represent")
     if rep.tgt is not None and rep.tgt != tgt:
         raise TargetMismatchError(
             f"this representation was encoded for target '{rep.tgt}': the model puts the target's tag before the "
@@ -118,8 +129,9 @@ def generate_text(model: TranslationNetwork, vocabs: dict[str, Vocab], rep: Repr
     for idx in tqdm(groups, total=batches_total(rep.lengths, batch_size), desc=f"{rep.src}->{tgt}", unit="batch",
                     disable=not progress, leave=False):
         bridged, lengths = _batch(rep, idx)
+        candidates = None if shortlist is None else [shortlist.candidates(rep.source_ids[i]) for i in idx]
         texts = decode_batch(model, vocabs, bridged, lengths, tgt, beam=beam, length_penalty=length_penalty,
-                             max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop)
+                             max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
         for i, text in zip(idx, texts):
             out[i] = text
     return out

@@ -143,6 +143,12 @@ class Decoder(Kind):
         """One inference step: prev (batch,) token ids -> log-probabilities (batch, V) fp32, new state.
         Must equal the teacher-forced log_softmax(generator(states)) at the same position."""
 
+    def step_states(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """`step` without the output layer: the states (batch, H) that `generator` reads, and the new state.
+        What a shortlist (`modules.shortlist_decoding`) needs to compute only some of the output rows; kinds
+        without it decode over the whole vocabulary."""
+        raise NotImplementedError(f"decoder kind '{self.kind}' has no step_states: it cannot decode with a shortlist")
+
     @abstractmethod
     def reorder_state(self, state: Any, indices: torch.Tensor) -> Any:
         """Select / repeat / reorder the state's batch rows (beam search, finished sentences)."""
@@ -151,6 +157,12 @@ class Decoder(Kind):
         """`reorder_state` for a reordering that stays inside each sentence's beams (a beam-search
         step): what is computed once per source sentence is the same in all of its rows and may be
         left in place. By default the whole state is reordered."""
+        return self.reorder_state(state, indices)
+
+    def expand_beams(self, state: Any, indices: torch.Tensor) -> Any:
+        """Beam search's first step: each sentence's one row becomes its beams (`indices` repeats each
+        sentence's row, in order). A kind may keep what is computed once per sentence (the memory) once
+        and attend to it from all of the sentence's rows; by default the whole state is repeated."""
         return self.reorder_state(state, indices)
 
     @abstractmethod

@@ -115,5 +115,8 @@ class RestrictedDecoder(Decoder):
     def reorder_beams(self, state: Any, indices: torch.Tensor) -> Any:
         return self.inner.reorder_beams(state, indices)
 
+    def expand_beams(self, state: Any, indices: torch.Tensor) -> Any:
+        return self.inner.expand_beams(state, indices)
+
     def batch_size(self, state: Any) -> int:
         return self.inner.batch_size(state)

@@ -12,8 +12,10 @@ import torch
 from tqdm import tqdm
 
 from interlingua.data.inputs import length_sorted_batches
+from interlingua.data.shortlist import DirectionTable
 from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
 from interlingua.modules.base import BridgeOutput, Decoder
+from interlingua.modules.shortlist_decoding import START_POSITION, ShortlistDecoder
 
 if TYPE_CHECKING:
     from interlingua.modules.model import TranslationNetwork
@@ -92,8 +94,8 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
     CTranslate2's rule: no live hypothesis can then beat it on log-probability, though a longer
     one may still on the length-normalised score). Done sentences leave the batch, so long
     sentences do not keep short ones computing. The first step runs once per sentence (every
-    beam starts the same), then the state is copied to the beams. The decoder's first input is
-    `start` (BOS, or the target-language tag of a model that signals it there).
+    beam starts the same), then the state is expanded to the beams (`Decoder.expand_beams`). The
+    decoder's first input is `start` (BOS, or the target-language tag of a model that signals it there).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -132,7 +134,10 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
         prev = tok.gather(1, order).view(-1)
         seqs = torch.cat([seqs[origin], prev.unsqueeze(1)], dim=1)
         # after the first step rows move only inside their sentence's beams
-        state = decoder.reorder_state(state, origin) if width == 1 else decoder.reorder_beams(state, origin)
+        if width == 1:  # a decoder without `expand_beams` (not a `Decoder`) gets its state repeated
+            state = getattr(decoder, "expand_beams", decoder.reorder_state)(state, origin)
+        else:
+            state = decoder.reorder_beams(state, origin)
         width = k
         done = n_finished[active] >= k
         if stop == "top":
@@ -178,18 +183,28 @@ def output_limits(lengths: torch.Tensor, max_len: int | None, max_len_cap: int, 
 
 def decode_batch(model: TranslationNetwork, vocabs: dict[str, Vocab], bridged: BridgeOutput, lengths: torch.Tensor,
                  tgt_lang: str, *, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
-                 max_len_cap: int = 100, beam_stop: str = "all") -> list[str]:
+                 max_len_cap: int = 100, beam_stop: str = "all",
+                 candidates: Sequence[np.ndarray] | None = None) -> list[str]:
     """The decode half of translation: one batch's memory (`bridged`, from `encoded_batches` or put back
     together from a representation) searched into `tgt_lang`, greedily (`beam` 1) or with beam search,
-    and detokenised; `lengths` are the sources' (prefix included), which set the output limits."""
+    and detokenised; `lengths` are the sources' (prefix included), which set the output limits.
+    `candidates`: per sentence, the target ids of its shortlist (`data.shortlist`); None: the whole
+    vocabulary."""
     vocab = vocabs[tgt_lang]
     start = decoder_start(vocab, tgt_lang, model.cfg.shared, model.cfg.tag_position)
     limit = output_limits(lengths, max_len, max_len_cap, model.decoder_for(tgt_lang).max_length)
     decoder, state = model.start_decoding(bridged, tgt_lang)
+    searched: Any = decoder
+    shortlist = None
+    if candidates is not None:
+        shortlist = ShortlistDecoder(decoder, candidates, start)
+        searched, state, start = shortlist, shortlist.wrap(state), START_POSITION
     if beam == 1:
-        hyps = greedy_search(decoder, state, limit, start)
+        hyps = greedy_search(searched, state, limit, start)
     else:
-        hyps = beam_search(decoder, state, limit, beam, length_penalty, start, beam_stop)
+        hyps = beam_search(searched, state, limit, beam, length_penalty, start, beam_stop)
+    if shortlist is not None:
+        hyps = shortlist.to_ids(hyps)
     return [vocab.decode(h) for h in hyps]
 
 
@@ -202,20 +217,22 @@ def batches_total(lengths: Sequence[int], batch_size: int) -> int:
 def translate_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
                   tgt_lang: str, *, batch_size: int, beam: int = 1, length_penalty: float = 1.0,
                   max_len: int | None = None, max_len_cap: int = 100, progress: bool = False,
-                  beam_stop: str = "all") -> list[str]:
+                  beam_stop: str = "all", shortlist: DirectionTable | None = None) -> list[str]:
     """Translations of the tokenised sources `seqs` (from `data.inputs.tokenize_inputs`), in their
     order; an empty source gives "". Sources get the model's prefix (`source_prefix`), go through
     in length-sorted batches on the model's device (`encoded_batches`), and each batch is searched
     at once (`decode_batch`: greedy for `beam` 1, else beam search; output limits from
-    `output_limits`), so no batch's memory outlives its search. `Model.translate` runs the same two
+    `output_limits`), so no batch's memory outlives its search. With a `shortlist` each sentence's output
+    layer is restricted to its candidates (`modules.shortlist_decoding`). `Model.translate` runs the same two
     halves with the whole representation kept in between (`Model.represent`, `Model.generate`)."""
     model.eval()
     out = [""] * len(seqs)
     batches = encoded_batches(model, vocabs, seqs, src_lang, tgt_lang, batch_size)
     for idx, lengths, bridged in tqdm(batches, total=batches_total([len(s) for s in seqs], batch_size),
                                       desc=f"{src_lang}->{tgt_lang}", unit="batch", disable=not progress, leave=False):
+        candidates = None if shortlist is None else [shortlist.candidates(seqs[i]) for i in idx]
         texts = decode_batch(model, vocabs, bridged, lengths, tgt_lang, beam=beam, length_penalty=length_penalty,
-                             max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop)
+                             max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
         for i, text in zip(idx, texts):
             out[i] = text
     return out

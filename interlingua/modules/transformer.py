@@ -235,6 +235,15 @@ class EncoderLayer(_Layer):
         return attention_weights(q, k, mask)
 
 
+def _sentence_rows(index: torch.Tensor, rows: int, sentences: int) -> torch.Tensor:
+    """Row indices `index` of a state with `rows` rows, `rows / sentences` consecutive ones per sentence,
+    as sentence indices (each sentence's rows are picked together, as beam search leaves them)."""
+    if rows == sentences:
+        return index
+    width = rows // sentences
+    return index[::width] // width
+
+
 @dataclass
 class LayerCache:
     keys: torch.Tensor
@@ -245,8 +254,12 @@ class LayerCache:
     memory_values: torch.Tensor
 
     def select(self, index: torch.Tensor) -> LayerCache:
+        """Rows `index` of everything; where the memory is kept once per sentence for its beams (more
+        cache rows than memory rows, see `expand`), `index` picks whole sentences' beams."""
+        memory_index = _sentence_rows(index, self.keys.size(0), self.memory_keys.size(0))
         return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
-                          self.memory_keys.index_select(0, index), self.memory_values.index_select(0, index))
+                          self.memory_keys.index_select(0, memory_index),
+                          self.memory_values.index_select(0, memory_index))
 
     def select_decoded(self, index: torch.Tensor) -> LayerCache:
         """Reorder the self-attention cache only (rows of one sentence share the memory's)."""
@@ -289,9 +302,20 @@ class DecoderLayer(_Layer):
                 return self.self_attn.attend(q, k, v)
             return self.self_attn.attend(q, k, v, causal=True)
 
+        def cross_attention(h: torch.Tensor) -> torch.Tensor:
+            sentences = cache.memory_keys.size(0)
+            if h.size(0) == sentences:
+                return self.cross_attn.attend(self.cross_attn.queries(h), cache.memory_keys, cache.memory_values,
+                                              memory_mask)
+            # beams: a sentence's hypotheses are its queries over its one memory (no copy per beam)
+            rows, steps, dim = h.shape
+            grouped = h.reshape(sentences, rows // sentences * steps, dim)
+            out = self.cross_attn.attend(self.cross_attn.queries(grouped), cache.memory_keys, cache.memory_values,
+                                         memory_mask)
+            return out.reshape(rows, steps, dim)
+
         x = self._sub(x, 0, self_attention)
-        x = self._sub(x, 1, lambda h: self.cross_attn.attend(self.cross_attn.queries(h), cache.memory_keys,
-                                                             cache.memory_values, memory_mask))
+        x = self._sub(x, 1, cross_attention)
         return self._sub(x, 2, self.ff), new
 
 
@@ -404,8 +428,10 @@ class TransformerDecoderState:
     """Target positions decoded so far (the next token's position)."""
 
     def select(self, index: torch.Tensor) -> TransformerDecoderState:
-        return TransformerDecoderState([c.select(index) for c in self.caches], self.memory_mask.index_select(0, index),
-                                       self.position)
+        rows = self.caches[0].keys.size(0) if self.caches else self.memory_mask.size(0)
+        memory_index = _sentence_rows(index, rows, self.memory_mask.size(0))
+        return TransformerDecoderState([c.select(index) for c in self.caches],
+                                       self.memory_mask.index_select(0, memory_index), self.position)
 
 
 @DECODERS.register("transformer", config=TransformerDecoderConfig)
@@ -456,8 +482,13 @@ class TransformerDecoder(Decoder):
         return x, None
 
     def step(self, prev: torch.Tensor, state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
+        x, state = self.step_states(prev, state)
+        return torch.log_softmax(self.generator(x).float(), dim=-1), state
+
+    def step_states(self, prev: torch.Tensor,
+                    state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
         x, state = self._run(prev.unsqueeze(1), state, incremental=True)
-        return torch.log_softmax(self.generator(x[:, 0]).float(), dim=-1), state
+        return x[:, 0], state
 
     def reorder_state(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
         return state.select(indices)
@@ -466,5 +497,10 @@ class TransformerDecoder(Decoder):
         return TransformerDecoderState([c.select_decoded(indices) for c in state.caches], state.memory_mask,
                                        state.position)
 
+    def expand_beams(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
+        """The memory's keys and values stay once per sentence; its hypotheses attend to them together
+        (one query each) in `DecoderLayer`'s cross-attention."""
+        return self.reorder_beams(state, indices)
+
     def batch_size(self, state: TransformerDecoderState) -> int:
-        return state.memory_mask.size(0)
+        return state.caches[0].keys.size(0) if state.caches else state.memory_mask.size(0)
