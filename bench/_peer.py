@@ -36,12 +36,13 @@ def checkpoint_step(path: Path) -> int:
 
 
 def translate(peer_dir: Path, checkpoint: Path, src_pieces: Path, output: Path, *, beam: int, threads: int,
-              batch_size: int, max_length: int) -> dict:
+              batch_size: int, max_length: int, int8: bool = False) -> dict:
     """One `onmt_translate` process over `src_pieces`; its own in-process time (model loading
-    excluded: "Total translation time") and the process's wall clock (loading included)."""
+    excluded: "Total translation time") and the process's wall clock (loading included). `int8`:
+    its `-int8` option (PyTorch's dynamic int8 quantization of the linear layers, CPU only)."""
     cmd = [str(peer_dir / "venv" / "bin" / "onmt_translate"), "-model", str(checkpoint), "-src", str(src_pieces),
            "-output", str(output), "-beam_size", str(beam), "-batch_size", str(batch_size), "-batch_type", "sents",
-           "-max_length", str(max_length), "-report_time"]
+           "-max_length", str(max_length), "-report_time", *(["-int8"] if int8 else [])]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=peer_env(threads), capture_output=True, text=True)
     wall = time.perf_counter() - t0

@@ -1,6 +1,7 @@
 """Sentence-embedding throughput: interlingua's `Model.encode` beside all-MiniLM-L6-v2 (sentence-transformers).
 
-Run: python bench/embed_speed.py --model runs/.../best.pt [--threads 2] [--out bench/results/embed_speed.jsonl]
+Run: python bench/embed_speed.py --model runs/.../best.pt [--precisions fp32,bf16,int8] [--threads 2]
+     [--out bench/results/embed_speed.jsonl]
      python bench/embed_speed.py --recipe recipes/paper_bilingual_en_de.yaml   (no trained model needed)
 With --recipe, the model is the recipe's architecture after one training step (its weights
 barely trained, which does not change the time an encoding takes), built once under
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from _results import append_result, machine  # noqa: E402
 
@@ -108,6 +110,9 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=1000, help="first N English test_2016_flickr sentences")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--precisions", default="fp32",
+                    help="comma-separated precisions of ours (interlingua.load's), each timed and recorded; the "
+                         "vectors of each are compared with fp32's (mean cosine)")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "embed_speed.jsonl"))
     args = ap.parse_args()
@@ -121,11 +126,24 @@ def main() -> None:
     if peer is None:  # said first, so nobody waits for a comparison that will not come
         print(f"peer {PEER} will not be measured: {where}", file=sys.stderr)
 
-    emb = load(args.model)
-    ours = record("interlingua", time_encode(lambda s: emb.encode(s, "en", batch_size=args.batch_size), sentences,
-                                             args.reps), n, args, model=args.model,
-                  **({"recipe": args.recipe, "weights": "one training step"} if args.recipe else {}))
-    append_result(args.out, ours)
+    results, reference = {}, None
+    for precision in args.precisions.split(","):
+        emb = load(args.model, precision=precision)
+        vectors = emb.encode(sentences, "en", batch_size=args.batch_size)
+        if reference is None and precision == "fp32":
+            reference = vectors
+        agreement = {}
+        if reference is not None and precision != "fp32":
+            a = reference / np.maximum(np.linalg.norm(reference, axis=1, keepdims=True), 1e-12)
+            b = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            agreement = {"mean_cosine_to_fp32": round(float((a * b).sum(1).mean()), 5),
+                         "min_cosine_to_fp32": round(float((a * b).sum(1).min()), 5)}
+        results[precision] = record(
+            "interlingua", time_encode(lambda s, emb=emb: emb.encode(s, "en", batch_size=args.batch_size),
+                                       sentences, args.reps), n, args, model=args.model,
+            precision=emb.runtime.precision, **agreement,
+            **({"recipe": args.recipe, "weights": "one training step"} if args.recipe else {}))
+        append_result(args.out, results[precision])
     if peer is None:
         print(f"no ratio: {PEER} was not measured; {PEER_INSTALL}", file=sys.stderr)
         return
@@ -133,9 +151,10 @@ def main() -> None:
                                                             show_progress_bar=False), sentences, args.reps),
                     n, args, model=where)
     append_result(args.out, theirs)
-    print(f"interlingua / {PEER}: {ours['sent_per_s_median'] / theirs['sent_per_s_median']:.2f}x sentences/s "
-          f"({ours['sent_per_s_median']:.0f} vs {theirs['sent_per_s_median']:.0f}, "
-          f"{args.threads} threads, batch {args.batch_size})")
+    for precision, ours in results.items():
+        print(f"interlingua {precision} / {PEER}: {ours['sent_per_s_median'] / theirs['sent_per_s_median']:.2f}x "
+              f"sentences/s ({ours['sent_per_s_median']:.0f} vs {theirs['sent_per_s_median']:.0f}, "
+              f"{args.threads} threads, batch {args.batch_size})")
 
 
 if __name__ == "__main__":

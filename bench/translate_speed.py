@@ -29,14 +29,16 @@ from interlingua.training.validation import corpus_scores  # noqa: E402
 
 
 def timed_pass(ckpt: str, *, src: str, tgt: str, beam: int, stop: str, threads: int, batch_size: int,
-               max_len: int | None, data: str, hyps_dir: Path, precision: str = "fp32") -> dict:
+               max_len: int | None, data: str, hyps_dir: Path, precision: str = "fp32",
+               shortlist: str | None = None) -> dict:
     """One timed pass of this script in a fresh process (what the peer comparisons time on our side):
     its in-process seconds for one rep, its wall clock with model loading, the checkpoint's step and
     the file its output went to. `max_len` None: the library's per-sentence output limit."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--model", ckpt, "--src", src, "--tgt", tgt,
            "--beams", str(beam), "--beam-stop", stop, "--reps", "1", "--threads", str(threads),
            "--batch-size", str(batch_size), *([] if max_len is None else ["--max-len", str(max_len)]),
-           "--data", data, "--hyps-dir", str(hyps_dir), "--precision", precision]
+           "--data", data, "--hyps-dir", str(hyps_dir), "--precision", precision,
+           *([] if shortlist is None else ["--shortlist", shortlist])]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -67,8 +69,9 @@ def main() -> None:
     ap.add_argument("--max-len", type=int, default=None,
                     help="output length cap in subwords (default: the model's, 2 x longest source in the batch + 10)")
     ap.add_argument("--beam-stop", choices=("all", "top"), default="all", help="Model.translate's beam_stop")
-    ap.add_argument("--precision", choices=("fp32", "bf16", "fp16", "auto"), default="fp32",
+    ap.add_argument("--precision", choices=("fp32", "bf16", "int8", "fp16", "auto"), default="fp32",
                     help="interlingua.load's precision")
+    ap.add_argument("--shortlist", default=None, help="a lexical shortlist file (Model.use_shortlist)")
     ap.add_argument("--hyps-dir", default=None, help="write each beam's output here (<name>.beam<N>.<tgt>)")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=None)
@@ -77,6 +80,8 @@ def main() -> None:
     src = read_lines(Path(args.data) / f"test_2016_flickr.{args.src}.gz")
     ref = read_lines(Path(args.data) / f"test_2016_flickr.{args.tgt}.gz")
     tr = load(args.model, precision=args.precision)
+    if args.shortlist:
+        tr.use_shortlist(args.shortlist)
     step = tr.step
     for beam in [int(b) for b in args.beams.split(",")]:
         times = []
@@ -93,6 +98,7 @@ def main() -> None:
         bleu, chrf = corpus_scores(hyps, ref)
         res = {"system": "interlingua", "model": args.model, "step": step, "direction": f"{args.src}-{args.tgt}",
                "beam": beam, "beam_stop": args.beam_stop, "precision": tr.runtime.precision,
+               "shortlist": args.shortlist,
                "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len,
                "sentences": len(src), "sent_per_s_best": round(len(src) / min(times), 1),
                "seconds": [round(t, 3) for t in times], "bleu_lc": round(bleu, 2), "chrf_lc": round(chrf, 2),

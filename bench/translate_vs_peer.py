@@ -2,7 +2,7 @@
 
 Run: python bench/translate_vs_peer.py --ours bridge=runs/.../attention/last.pt --ours none=runs/.../none/last.pt
      [--peer-ckpt PATH (default: the peer's last saved checkpoint of its budget run)] [--rounds 3]
-     [--beams 1,5] [--beam-stops all,top] [--precisions fp32,bf16] [--threads 2] [--max-len 100]
+     [--beams 1,5] [--beam-stops all,top] [--precisions fp32,bf16,int8] [--peer-int8] [--threads 2] [--max-len 100]
      [--out bench/results/translate_vs_peer.jsonl]
 
 Every timed pass is a fresh process on both sides, started one after another in rounds
@@ -39,6 +39,7 @@ from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
 
 PEER = "opennmt-py"
+PEER_INT8 = "opennmt-py@int8"
 
 
 def main() -> None:
@@ -57,6 +58,8 @@ def main() -> None:
     ap.add_argument("--precisions", default="fp32",
                     help="comma-separated precisions of ours (interlingua.load's); a system other than fp32 is "
                          "named NAME@PRECISION")
+    ap.add_argument("--peer-int8", action="store_true",
+                    help="also time the peer with its -int8 option (PyTorch dynamic int8), named opennmt-py@int8")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=100)
@@ -85,15 +88,16 @@ def main() -> None:
                 (ckpt, stop, prec)
                 for prec in args.precisions.split(",") for stop in (stops if beam > 1 else ["all"])
                 for name, ckpt in ours.items()}
-        systems = [PEER, *runs]
+        systems = [PEER, *([PEER_INT8] if args.peer_int8 else []), *runs]
         passes: dict[str, list[dict]] = {s: [] for s in systems}
         for r in range(args.rounds):
             order = systems[r % len(systems):] + systems[:r % len(systems)]
             for system in order:
-                if system == PEER:
-                    hyps = work / f"peer.beam{beam}.sp.{args.tgt}"
+                if system in (PEER, PEER_INT8):
+                    hyps = work / f"{system.replace('@', '_')}.beam{beam}.sp.{args.tgt}"
                     res = _peer.translate(peer_dir, peer_ckpt, peer_src, hyps, beam=beam, threads=args.threads,
-                                          batch_size=args.batch_size, max_length=args.max_len)
+                                          batch_size=args.batch_size, max_length=args.max_len,
+                                          int8=system == PEER_INT8)
                     res.update(step=_peer.checkpoint_step(peer_ckpt), hyps=hyps)
                 else:
                     ckpt, stop, prec = runs[system]
@@ -106,21 +110,28 @@ def main() -> None:
                                          "wall_incl_load_s": res["wall_incl_load_s"], "threads": args.threads})
         peer_best = min(p["seconds"] for p in passes[PEER])
         peer_median = statistics.median(p["seconds"] for p in passes[PEER])
+        int8_median = statistics.median(p["seconds"] for p in passes[PEER_INT8]) if PEER_INT8 in passes else None
+        import sentencepiece as spm
+        yardstick = spm.SentencePieceProcessor(model_file=str(peer_spm))  # target tokens: the peer's pieces
         for system in systems:
             ps = passes[system]
             lines = ps[-1]["hyps"].read_text(encoding="utf-8").splitlines()
-            hyps = _peer.decode_pieces(peer_spm, lines) if system == PEER else lines
+            is_peer = system in (PEER, PEER_INT8)
+            hyps = _peer.decode_pieces(peer_spm, lines) if is_peer else lines
+            tokens = sum(len(p) for p in yardstick.encode(hyps, out_type=str))
             bleu, chrf = corpus_scores(hyps, ref)
             best, median = min(p["seconds"] for p in ps), statistics.median(p["seconds"] for p in ps)
             append_result(args.out, {
                 "kind": "summary", "system": system, "beam": beam, "direction": f"{args.src}-{args.tgt}",
-                "checkpoint": str(peer_ckpt if system == PEER else runs[system][0]),
-                "beam_stop": "top" if system == PEER else runs[system][1],
-                "precision": "fp32" if system == PEER else runs[system][2], "step": ps[-1]["step"],
+                "checkpoint": str(peer_ckpt if is_peer else runs[system][0]),
+                "beam_stop": "top" if is_peer else runs[system][1],
+                "precision": ("int8" if system == PEER_INT8 else "fp32") if is_peer else runs[system][2],
+                "step": ps[-1]["step"], "target_tokens": tokens, "tok_per_s_median": round(tokens / median, 1),
                 "sentences": n, "rounds": args.rounds, "seconds": [p["seconds"] for p in ps],
                 "wall_incl_load_s": [p["wall_incl_load_s"] for p in ps],
                 "sent_per_s_best": round(n / best, 1), "sent_per_s_median": round(n / median, 1),
                 "vs_peer_best": round(peer_best / best, 3), "vs_peer_median": round(peer_median / median, 3),
+                "vs_peer_int8_median": None if int8_median is None else round(int8_median / median, 3),
                 "bleu_lc": round(bleu, 2), "chrf_lc": round(chrf, 2), **output_stats(hyps),
                 "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len})
 
