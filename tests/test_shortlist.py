@@ -16,6 +16,7 @@ from interlingua.data.shortlist import DirectionTable, Shortlist, count_table
 from interlingua.data.vocab import BOS, EOS
 from interlingua.errors import ConfigError, DataError
 from interlingua.inference.shortlist_build import build_shortlist
+from interlingua.modules.base import Decoder
 from interlingua.modules.search import beam_search_nbest
 
 
@@ -100,6 +101,17 @@ def test_every_id_a_candidate_gives_the_full_vocabularys_translations(trained):
         assert model.use_shortlist(sl).translate(source, "xb", "xa", beam=beam) == full
 
 
+def test_the_lstm_decoder_decodes_with_a_shortlist_too(trained_model):
+    model = interlingua.load(trained_model, "cpu")
+    size = len(model.vocabs["de"])
+    sources = ["a man is riding a bike .", "two dogs play in the snow .", "a woman sings ."]
+    everything = np.tile(np.arange(size, dtype=np.int32), (len(model.vocabs["en"]), 1))
+    for beam in (1, 3):
+        full = model.use_shortlist(None).translate(sources, "en", "de", beam=beam)
+        sl = Shortlist({("en", "de"): DirectionTable(everything, np.arange(size, dtype=np.int32))}, size, size)
+        assert model.use_shortlist(sl).translate(sources, "en", "de", beam=beam) == full
+
+
 def test_a_sentences_shortlisted_translation_does_not_depend_on_its_batch(trained, tmp_path):
     model = interlingua.load(trained, "cpu").use_shortlist(build_shortlist(interlingua.load(trained, "cpu"),
                                                                            per_token=1, frequent=2))
@@ -109,12 +121,17 @@ def test_a_sentences_shortlisted_translation_does_not_depend_on_its_batch(traine
         assert [model.translate([s], "xa", "xb", beam=beam)[0] for s in source] == together
 
 
-def test_a_shortlist_for_another_model_or_kind_is_refused(trained, trained_model):
+def test_a_shortlist_for_another_model_or_kind_is_refused(trained, monkeypatch):
     model = interlingua.load(trained, "cpu")
     wrong = Shortlist({("xa", "xb"): DirectionTable(np.zeros((3, 1), dtype=np.int32), np.zeros(0, dtype=np.int32))})
     with pytest.raises(ConfigError, match="built for another model"):
         model.use_shortlist(wrong)
     assert model.shortlist is None
+    decoder_kind = type(model._network.decoder_for("xa"))
+    with monkeypatch.context() as patch:
+        patch.setattr(decoder_kind, "step_states", Decoder.step_states)
+        with pytest.raises(ConfigError, match="cannot decode with a shortlist"):
+            model.use_shortlist(build_shortlist(model, per_token=1, frequent=2))
     rep = model.represent(texts("xa", 2), "xa")
     bare = type(rep)(rep.memory, rep.mask, rep.lengths, rep.src, rep.tgt)
     model.use_shortlist(build_shortlist(model, per_token=1, frequent=2))

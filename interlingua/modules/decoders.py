@@ -111,8 +111,13 @@ class LSTMDecoder(Decoder):
 
     def step(self, prev: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
         """One inference step: prev (batch,) token ids -> log-probabilities (batch, V), new state."""
+        att, state = self.step_states(prev, state)
+        return torch.log_softmax(self.generator(att).float(), dim=-1), state
+
+    def step_states(self, prev: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
+        """The attentional states (batch, H) that `generator` reads at this step, and the new state."""
         att, _, state = self._step(self.embed(prev).unsqueeze(1), state)
-        return torch.log_softmax(self.generator(att[:, 0]).float(), dim=-1), state
+        return att[:, 0], state
 
     def reorder_state(self, state: DecoderState, indices: torch.Tensor) -> DecoderState:
         return state.select(indices)
