@@ -125,19 +125,20 @@ def measure_bf16_speedup(steps: int = 4, batch: int = 32, length: int = 16, hidd
     return measure_speedup(step, steps)
 
 
-def measure_speedup(step: Callable[[str], object], steps: int = 4) -> float:
-    """fp32 time / bf16 time of `step(precision)`, run `steps` times in each precision.
+def measure_speedup(step: Callable[[str], object], steps: int = 4, pair: tuple[str, str] = ("fp32", "bf16")) -> float:
+    """fp32 time / bf16 time of `step(precision)`, run `steps` times in each precision (`pair`: the
+    precisions compared, the first's time over the second's).
 
     The two precisions alternate step by step (after one warm-up step each), so a machine that
     slows down during the probe slows both alike; medians resist single slow steps."""
-    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    times: dict[str, list[float]] = {name: [] for name in pair}
     for i in range(steps + 1):
-        for precision in ("fp32", "bf16"):
+        for precision in pair:
             t0 = time.perf_counter()
             step(precision)
             if i:
                 times[precision].append(time.perf_counter() - t0)
-    return statistics.median(times["fp32"]) / statistics.median(times["bf16"])
+    return statistics.median(times[pair[0]]) / statistics.median(times[pair[1]])
 
 
 def model_workload(model_config: dict[str, Any], vocab_sizes: dict[str, int], batch_size: int) -> str:

@@ -9,6 +9,9 @@ global torch state as a side effect:
   gradient scaler on older CUDA GPUs, fp32 on MPS, and on the CPU bf16 only where the CPU has
   native bf16 and timing the model's own training steps measures it faster
   (`interlingua.precision`, `training.precision_probe`);
+- precision `int8` (inference on the CPU only; `interlingua.modules.int8`) runs a quantized network
+  without autocast; `auto` chooses it for a loaded model only where it measures faster and keeps dev
+  BLEU (`interlingua.inference.int8_probe`);
 - threads and the seed are applied by `Runtime.apply()`, which the entry point calls.
 """
 from __future__ import annotations
@@ -26,7 +29,7 @@ from interlingua.precision import DEFAULT_WORKLOAD, resolve_precision
 log = logging.getLogger(__name__)
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 
 
 def _mps_available() -> bool:
@@ -61,6 +64,9 @@ def resolve_device_precision(requested: str, device: torch.device, probe: Callab
     bf16, by timing `probe`, the bf16 speed-up of `workload`); impossible choices are errors."""
     if requested not in PRECISIONS:
         raise ConfigError(f"unknown precision '{requested}': use one of {', '.join(PRECISIONS)}")
+    if requested == "int8" and device.type != "cpu":
+        raise ConfigError(f"precision int8 runs on the CPU only (device is {device.type}); "
+                          "use fp32, bf16 or fp16 there, or --device cpu")
     if device.type == "cuda":
         if requested == "auto":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
@@ -100,8 +106,9 @@ class Runtime:
         return self
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """Mixed-precision context for forward passes (a no-op for fp32)."""
-        if self.precision == "fp32":
+        """Mixed-precision context for forward passes (a no-op for fp32 and int8: an int8 network computes
+        in its own precisions, `interlingua.modules.int8`)."""
+        if self.precision in ("fp32", "int8"):
             return contextlib.nullcontext()
         dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)

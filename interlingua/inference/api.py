@@ -39,9 +39,11 @@ from interlingua.data.shortlist import DirectionTable, Shortlist
 from interlingua.data.vocab import Vocab, source_prefix
 from interlingua.errors import ConfigError, InterlinguaError, LanguageError
 from interlingua.inference.decoding_probe import decoding_bf16_speedup
+from interlingua.inference.int8_probe import auto_int8
 from interlingua.inference.representation import Representation, generate_text, represent_ids
 from interlingua.modules.base import BridgeOutput, Decoder, Encoder
 from interlingua.modules.checkpoint import LoadedCheckpoint, load_checkpoint
+from interlingua.modules.int8 import is_quantized, quantize_network
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import BEAM_STOPS, MAX_BEAM
 from interlingua.precision import model_workload
@@ -129,8 +131,8 @@ def load(path: str | Path, device: str | torch.device = "auto", precision: str =
     """A checkpoint (a `.pt` file, or a model folder from `interlingua export folder` / `Model.save`, read
     without unpickling anything) ready to translate and embed on `device` ("auto" = CUDA when available, else
     MPS, else the CPU; "cpu", "cuda", "cuda:N", "mps"); no optimizer or training state is kept in memory.
-    `precision` of translation and sentence vectors: `fp32` (default), `bf16`, `fp16` (CUDA only) or
-    `auto` (see `Model.load`)."""
+    `precision` of translation and sentence vectors: `fp32` (default), `bf16`, `fp16` (CUDA only), `int8`
+    (CPU only) or `auto` (see `Model.load`)."""
     return Model.load(path, device, precision)
 
 
@@ -154,6 +156,8 @@ class Model:
     def __init__(self, loaded: LoadedCheckpoint, precision: str = "fp32"):
         self._loaded = loaded
         self._network: TranslationNetwork = loaded.network.eval()
+        if precision == "int8" and not is_quantized(self._network):
+            quantize_network(self._network)  # in place: the quantized layers' fp32 weights are not kept
         self._vocabs: dict[str, Vocab] = loaded.vocabs
         self._pre = loaded.config.preprocess
         self._runtime = Runtime(self._network.device, precision)
@@ -163,9 +167,13 @@ class Model:
     def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> Model:
         """`precision`: `fp32` (default, the numbers every result here was made with); `bf16` (autocast:
         on CPUs with AMX or AVX512-BF16 and on GPUs, faster, with outputs that may differ in places);
-        `fp16` (CUDA GPUs); `auto`: bf16 or fp16 on a GPU, and on a CPU with native bf16 bf16 only
-        where timing this model's own greedy and beam search in both precisions measures it faster here
-        (cached per machine and model), else fp32."""
+        `fp16` (CUDA GPUs); `int8` (CPUs: the big linear layers, output layers included, with int8 weights
+        and per-row int8 inputs, `interlingua.modules.int8`; outputs may differ in places; refused on other
+        devices and for a model with nothing big enough to quantize); `auto`: bf16 or fp16 on a GPU, and on
+        a CPU with native bf16 bf16 only where timing this model's own greedy and beam search in both
+        precisions measures it faster here (cached per machine and model), else fp32; then, on a CPU, int8
+        instead only where it decodes measurably faster still and its dev BLEU is within 0.3 of fp32's
+        (`interlingua.inference.int8_probe`, cached likewise)."""
         dev = device if isinstance(device, torch.device) else resolve_device(device)
         loaded = load_checkpoint(path, dev)
         if precision != "auto":
@@ -174,14 +182,19 @@ class Model:
         workload = "decoding " + model_workload(loaded.config.model.model_dump(mode="json"),
                                                 {lang: len(v) for lang, v in loaded.vocabs.items()}, 32)
         probe = lambda: decoding_bf16_speedup(loaded.network, len(loaded.vocabs[first]))  # noqa: E731
-        return cls(loaded, resolve_device_precision(precision, dev, probe, workload))
+        baseline = resolve_device_precision(precision, dev, probe, workload)
+        quantized = auto_int8(loaded, baseline, workload) if dev.type == "cpu" else None
+        return cls(quantized, "int8") if quantized is not None else cls(loaded, baseline)
 
     def save(self, folder: str | Path) -> Path:
         """Write this model as a model folder (what `interlingua export folder` writes): config.json,
         model.safetensors, one sentencepiece model per language and a README.md model card; `load(folder)`
         reads it back without unpickling anything, for the same translations and vectors. Written whole or
-        not at all; `folder` must be new, empty or a previous export (which it replaces). Returns `folder`."""
+        not at all; `folder` must be new, empty or a previous export (which it replaces). Returns `folder`.
+        A model loaded in int8 holds no fp32 weights for its quantized layers, so it refuses (load it in fp32
+        to save it)."""
         from interlingua.modules.model_folder import write_folder
+        self._check_fp32_weights("saved")
         return write_folder(self._loaded, folder)
 
     def export_ctranslate2(self, folder: str | Path, quantization: str | None = None) -> Path:
@@ -199,6 +212,8 @@ class Model:
         """The same architecture, vocabularies and device with freshly initialised weights: the
         reference point that shows what training bought."""
         loaded = self._loaded
+        if not loaded.payload_path:
+            self._check_fp32_weights("re-initialised")
         fresh = load_checkpoint(loaded.payload_path, self.device) if loaded.payload_path else loaded
         torch.manual_seed(seed)
         for module in fresh.network.modules():
@@ -208,6 +223,12 @@ class Model:
             fresh.network.reset_uniform(fresh.network.cfg.param_init)
         # what the trained weights were (step, dev BLEU, the files beside them) does not describe these
         return Model(dataclasses.replace(fresh, step=None, training=None, payload_path=None), self._runtime.precision)
+
+    def _check_fp32_weights(self, what: str) -> None:
+        """Refuse what needs the fp32 weights of a model whose linear layers were quantized (precision int8)."""
+        if is_quantized(self._network):
+            raise InterlinguaError(f"this model was loaded in precision int8, which keeps int8 weights only: it cannot "
+                                   f"be {what}; load it with precision fp32 for that")
 
     @property
     def device(self) -> torch.device:

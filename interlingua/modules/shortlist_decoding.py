@@ -51,13 +51,29 @@ def output_layer_weights(generator: nn.Module) -> tuple[torch.Tensor, torch.Tens
     raise TypeError(f"the output layer ({type(generator).__name__}) exposes no weight to shortlist")
 
 
+def _candidate_rows(generator: nn.Module, ids: torch.Tensor) -> nn.Module:
+    """An output layer of the rows `ids` of `generator`: an `nn.Linear`, or for an int8 output layer
+    (`modules.int8.Int8Linear`) an int8 one with exactly its int8 rows and scales."""
+    from interlingua.modules.int8 import Int8Linear
+    if isinstance(generator, Int8Linear):
+        bias = None if generator.bias is None else generator.bias.index_select(0, ids)
+        return Int8Linear(generator.int8_weight().index_select(0, ids), generator.scale.index_select(0, ids) * 127,
+                          bias, generator.kernel)
+    weight, bias = output_layer_weights(generator)
+    layer = nn.Linear(weight.size(1), len(ids), bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        layer.weight.copy_(weight.index_select(0, ids))
+        if bias is not None:
+            layer.bias.copy_(bias.index_select(0, ids))
+    return layer.requires_grad_(False)
+
+
 class ShortlistDecoder:
     """A `Decoder` for the search (step, reorder_state, reorder_beams, batch_size) over candidate positions."""
 
     def __init__(self, decoder: Decoder, candidates: Sequence[np.ndarray], start: int):
         self.decoder = decoder
-        weight, bias = output_layer_weights(decoder.generator)
-        device = weight.device
+        device = output_layer_weights(decoder.generator)[0].device
         fixed = np.array(list(range(START_POSITION)) + [start], dtype=np.int64)
         own = [np.setdiff1d(np.asarray(c, dtype=np.int64), fixed) for c in candidates]
         ids = np.concatenate([fixed, np.unique(np.concatenate(own))]) if own else fixed
@@ -69,8 +85,8 @@ class ShortlistDecoder:
         """(U,) the vocabulary id of each candidate position: the union of the batch's candidates."""
         self.blocked = torch.from_numpy(~allowed).to(device)
         """(batch, U) True where a position is not among that sentence's candidates."""
-        self.weight = weight.detach().index_select(0, self.ids)                     # (U, d)
-        self.bias = bias.detach().index_select(0, self.ids) if bias is not None else None
+        self.output = _candidate_rows(decoder.generator, self.ids)
+        """The output layer's rows of the candidates: (rows, d) -> (rows, U)."""
         self._cached: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def parameters(self) -> Iterator[nn.Parameter]:
@@ -88,8 +104,7 @@ class ShortlistDecoder:
     def step(self, prev: torch.Tensor, state: ShortlistState) -> tuple[torch.Tensor, ShortlistState]:
         """prev (rows,) candidate positions -> log-probabilities over the candidate positions (rows, U)."""
         hidden, inner = self.decoder.step_states(self.ids[prev], state.inner)       # (rows, d)
-        logits = nn.functional.linear(hidden, self.weight.to(hidden.dtype),
-                                      None if self.bias is None else self.bias.to(hidden.dtype)).float()
+        logits = self.output(hidden).float()
         logits.masked_fill_(self._blocked_rows(state.rows), float("-inf"))
         return torch.log_softmax(logits, dim=-1), ShortlistState(inner, state.rows)
 

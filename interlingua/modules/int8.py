@@ -1,0 +1,408 @@
+"""int8 inference on the CPU (`precision: int8`): linear layers with int8 weights and int8 activations.
+
+`Int8Linear` stands in for an `nn.Linear` of a trained model:
+
+- its weights are int8, symmetric (zero point 0, range -127..127), one scale per output channel,
+  computed once by torchao's quantization primitives (`choose_qparams_affine` with
+  `MappingType.SYMMETRIC` over blocks of one output row, then `quantize_affine`);
+- its input is quantized at every call, symmetric, **one scale per row** (per token / per sentence
+  state): a row's int8 values and scale depend on that row alone, the int32 sums of the product
+  are exact, so a sentence's output never depends on what it is batched with;
+- the product runs in oneDNN's int8 linear (`torch.ops.onednn.qlinear_pointwise`, AMX / VNNI
+  kernels: input scale 1, fp32 output already multiplied by the weight scales), then the row
+  scales and the bias are applied in one `addcmul`. Where that op is missing or fails its check
+  (another build, another CPU), `torch._int_mm` computes the same int32 sums (slower here).
+
+Only layers that are big enough are quantized (`MIN_INT8_WEIGHTS`): below that size the per-call
+cost of quantizing the input and calling the kernel is more than fp32's whole product
+(`bench/int8_linear.py`; measured numbers in docs/ARCHITECTURE.md). The decoders' output layers
+(`generator`) are quantized like any other layer; where a Transformer decoder ties its output
+layer to the target embeddings, the embedding keeps its fp32 table (the int8 copy is the output
+layer's own).
+
+LSTMs are stepped through linear layers where that lets int8 pay (`LinearLSTM`): the LSTM
+decoder's recurrence (one token at a time in search) computes each layer's four gates with one
+linear layer over [x, h] (weights cat(W_ih, W_hh), bias b_ih + b_hh) and then the usual
+sigmoid / tanh cell update; in fp32 it equals `nn.LSTM` (to ~1e-6). One step of batch 64 (256 / 256,
+2 threads) takes 0.30 ms with int8 gates against nn.LSTM's 0.51 ms, 0.95 against 2.9 ms at 512 / 512
+with 2 layers (batch 320: 1.9x and 3.7x); two products (input and recurrent apart) were slower than
+one at every size. The BiLSTM encoder keeps `nn.LSTM`'s fused fp32 kernel, which the int8 form
+(input projections of all time steps in one int8 product, then a recurrent loop) beat only at the
+papers' sizes in large batches (`ENCODER_LSTM_INT8`).
+
+torchao is imported only here and only when a model is quantized (`_torchao_primitives`), with
+the messages it prints at import on CPU-only machines (its CUDA extensions failing to load, a
+torch deprecation warning) silenced for that import alone.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import warnings
+from collections.abc import Iterator
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from interlingua.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+KERNELS = ("onednn", "int_mm")
+"""The int8 matrix products, fastest first: oneDNN's qlinear (prepacked weights), torch._int_mm."""
+
+MIN_INT8_WEIGHTS = 100_000
+"""A linear layer is quantized only when it has at least this many weights (in x out). Measured on an
+Intel Xeon with AMX-INT8 (`bench/int8_linear.py`, 2 threads, quiet machine, oneDNN kernel, int8 time
+against fp32's): layers of 16k-65k weights ran at 0.3-0.6x fp32's speed for 64 rows (a decoding step
+of batch 64) and ~1x for 320 rows (beam 5); 131k-weight ones (256x512, 512x256) at 0.8x for 64 rows,
+1.4-1.5x for 320 and 2.2x for 1,280; from 262k weights up 1.2-4.4x at every row count. Whole models
+(500 sentences, 2 threads): the demo LSTM model with thresholds 60k / 100k / 300k decoded greedy at
+1.21 / 1.19 / 1.21x, beam 5 at 1.32 / 1.33 / 1.27x; the zero-shot Transformer (d_model 128) with 30k /
+60k / 100k greedy at 0.86 / 0.92 / 1.04x, beam 5 at 1.01 / 1.02 / 1.05x."""
+
+ENCODER_LSTM_INT8 = False
+"""Whether the BiLSTM encoders are also run as `LinearLSTM`s with int8 products (all time steps' input
+projections in one product, then the recurrent loop). Measured against nn.LSTM's fused fp32 kernel, one
+direction (`bench/int8_linear.py` lstm_encoder, 2 threads): batch 64 x 20 steps, 256 -> 128 (the demo's
+size) 3.2 ms against 2.35 ms; 512 -> 256 (the papers') 5.8 against 7.5 ms (1.3x); one sentence of 12
+tokens (the service) 0.44 against 0.20 ms. Slower at the sizes of the models here and for single
+sentences, so the encoders keep nn.LSTM."""
+
+_ONEDNN_MIN_ROWS = 4
+"""oneDNN's int8 linear takes a slow path for 1 row (and for 2 rows of some shapes): 0.5-14 ms instead of
+~0.06 ms per call here (torch 2.13); fewer rows are padded with zero rows to this many."""
+
+_EPS = 1e-12
+"""Smallest row maximum: an all-zero row (padding) quantizes to zeros instead of dividing by 0."""
+
+
+@contextlib.contextmanager
+def _quiet(*loggers: str) -> Iterator[None]:
+    """Silence `loggers` (and the loggers below them) and every Python warning for the duration (an
+    import's noise); their levels are restored afterwards."""
+    targets = [logging.getLogger(name) for name in loggers]
+    levels = [logger.level for logger in targets]
+    for logger in targets:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(targets, levels):
+            logger.setLevel(level)
+
+
+@functools.lru_cache(maxsize=1)
+def _torchao_primitives() -> Any:
+    """torchao's quant_primitives module, imported once, quietly (on a CPU-only machine torchao logs a
+    failure to load each of its CUDA extensions, and torch warns about one of its Enum registrations)."""
+    try:
+        with _quiet("torchao", "torch.utils._pytree"):
+            from torchao.quantization import quant_primitives  # type: ignore[import-untyped]
+    except ImportError as err:
+        raise ConfigError(f"precision int8 needs torchao (pip install torchao==0.18.0): {err}") from None
+    return quant_primitives
+
+
+def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, in) float weights -> int8 weights (out, in) and one fp32 scale per output row (out,):
+    symmetric, range -127..127, by torchao's `choose_qparams_affine` and `quantize_affine`."""
+    qp = _torchao_primitives()
+    w = weight.detach().float()
+    block = (1, w.size(1))
+    scale, zero_point = qp.choose_qparams_affine(w, qp.MappingType.SYMMETRIC, block, torch.int8, -127, 127,
+                                                 eps=torch.finfo(torch.float32).eps, scale_dtype=torch.float32)
+    q = qp.quantize_affine(w, block, scale, zero_point, torch.int8, -127, 127)
+    return q, scale.reshape(-1).float()
+
+
+def _reference_product(q: torch.Tensor, qweight: torch.Tensor) -> torch.Tensor:
+    return q.double() @ qweight.double().t()
+
+
+@functools.cache
+def kernel_works(kernel: str) -> bool:
+    """Whether `kernel` exists in this torch build and gives the exact int8 products here."""
+    gen = torch.Generator().manual_seed(0)
+    qweight = torch.randint(-127, 128, (24, 40), generator=gen, dtype=torch.int8)
+    q = torch.randint(-127, 128, (5, 40), generator=gen, dtype=torch.int8)
+    try:
+        layer = Int8Linear(qweight, torch.ones(24) * 127, None, kernel)
+        got, one = layer._products(q).double(), layer._products(q[:1]).double()
+    except Exception as err:  # noqa: BLE001 - a missing op or an unsupported CPU: use the next kernel
+        log.debug("int8 kernel %s unavailable: %s", kernel, err)
+        return False
+    want = _reference_product(q, qweight)
+    return bool(torch.equal(got, want) and torch.equal(one, want[:1]))
+
+
+def choose_kernel(kernel: str | None = None) -> str:
+    """`kernel` where given (checked), else the fastest one that works here (`KERNELS` in order)."""
+    if kernel is not None:
+        if kernel not in KERNELS:
+            raise ConfigError(f"unknown int8 kernel '{kernel}': use one of {', '.join(KERNELS)}")
+        if not kernel_works(kernel):
+            raise ConfigError(f"the int8 kernel '{kernel}' does not work in this torch build on this CPU")
+        return kernel
+    for name in KERNELS:
+        if kernel_works(name):
+            return name
+    raise ConfigError("precision int8: neither oneDNN's int8 linear nor torch._int_mm works in this torch build "
+                      f"(torch {torch.__version__}); use fp32")
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b with W int8 per output channel and x quantized to int8 per row at each call (see
+    the module's docstring). Inference only: it holds no parameters, nothing to train."""
+
+    scale: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, kernel: str):
+        """`qweight` (out, in) int8, `scale` (out,) its scales, `bias` (out,) or None, `kernel` one of `KERNELS`."""
+        super().__init__()
+        if kernel not in KERNELS:
+            raise ValueError(f"unknown int8 kernel '{kernel}'")
+        self.out_features, self.in_features = qweight.shape
+        self.kernel = kernel
+        # an input row is quantized as round(x * 127 / max|x|): the 1/127 joins the weight scales once
+        self.register_buffer("scale", scale.detach().float().reshape(-1) / 127)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        self._packed: torch.Tensor | None = None
+        self._qweight_t: torch.Tensor | None = None
+        if kernel == "onednn":  # prepacked for the CPU's int8 instructions (the only copy kept)
+            self._packed = torch.ops.onednn.qlinear_prepack(qweight.contiguous(), None)
+            self._zero_points = torch.zeros(self.out_features, dtype=torch.long)
+        else:
+            self._qweight_t = qweight.t()
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, kernel: str) -> Int8Linear:
+        """An int8 copy of `linear` (whose fp32 weight the caller can then drop)."""
+        qweight, scale = quantize_weight(linear.weight)
+        return cls(qweight, scale, linear.bias, kernel)
+
+    def int8_weight(self) -> torch.Tensor:
+        """The int8 weights (out, in)."""
+        if self._packed is not None:
+            return self._packed.to_dense().t()  # oneDNN's packed layout unpacks to (in, out)
+        assert self._qweight_t is not None
+        return self._qweight_t.t()
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """The weights the int8 ones stand for, fp32 (out, in) (for code that reads rows of an output layer)."""
+        return self.int8_weight().float() * (self.scale * 127).unsqueeze(1)
+
+    def _products(self, q: torch.Tensor) -> torch.Tensor:
+        """int8 rows (n, in) -> (n, out) fp32: their exact int32 products with W, times the weight scales."""
+        if self._packed is not None:
+            n = q.size(0)
+            if n < _ONEDNN_MIN_ROWS:  # padded with zero rows: the real rows' sums are the same
+                q = torch.nn.functional.pad(q, (0, 0, 0, _ONEDNN_MIN_ROWS - n))
+            y = torch.ops.onednn.qlinear_pointwise(q, 1.0, 0, self._packed, self.scale, self._zero_points, None,
+                                                   1.0, 0, torch.float32, "none", [], "")
+            return y[:n] if n < _ONEDNN_MIN_ROWS else y
+        assert self._qweight_t is not None
+        return torch._int_mm(q, self._qweight_t).float().mul_(self.scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        rows = x.reshape(-1, self.in_features).float()
+        amax = rows.abs().amax(1, keepdim=True).clamp_min_(_EPS)
+        q = (rows * (127.0 / amax)).round_().to(torch.int8)
+        y = self._products(q)
+        y = y.mul_(amax) if self.bias is None else torch.addcmul(self.bias, y, amax)
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"kernel={self.kernel}")
+
+
+def _lstm_cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """nn.LSTM's cell update from its four gates (batch, 4H), in its order i, f, g, o."""
+    h = c.size(-1)
+    s = torch.sigmoid(gates)
+    c = torch.addcmul(s[:, h:2 * h] * c, s[:, :h], torch.tanh(gates[:, 2 * h:3 * h]))
+    return s[:, 3 * h:] * torch.tanh(c), c
+
+
+class LinearLSTM(nn.Module):
+    """A unidirectional, batch-first `nn.LSTM` at inference, written as linear layers and the cell update,
+    so that its products can be int8 (`Int8Linear`): called as that LSTM is, (input (batch, T, in),
+    (h0, c0) (layers, batch, H) or None) -> (output (batch, T, H), (h_n, c_n)).
+
+    `fused`: each layer's gates are one linear layer over [x_t, h] (weights cat(W_ih, W_hh), bias
+    b_ih + b_hh): one product per step, for a decoder stepped one token at a time. Otherwise each layer
+    has an input projection (bias b_ih + b_hh), applied to every time step at once, and a recurrent
+    one (no bias) applied step by step: for a whole sequence (an encoder)."""
+
+    def __init__(self, input_size: int, hidden: int, layers: int, fused: bool):
+        super().__init__()
+        self.input_size, self.hidden_size, self.num_layers, self.fused = input_size, hidden, layers, fused
+        sizes = [input_size] + [hidden] * (layers - 1)
+        self.gates = nn.ModuleList(nn.Linear(n + hidden, 4 * hidden) for n in sizes) if fused else None
+        self.ih = None if fused else nn.ModuleList(nn.Linear(n, 4 * hidden) for n in sizes)
+        self.hh = None if fused else nn.ModuleList(nn.Linear(hidden, 4 * hidden, bias=False) for _ in sizes)
+
+    @classmethod
+    def from_lstm(cls, lstm: nn.LSTM, fused: bool) -> LinearLSTM:
+        """The same function as `lstm` (unidirectional, batch_first, no projection), its weights copied."""
+        if lstm.bidirectional or lstm.proj_size or not lstm.batch_first:
+            raise ValueError("LinearLSTM stands for unidirectional batch-first LSTMs without projections")
+        out = cls(lstm.input_size, lstm.hidden_size, lstm.num_layers, fused)
+        with torch.no_grad():
+            for i in range(lstm.num_layers):
+                w_ih, w_hh = getattr(lstm, f"weight_ih_l{i}"), getattr(lstm, f"weight_hh_l{i}")
+                if lstm.bias:
+                    bias = getattr(lstm, f"bias_ih_l{i}") + getattr(lstm, f"bias_hh_l{i}")
+                else:
+                    bias = w_ih.new_zeros(w_ih.size(0))
+                if out.gates is not None:
+                    gates = cast(nn.Linear, out.gates[i])
+                    gates.weight.copy_(torch.cat([w_ih, w_hh], dim=1))
+                    gates.bias.copy_(bias)
+                else:
+                    assert out.ih is not None and out.hh is not None
+                    ih, hh = cast(nn.Linear, out.ih[i]), cast(nn.Linear, out.hh[i])
+                    ih.weight.copy_(w_ih)
+                    ih.bias.copy_(bias)
+                    hh.weight.copy_(w_hh)
+        return out.to(next(lstm.parameters()).device).eval()
+
+    def forward(self, x: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        batch, steps = x.size(0), x.size(1)
+        if hx is None:
+            zeros = x.new_zeros(self.num_layers, batch, self.hidden_size)
+            hx = (zeros, zeros)
+        hs, cs = [], []
+        for layer in range(self.num_layers):
+            h, c = hx[0][layer], hx[1][layer]
+            outs = []
+            if self.gates is not None:
+                gates = self.gates[layer]
+                for t in range(steps):
+                    h, c = _lstm_cell(gates(torch.cat([x[:, t], h], dim=1)), c)
+                    outs.append(h)
+            else:
+                assert self.ih is not None and self.hh is not None
+                projected, recurrent = self.ih[layer](x), self.hh[layer]
+                for t in range(steps):
+                    h, c = _lstm_cell(projected[:, t] + recurrent(h), c)
+                    outs.append(h)
+            x = outs[0].unsqueeze(1) if steps == 1 else torch.stack(outs, dim=1)
+            hs.append(h)
+            cs.append(c)
+        return x, (torch.stack(hs), torch.stack(cs))
+
+
+def _gate_weights(lstm: nn.LSTM) -> int:
+    """Weights of the largest layer `LinearLSTM` makes of `lstm` (fused: the first layer's gates over [x, h])."""
+    return 4 * lstm.hidden_size * (max(lstm.input_size, lstm.hidden_size) + lstm.hidden_size)
+
+
+def _lstms_to_rewrite(network: nn.Module, encoder: bool, min_weights: int) -> list[tuple[nn.Module, str, bool]]:
+    """(parent, attribute, fused) of every LSTM that `linear_lstms` rewrites: the LSTM decoders' (fused)
+    and, with `encoder`, the BiLSTM encoders' (split), where the gates reach `min_weights`."""
+    from interlingua.modules.decoders import LSTMDecoder
+    from interlingua.modules.encoders import BiLSTMEncoder
+    found: list[tuple[nn.Module, str, bool]] = []
+    for module in network.modules():
+        if isinstance(module, LSTMDecoder) and isinstance(module.lstm, nn.LSTM):
+            if _gate_weights(module.lstm) >= min_weights:
+                found.append((module, "lstm", True))
+        elif encoder and isinstance(module, BiLSTMEncoder):
+            for stack in (module.forward_layers, module.backward_layers):
+                for i, lstm in enumerate(stack):
+                    if isinstance(lstm, nn.LSTM) and 4 * lstm.hidden_size * lstm.input_size >= min_weights:
+                        found.append((stack, str(i), False))
+    return found
+
+
+def linear_lstms(network: nn.Module, encoder: bool | None = None, min_weights: int = 0) -> int:
+    """Replace, in place, the `nn.LSTM` of every LSTM decoder by its fused `LinearLSTM` (and, with
+    `encoder`, default `ENCODER_LSTM_INT8`, the BiLSTM encoders' LSTMs by split ones), where its gates
+    have at least `min_weights` weights; returns how many were replaced. The function is the same (in
+    fp32 to rounding); training keeps `nn.LSTM` (this is for inference)."""
+    found = _lstms_to_rewrite(network, ENCODER_LSTM_INT8 if encoder is None else encoder, min_weights)
+    for parent, name, fused in found:
+        setattr(parent, name, LinearLSTM.from_lstm(getattr(parent, name), fused=fused))
+    return len(found)
+
+
+def _restricted_generators(network: nn.Module) -> set[int]:
+    """ids of output layers whose rows are read one language's slice at a time (`TranslationNetwork.output_rows`,
+    an extended shared model): they need their fp32 weight and stay as they are."""
+    rows = getattr(network, "output_rows", None)
+    decoder_for = getattr(network, "decoder_for", None)
+    if not rows or decoder_for is None:
+        return set()
+    return {id(decoder_for(lang).generator) for lang in rows}
+
+
+def is_quantized(network: nn.Module) -> bool:
+    """Whether `network` holds int8 layers (from `quantize_network`)."""
+    return any(isinstance(m, Int8Linear) for m in network.modules())
+
+
+def check_quantizable(network: nn.Module, *, min_weights: int | None = None, encoder_lstm: bool | None = None
+                      ) -> None:
+    """Raise `ConfigError` naming why `quantize_network` (same arguments) would quantize nothing: weights on
+    another device than the CPU, no linear layer at all, none big enough for int8 to pay."""
+    devices = {t.device.type for t in [*network.parameters(), *network.buffers()]} - {"cpu"}
+    if devices:
+        raise ConfigError(f"precision int8 runs on the CPU only; this model is on {', '.join(sorted(devices))}")
+    if is_quantized(network):
+        raise ValueError("this network is quantized already")
+    threshold = MIN_INT8_WEIGHTS if min_weights is None else min_weights
+    keep = _restricted_generators(network)
+    lstms = [m for m in network.modules() if isinstance(m, nn.LSTM)]
+    linears = [m for m in network.modules() if isinstance(m, nn.Linear) and id(m) not in keep]
+    if not linears and not lstms:
+        raise ConfigError(f"precision int8: this model ({type(network).__name__}) has no linear layer (nn.Linear) "
+                          "to quantize; use fp32")
+    encoder = ENCODER_LSTM_INT8 if encoder_lstm is None else encoder_lstm
+    if not _lstms_to_rewrite(network, encoder, threshold) and all(m.in_features * m.out_features < threshold
+                                                                   for m in linears):
+        largest = max([m.in_features * m.out_features for m in linears] + [_gate_weights(m) for m in lstms])
+        raise ConfigError(f"precision int8: no layer of this model is big enough for int8 to pay here (the largest "
+                          f"has {largest:,} weights, int8 starts at {threshold:,}: smaller products are faster in "
+                          "fp32); use fp32")
+
+
+def quantize_network(network: nn.Module, *, min_weights: int | None = None, kernel: str | None = None,
+                     encoder_lstm: bool | None = None) -> int:
+    """Quantize `network` for int8 inference **in place** (it is put in eval mode; keep an fp32 copy
+    yourself where you need one) and return how many linear layers were quantized.
+
+    LSTM decoders (and, with `encoder_lstm`, default `ENCODER_LSTM_INT8`, BiLSTM encoders) are first
+    rewritten as `LinearLSTM`s, then every `nn.Linear` with at least `min_weights` weights (default
+    `MIN_INT8_WEIGHTS`) becomes an `Int8Linear` computed by `kernel` (default: the fastest that works
+    here); the fp32 weights of replaced layers are dropped (a tied embedding keeps its table). Raises
+    `ConfigError` naming why where nothing can be quantized (`check_quantizable`), before changing anything."""
+    check_quantizable(network, min_weights=min_weights, encoder_lstm=encoder_lstm)
+    threshold = MIN_INT8_WEIGHTS if min_weights is None else min_weights
+    chosen = choose_kernel(kernel)
+    keep = _restricted_generators(network)
+    network.eval()
+    linear_lstms(network, ENCODER_LSTM_INT8 if encoder_lstm is None else encoder_lstm, threshold)
+    done: dict[int, Int8Linear] = {}
+    left = set()
+    for parent in list(network.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, nn.Linear):
+                continue
+            if id(child) in keep or child.in_features * child.out_features < threshold:
+                left.add(id(child))
+                continue
+            if id(child) not in done:  # a layer under two names stays one layer
+                done[id(child)] = Int8Linear.from_linear(child, chosen)
+            setattr(parent, name, done[id(child)])
+    log.info("int8: %d linear layer(s) quantized (kernel %s), %d left in fp32 (fewer than %s weights%s)",
+             len(done), chosen, len(left), f"{threshold:,}", ", or output rows read per language" if keep else "")
+    return len(done)
