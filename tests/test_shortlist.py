@@ -112,6 +112,20 @@ def test_the_lstm_decoder_decodes_with_a_shortlist_too(trained_model):
         assert model.use_shortlist(sl).translate(sources, "en", "de", beam=beam) == full
 
 
+def test_a_one_direction_model_gets_its_shortlist(multi30k_corpus, tmp_path):
+    """A bilingual en->de model has no German encoder: the target side is tokenised without one."""
+    from conftest import tiny_config
+
+    from interlingua.config import parse_config
+    from interlingua.training.trainer import train
+    checkpoint = train(parse_config(tiny_config(multi30k_corpus, tmp_path / "run"))).best_checkpoint
+    model = interlingua.load(checkpoint, "cpu")
+    assert model.languages.trained == (("en", "de"),)
+    sl = build_shortlist(model, max_pairs=200)
+    assert sl.directions == [("en", "de")]
+    assert len(model.use_shortlist(sl).translate(["a dog runs ."], "en", "de")) == 1
+
+
 def test_a_sentences_shortlisted_translation_does_not_depend_on_its_batch(trained, tmp_path):
     model = interlingua.load(trained, "cpu").use_shortlist(build_shortlist(interlingua.load(trained, "cpu"),
                                                                            per_token=1, frequent=2))

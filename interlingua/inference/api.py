@@ -204,8 +204,10 @@ class Model:
         raises `UnsupportedModelError` naming what CTranslate2 lacks); their greedy output in CTranslate2 is
         this model's. `quantization`: None (float32) or a CTranslate2 weight type (`int8`, `int16`,
         `float16`, `bfloat16`, ...). Written whole or not at all; `folder` must be new, empty or a previous
-        CTranslate2 export. Needs `pip install 'interlingua[ctranslate2]'`. Returns `folder`."""
+        CTranslate2 export. Needs `pip install 'interlingua[ctranslate2]'`. Returns `folder`. A model loaded
+        in int8 refuses, as `save` does (load it in fp32 and give `quantization="int8"`)."""
         from interlingua.inference.ctranslate2_export import write_ctranslate2
+        self._check_fp32_weights("exported")
         return write_ctranslate2(self._loaded, folder, quantization)
 
     def untrained_like(self, seed: int = 0) -> Model:

@@ -1,9 +1,10 @@
 """Build a model's lexical shortlist (`interlingua.data.shortlist`) from the training bitext of its corpus.
 
 The pairs are read from the corpus's `train` split (the one the model's config names, or another
-corpus YAML), tokenised exactly as the model reads text (`Model.token_ids`: normalisation,
-truncation), for every direction the model was trained on; streamed in chunks, so a corpus of
-millions of lines is counted without holding its text.
+corpus YAML), tokenised exactly as the model reads text (`tokenize_inputs`: normalisation,
+truncation; on both sides, so a target language needs no encoder), for every direction the model
+was trained on; streamed in chunks, so a corpus of millions of lines is counted without holding
+its text.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from interlingua.data.corpus import load_corpus, stream_group
+from interlingua.data.inputs import tokenize_inputs
 from interlingua.data.shortlist import DEFAULT_FREQUENT, DEFAULT_PER_TOKEN, Shortlist, count_table
 from interlingua.errors import DataError
 from interlingua.inference.api import Model
@@ -27,14 +29,15 @@ CHUNK_ROWS = 20_000
 def _direction_pairs(model: Model, corpus_path: Path, src: str, tgt: str,
                      max_pairs: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     corpus = load_corpus(corpus_path)
+    preprocess = model.preprocess
     seen = 0
     for group in corpus.groups("train"):
         if src not in group.files or tgt not in group.files:
             continue
         for chunk in stream_group(group, [src, tgt], CHUNK_ROWS):
             keep = [i for i, (a, b) in enumerate(zip(chunk[src], chunk[tgt])) if a.strip() and b.strip()]
-            src_ids = model.token_ids([chunk[src][i] for i in keep], src)
-            tgt_ids = model.token_ids([chunk[tgt][i] for i in keep], tgt)
+            src_ids = tokenize_inputs([chunk[src][i] for i in keep], model.vocabs[src], preprocess)
+            tgt_ids = tokenize_inputs([chunk[tgt][i] for i in keep], model.vocabs[tgt], preprocess)
             for pair in zip(src_ids, tgt_ids):
                 yield pair
                 seen += 1
