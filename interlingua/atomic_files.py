@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,3 +75,49 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
 def write_text_atomic(path: str | Path, text: str) -> None:
     """`path` holds exactly `text` as UTF-8, or is unchanged."""
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+@contextmanager
+def atomic_folder(out: str | Path) -> Iterator[Path]:
+    """A temporary sibling folder to fill with `out`'s new files; on a clean exit every file is flushed
+    to disk, made readable as the umask allows, and the folder replaces `out` whole (a previous `out` is
+    moved aside first and removed once the new one is in place, put back if the rename fails); on any
+    error the temporary folder is removed and `out` is left as it was. Checking that `out` may be
+    replaced is the caller's business."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        _flush_folder(tmp)
+        _replace_folder(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _flush_folder(folder: Path) -> None:
+    """Every file of `folder` on disk, and all of it readable as the umask allows (mkdtemp makes the
+    folder 0700, and some writers their files 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.iterdir():
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(path, 0o666 & ~umask)
+    os.chmod(folder, 0o777 & ~umask)
+
+
+def _replace_folder(new: Path, out: Path) -> None:
+    """Put the finished folder `new` at `out` by renames (see `atomic_folder`)."""
+    if not out.exists():
+        os.rename(new, out)
+        return
+    aside = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.old"
+    os.rename(out, aside)
+    try:
+        os.rename(new, out)
+    except BaseException:
+        os.rename(aside, out)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)

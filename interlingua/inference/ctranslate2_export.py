@@ -52,8 +52,6 @@ sentence as our `beam_stop: top` does), so beam outputs may differ.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,12 +59,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from interlingua.atomic_files import atomic_folder
 from interlingua.config import ModelConfig
 from interlingua.data.vocab import BOS, EOS, UNK, Vocab, language_tag
 from interlingua.errors import ConfigError, InterlinguaError
 from interlingua.modules.checkpoint import LoadedCheckpoint, load_checkpoint
 from interlingua.modules.model import SHARED
-from interlingua.modules.model_folder import _flush_folder, _replace_folder, tokenizer_files
+from interlingua.modules.model_folder import tokenizer_files
 from interlingua.modules.transformer import (
     DecoderLayer,
     EncoderLayer,
@@ -340,9 +339,7 @@ def write_ctranslate2(loaded: LoadedCheckpoint, out: str | Path, quantization: s
     check_exportable(loaded)
     vocabs = _used_vocabs(loaded)
     files, protos = tokenizer_files(vocabs)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    with atomic_folder(out) as tmp:
         _converter(loaded).convert(str(tmp), quantization=quant, force=True)  # replaces tmp by the model
         written = sorted(p.name for p in tmp.iterdir())
         for name, proto in protos.items():
@@ -350,11 +347,6 @@ def write_ctranslate2(loaded: LoadedCheckpoint, out: str | Path, quantization: s
         meta = export_record(loaded, files, quant, written)
         (tmp / MARKER).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         (tmp / CARD).write_text(render_readme(meta, out.name), encoding="utf-8")
-        _flush_folder(tmp)
-        _replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

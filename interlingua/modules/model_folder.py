@@ -23,17 +23,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import shutil
-import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from interlingua.atomic_files import atomic_folder
 from interlingua.config import parse_config
 from interlingua.data.vocab import EOS, Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError, InterlinguaError
@@ -77,19 +74,12 @@ def write_folder(loaded: LoadedCheckpoint, out: str | Path) -> Path:
     check_target(out)
     tensors, tied = stored_tensors(loaded.network)
     meta, protos = folder_config(loaded, tied)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    with atomic_folder(out) as tmp:
         save_file(tensors, tmp / WEIGHTS, metadata={"format": "pt"})
         for name, proto in protos.items():
             (tmp / name).write_bytes(proto)
         (tmp / CONFIG).write_text(json.dumps(meta, indent=1, allow_nan=False) + "\n", encoding="utf-8")
         (tmp / CARD).write_text(render_card(meta), encoding="utf-8")
-        _flush_folder(tmp)
-        _replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -239,34 +229,6 @@ def check_target(out: Path) -> None:
         raise InterlinguaError(f"{out} is a previous export but also holds {', '.join(others[:5])}"
                                f"{' ...' if len(others) > 5 else ''}, which an export does not write: move "
                                f"{'it' if len(others) == 1 else 'them'} away or give another folder")
-
-
-def _flush_folder(folder: Path) -> None:
-    """Every file of `folder` on disk, and all of it readable as the umask allows (mkdtemp makes the
-    folder 0700, and safetensors its file 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in folder.iterdir():
-        with open(path, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(path, 0o666 & ~umask)
-    os.chmod(folder, 0o777 & ~umask)
-
-
-def _replace_folder(new: Path, out: Path) -> None:
-    """Put the finished folder `new` at `out`: a rename; a previous export is moved aside first and
-    removed once the new one is in place (put back if the rename fails)."""
-    if not out.exists():
-        os.rename(new, out)
-        return
-    aside = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.old"
-    os.rename(out, aside)
-    try:
-        os.rename(new, out)
-    except BaseException:
-        os.rename(aside, out)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
 
 
 # -- reading ------------------------------------------------------------------------------------
