@@ -31,6 +31,7 @@ REQUIRED = {
     "demo": [],
     "extend": ["m.pt", "--lang", "cs", "--out", "x.pt"],
     "serve": ["--model", "m.pt"],
+    "shortlist": ["m.pt", "--out", "s.safetensors"],
 }
 # (command, option, range-checking type): every numeric option the parser has
 NUMERIC = [
@@ -48,6 +49,8 @@ NUMERIC = [
     ("demo", "--minutes", positive_float),
     ("extend", "--vocab-size", positive_int), ("extend", "--noise", non_negative_float),
     ("extend", "--seed", non_negative_int),
+    ("shortlist", "--per-token", positive_int), ("shortlist", "--frequent", non_negative_int),
+    ("shortlist", "--max-pairs", positive_int),
     ("serve", "--port", port_number), ("serve", "--max-texts", positive_int), ("serve", "--max-chars", positive_int),
     ("serve", "--max-wait-ms", non_negative_float), ("serve", "--max-batch-texts", positive_int),
     ("serve", "--threads", positive_int), ("serve", "--max-batch-tokens", positive_int),
