@@ -292,6 +292,9 @@ class AgreementConfig(_Strict):
 class TrainConfig(_Strict):
     optimizer: Literal["sgd", "adam"] = "adam"
     lr: float = Field(4e-4, gt=0)
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """Adam's (beta1, beta2), each in [0, 1): the decay of its gradient and squared-gradient averages
+    (paper 004's Transformers, after Vaswani et al.: (0.9, 0.98)). Unused by `sgd`."""
     lr_schedule: Literal["constant", "inverse_sqrt"] = "constant"
     """constant: `lr` at every step. inverse_sqrt (Vaswani et al.; fairseq): linear warm-up to `lr`
     over `warmup_steps`, then decay with 1/sqrt(step): lr * min(step / warmup, sqrt(warmup / step))."""
@@ -345,6 +348,13 @@ class TrainConfig(_Strict):
     tensorboard: bool = False
     """Also write metrics.jsonl's scalars as TensorBoard event files in `<work_dir>/tensorboard/`
     (needs the `tensorboard` extra: pip install "interlingua[tensorboard]")."""
+
+    @field_validator("adam_betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"each of Adam's betas must be in [0, 1), got {list(betas)}")
+        return betas
 
 
 class ExperimentConfig(_Strict):

@@ -359,3 +359,14 @@ def test_dev_references_without_raw_text_are_rebuilt_with_a_warning(multi30k_cor
     assert "rebuilt from subword ids cut to max_len=12" in caplog.text
     dev = run.devsets[("en", "de")]
     assert dev.references == [prepared.vocabs["de"].decode(t.tolist()) for t in dev.tgt]
+
+
+def test_adam_betas_reach_the_optimizer_and_bad_ones_name_the_key(multi30k_corpus, tmp_path):
+    from interlingua.errors import ConfigError
+    cfg = parse_config(tiny_config(multi30k_corpus, tmp_path / "run", train={"adam_betas": [0.9, 0.98]}))
+    assert cfg.train.adam_betas == (0.9, 0.98)
+    run = build_run(cfg)
+    assert run.optimizer.param_groups[0]["betas"] == (0.9, 0.98)
+    assert parse_config(tiny_config(multi30k_corpus, tmp_path / "d")).train.adam_betas == (0.9, 0.999)
+    with pytest.raises(ConfigError, match="adam_betas"):
+        parse_config(tiny_config(multi30k_corpus, tmp_path / "bad", train={"adam_betas": [0.9, 1.0]}))

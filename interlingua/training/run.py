@@ -179,7 +179,7 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
 
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = (torch.optim.SGD(trained, lr=tc.lr) if tc.optimizer == "sgd"
-                 else torch.optim.Adam(trained, lr=tc.lr, fused=True))
+                 else torch.optim.Adam(trained, lr=tc.lr, betas=tc.adam_betas, fused=True))
     factor = lr_factor(tc.lr_schedule, tc.warmup_steps)
     lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     rotated = step_directions(cfg, directions)
