@@ -309,6 +309,10 @@ class TrainConfig(_Strict):
     max_steps: int = Field(10_000, ge=1)
     max_minutes: float | None = Field(None, gt=0)
     """Wall-clock budget; training stops (and saves) when it is spent."""
+    patience: int | None = Field(None, ge=1)
+    """Stop once this many validations in a row have not lowered the lowest mean dev loss of the
+    trained directions (training to convergence, with `max_steps` / `max_minutes` as the outer bound);
+    `--resume` after such a stop refuses to go on unless `patience` is raised. None: no such stop."""
     clip_norm: float = Field(5.0, gt=0)
     penalty_weight: float = Field(1.0, ge=0)
     """lambda in CE + lambda * ||A A^T - I||_F^2; 0 turns the penalty off."""

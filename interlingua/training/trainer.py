@@ -34,8 +34,10 @@ from interlingua.atomic_files import write_text_atomic
 from interlingua.config import ExperimentConfig
 from interlingua.data.prepare import PreparedData
 from interlingua.distributed import process_group
+from interlingua.errors import ConfigError
 from interlingua.training.checkpoints import CheckpointFiles, score
 from interlingua.training.metrics import add_step, empty_window, train_record
+from interlingua.training.patience import patience_spent
 from interlingua.training.progress_bar import ProgressBar
 from interlingua.training.run import Run, build_run
 from interlingua.training.signals import StopSignals, TrainingInterrupted
@@ -87,6 +89,11 @@ class Trainer:
     def train(self) -> TrainResult:
         """Run the loop to `max_steps` or the time budget; the work_dir's lock is given back at the end."""
         run, p, tc = self.run, self.progress, self.run.cfg.train
+        if patience_spent(p.history, tc.patience):
+            self.close()
+            raise ConfigError(f"this run stopped at step {p.step} because its dev loss had not improved for "
+                              f"{tc.patience} validations (train.patience): it has converged; raise train.patience "
+                              "to train it further")
         try:
             self._open_logs()
             run.model.train()
@@ -97,6 +104,10 @@ class Trainer:
                     while True:
                         self._log_and_validate_owed(bar)
                         if p.step >= run.max_steps or (tc.max_minutes is not None and p.elapsed >= tc.max_minutes * 60):
+                            break
+                        if patience_spent(p.history, tc.patience):
+                            ProgressBar.write(f"step {p.step}: the dev loss has not improved for {tc.patience} "
+                                              "validations (train.patience): stopping")
                             break
                         self._step(signals)
                         bar.advance(p.elapsed)
