@@ -146,7 +146,7 @@ def test_self_attention_weights_are_the_ones_the_forward_pass_applies(monkeypatc
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
     fused = transformer.attention
 
-    def recording(q, k, v, mask=None, causal=False):
+    def recording(q, k, v, mask=None, causal=False, dropout=0.0):
         out = fused(q, k, v, mask, causal)
         seen.append((out, v))
         return out

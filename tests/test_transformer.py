@@ -98,7 +98,7 @@ def test_encoder_is_exact_under_padding():
             assert (states[i, n:] == 0).all() and mask[i].sum() == n
 
 
-def _uniform(q, k, v, mask=None, causal=False):
+def _uniform(q, k, v, mask=None, causal=False, dropout=0.0):
     """Attention with equal weights on every allowed key (mask: True where allowed)."""
     weights = torch.ones(q.size(0), q.size(1), q.size(2), k.size(2))
     if mask is not None:
@@ -127,7 +127,7 @@ def test_position_query_ignores_token_content(monkeypatch):
     """In the residual-drop layer the queries are the same whatever the tokens; elsewhere they are not."""
     seen: list[torch.Tensor] = []
 
-    def recording(q, k, v, mask=None, causal=False):
+    def recording(q, k, v, mask=None, causal=False, dropout=0.0):
         seen.append(q.clone())
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
 
@@ -202,3 +202,46 @@ def test_search_stops_at_a_learned_position_table():
     for beam in (1, 3):
         out = translate_ids(m, {"en": Pieces(), "de": Pieces()}, seqs, "en", "de", batch_size=4, beam=beam, max_len=30)
         assert all(len(o.split()) <= 8 for o in out) and any(out)
+
+
+def test_attention_and_word_dropout_act_in_training_only():
+    plain = model(dropout=0.0)
+    dropping = model({"attention_dropout": 0.5, "word_dropout": 0.5}, {"attention_dropout": 0.5, "word_dropout": 0.5},
+                     dropout=0.0)
+    dropping.load_state_dict(plain.state_dict())  # the options add no weights
+    src, lengths = padded_batch()
+    encoder, same = plain.encoders["en"], dropping.encoders["en"]
+    with torch.no_grad():
+        assert torch.equal(encoder(src, lengths)[0], same(src, lengths)[0])  # eval mode: no dropout at all
+        same.train()
+        torch.manual_seed(3)
+        first = same(src, lengths)[0]
+        assert not torch.equal(first, encoder(src, lengths)[0])
+        assert not torch.equal(first, same(src, lengths)[0])  # a new draw each call
+
+
+def test_word_dropout_drops_whole_tokens_and_keeps_their_positions():
+    cfg = transformer.TransformerEncoderConfig(hidden=16, heads=4, word_dropout=0.5)
+    embedding = transformer._Embedding(VOCAB, 16, 16, cfg, dropout=0.0).train()
+    ids = torch.randint(4, VOCAB, (8, 30), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    tokens = embedding(ids) - transformer.sinusoids(torch.arange(30), 16)  # what the tokens added
+    dropped = tokens.abs().amax(-1) < 1e-6
+    assert 0.3 < dropped.float().mean() < 0.7  # about half of the positions, each whole
+    kept = embedding.embed(ids)[~dropped] * embedding.scale / 0.5
+    assert torch.allclose(tokens[~dropped], kept, atol=1e-5)  # the kept ones scaled by 1 / (1 - p)
+    embedding.eval()
+    assert torch.allclose(embedding(ids) - transformer.sinusoids(torch.arange(30), 16),
+                          embedding.embed(ids) * embedding.scale, atol=1e-6)
+
+
+def test_a_tiny_run_trains_with_the_authors_dropouts(multi30k_corpus, tmp_path):
+    from interlingua.training.trainer import train
+    options = {"type": "transformer", "hidden": 32, "heads": 4, "layers": 1, "attention_dropout": 0.2,
+               "word_dropout": 0.1}
+    cfg = parse_config(tiny_config(multi30k_corpus, tmp_path / "run",
+                                   model={"embed_dim": 32, "encoder": options, "bridge": {"type": "none"},
+                                          "decoder": options},
+                                   train={"max_steps": 12, "valid_every": 12, "adam_betas": [0.9, 0.98]}))
+    result = train(cfg)
+    assert result.steps == 12 and result.history[-1]["mean_loss"] is not None

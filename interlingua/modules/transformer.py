@@ -10,6 +10,8 @@ changed as paper 004 does:
   layer input (see `EncoderLayer`).
 - `variational_dropout: true`: one dropout mask per sequence shared over time (`VariationalDropout`)
   instead of element-wise dropout, in the encoder and the decoder.
+- `attention_dropout: p` (dropout on the attention weights) and `word_dropout: p` (whole input
+  tokens dropped), in training only: the paper 004 authors' training setup (0.2 and 0.1).
 
 The encoder returns (H, mask) like the BiLSTM, so both bridge kinds sit on top of it. The
 decoder attends over the bridge memory and decodes incrementally: the self-attention keys and
@@ -56,6 +58,11 @@ class _TransformerConfig(KindConfig):
     variational_dropout: bool = False
     """One dropout mask per sequence, shared over time (embeddings, sub-layer outputs, feed-forward),
     instead of element-wise dropout."""
+    attention_dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the attention weights, in training only (paper 004's authors: 0.2)."""
+    word_dropout: float = Field(0.0, ge=0, lt=1)
+    """In training, the probability of dropping a whole input token: its embedding is zeroed (its position
+    encoding stays) and the kept ones are scaled by 1 / (1 - p) (paper 004's authors: 0.1)."""
 
     @model_validator(mode="after")
     def _heads_divide(self) -> _TransformerConfig:
@@ -101,10 +108,11 @@ def sinusoids(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-              causal: bool = False) -> torch.Tensor:
+              causal: bool = False, dropout: float = 0.0) -> torch.Tensor:
     """Scaled dot-product attention over heads: q (batch, h, n, d_k), k, v (batch, h, m, d_k),
-    mask broadcastable to (batch, h, n, m), True where a query may attend -> (batch, h, n, d_k)."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    mask broadcastable to (batch, h, n, m), True where a query may attend -> (batch, h, n, d_k);
+    `dropout` on the attention weights."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
 
 
 def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -140,9 +148,9 @@ class MultiHeadAttention(nn.Module):
     """Projections of multi-head attention around `attention`; keys and values can be projected
     apart from the queries (cached keys in the decoder, position queries in the encoder)."""
 
-    def __init__(self, dim: int, heads: int, kv_dim: int | None = None):
+    def __init__(self, dim: int, heads: int, kv_dim: int | None = None, dropout: float = 0.0):
         super().__init__()
-        self.heads = heads
+        self.heads, self.dropout = heads, dropout
         self.q_proj = nn.Linear(dim, dim)
         self.kv_proj = nn.Linear(kv_dim or dim, 2 * dim)
         self.out_proj = nn.Linear(dim, dim)
@@ -162,7 +170,7 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                causal: bool = False) -> torch.Tensor:
-        out = attention(q, k, v, mask, causal)                       # (batch, h, n, d_k)
+        out = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)  # (batch, h, n, d_k)
         b, h, n, dk = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, n, h * dk))
 
@@ -205,9 +213,9 @@ class EncoderLayer(_Layer):
     """
 
     def __init__(self, dim: int, heads: int, ff_dim: int, dropout: float, norm: str, variational: bool,
-                 residual: bool = True, query_wavelength: float | None = None):
+                 residual: bool = True, query_wavelength: float | None = None, attention_dropout: float = 0.0):
         super().__init__(dim, ff_dim, dropout, norm, variational, 2)
-        self.attn = MultiHeadAttention(dim, heads)
+        self.attn = MultiHeadAttention(dim, heads, dropout=attention_dropout)
         self.residual, self.query_wavelength = residual, query_wavelength
 
     def _queries_keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -271,10 +279,10 @@ class DecoderLayer(_Layer):
     """Causal self-attention, cross-attention over the memory, feed-forward."""
 
     def __init__(self, dim: int, heads: int, ff_dim: int, dropout: float, norm: str, variational: bool,
-                 memory_dim: int):
+                 memory_dim: int, attention_dropout: float = 0.0):
         super().__init__(dim, ff_dim, dropout, norm, variational, 3)
-        self.self_attn = MultiHeadAttention(dim, heads)
-        self.cross_attn = MultiHeadAttention(dim, heads, kv_dim=memory_dim)
+        self.self_attn = MultiHeadAttention(dim, heads, dropout=attention_dropout)
+        self.cross_attn = MultiHeadAttention(dim, heads, kv_dim=memory_dim, dropout=attention_dropout)
 
     def start(self, memory: torch.Tensor) -> LayerCache:
         mk, mv = self.cross_attn.keys_values(memory)
@@ -336,9 +344,13 @@ class _Embedding(nn.Module):
         self.max_positions = cfg.max_positions
         self.table = nn.Embedding(cfg.max_positions, dim) if cfg.positions == "learned" else None
         self.drop = _dropout(dropout, cfg.variational_dropout)
+        self.word_dropout = cfg.word_dropout
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         x = self.embed(ids) * self.scale
+        if self.training and self.word_dropout > 0:  # whole tokens: one draw per position
+            keep = x.new_empty(ids.shape + (1,)).bernoulli_(1 - self.word_dropout)
+            x = x * keep / (1 - self.word_dropout)
         if self.proj is not None:
             x = self.proj(x)
         pos = torch.arange(start, start + ids.size(1), device=ids.device)
@@ -372,7 +384,8 @@ class TransformerEncoder(Encoder):
             EncoderLayer(dim, cfg.heads, ff_dim, dropout, cfg.norm, cfg.variational_dropout,
                          residual=cfg.residual_drop_layer != i + 1,
                          query_wavelength=(cfg.query_wavelength
-                                           if cfg.position_query and cfg.residual_drop_layer == i + 1 else None))
+                                           if cfg.position_query and cfg.residual_drop_layer == i + 1 else None),
+                         attention_dropout=cfg.attention_dropout)
             for i in range(cfg.layers))
         self.final_norm = nn.LayerNorm(dim) if cfg.norm == "pre" else None
         self.output_dim = dim
@@ -445,7 +458,8 @@ class TransformerDecoder(Decoder):
         self.embedding = _Embedding(vocab_size, embed_dim, dim, cfg, dropout)
         self.max_length = cfg.max_positions if cfg.positions == "learned" else None
         self.layers = nn.ModuleList(
-            DecoderLayer(dim, cfg.heads, ff_dim, dropout, cfg.norm, cfg.variational_dropout, memory_dim)
+            DecoderLayer(dim, cfg.heads, ff_dim, dropout, cfg.norm, cfg.variational_dropout, memory_dim,
+                         attention_dropout=cfg.attention_dropout)
             for _ in range(cfg.layers))
         self.final_norm = nn.LayerNorm(dim) if cfg.norm == "pre" else None
         self.generator = nn.Linear(dim, vocab_size)
