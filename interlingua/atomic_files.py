@@ -13,10 +13,12 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+from interlingua.errors import InterlinguaError
 
 
 def disk_full(err: BaseException) -> bool:
@@ -75,6 +77,25 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
 def write_text_atomic(path: str | Path, text: str) -> None:
     """`path` holds exactly `text` as UTF-8, or is unchanged."""
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def check_replaceable(out: Path, previous_export: Callable[[Path], set[str] | None], what: str) -> None:
+    """Refuse an `out` an export must not replace: a file, or a folder that is neither empty nor a previous
+    export of the same kind holding only that export's files. `previous_export(out)`: the names of the
+    files such an export wrote there (read from its own record), or None where `out` is no such export;
+    `what` ends the refusal of a folder that is not one."""
+    if out.exists() and not out.is_dir():
+        raise InterlinguaError(f"{out} exists and is not a folder: give a new or empty folder for the export")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    ours = previous_export(out)
+    if ours is None:
+        raise InterlinguaError(f"{out} is not empty and is not {what}")
+    others = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    if others:
+        raise InterlinguaError(f"{out} is a previous export but also holds {', '.join(others[:5])}"
+                               f"{' ...' if len(others) > 5 else ''}, which an export does not write: move "
+                               f"{'it' if len(others) == 1 else 'them'} away or give another folder")
 
 
 @contextmanager

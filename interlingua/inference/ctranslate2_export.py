@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from interlingua.atomic_files import atomic_folder
+from interlingua.atomic_files import atomic_folder, check_replaceable
 from interlingua.config import ModelConfig
 from interlingua.data.vocab import BOS, EOS, UNK, Vocab, language_tag
 from interlingua.errors import ConfigError, InterlinguaError
@@ -451,26 +451,21 @@ interlingua's default. `interlingua.json` records the languages, tags and prepro
 """
 
 
-def check_target(out: Path) -> None:
-    """Refuse an `out` this export must not replace: a file, or a folder with anything but a previous
-    CTranslate2 export's files in it (a model folder from `export folder` included)."""
-    if out.exists() and not out.is_dir():
-        raise InterlinguaError(f"{out} exists and is not a folder: give a new or empty folder for the export")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
+def _previous_export(out: Path) -> set[str] | None:
+    """The files a previous CTranslate2 export wrote in `out` (from its interlingua.json), or None where it
+    is none (a model folder from `export folder` included)."""
     try:
         meta = json.loads((out / MARKER).read_text(encoding="utf-8"))
-        ours = {MARKER, CARD, str(meta["tokenizer"]), *map(str, meta["ctranslate2_files"])}
-        is_export = meta.get("format") == EXPORT_FORMAT
+        if meta.get("format") != EXPORT_FORMAT:
+            return None
+        return {MARKER, CARD, str(meta["tokenizer"]), *map(str, meta["ctranslate2_files"])}
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
-        is_export, ours = False, set()
-    if not is_export:
-        raise InterlinguaError(f"{out} is not empty and is not a CTranslate2 export from `interlingua export "
-                               f"ctranslate2`: give a new or empty folder (an export replaces only a previous "
-                               f"export of the same kind)")
-    others = sorted(p.name for p in out.iterdir() if p.name not in ours)
-    if others:
-        raise InterlinguaError(f"{out} is a previous export but also holds {', '.join(others[:5])}"
-                               f"{' ...' if len(others) > 5 else ''}, which an export does not write: move "
-                               f"{'it' if len(others) == 1 else 'them'} away or give another folder")
+        return None
+
+
+def check_target(out: Path) -> None:
+    """Refuse an `out` this export must not replace (`atomic_files.check_replaceable`)."""
+    check_replaceable(out, _previous_export, "a CTranslate2 export from `interlingua export ctranslate2`: give a "
+                                             "new or empty folder (an export replaces only a previous export of "
+                                             "the same kind)")
 

@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from interlingua.atomic_files import atomic_folder
+from interlingua.atomic_files import atomic_folder, check_replaceable
 from interlingua.config import parse_config
 from interlingua.data.vocab import EOS, Vocab, vocab_offsets, vocabs_from_protos
-from interlingua.errors import CheckpointError, InterlinguaError
+from interlingua.errors import CheckpointError
 from interlingua.modules.checkpoint import (
     LoadedCheckpoint,
     check_format_version,
@@ -208,27 +208,21 @@ def test_results(checkpoint: Path) -> list[dict[str, Any]]:
     return found
 
 
-def check_target(out: Path) -> None:
-    """Refuse an `out` an export must not replace: a file, or a folder with anything but a previous
-    export's files in it."""
-    if out.exists() and not out.is_dir():
-        raise InterlinguaError(f"{out} exists and is not a folder: give a new or empty folder for the export")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
+def _previous_export(out: Path) -> set[str] | None:
+    """The files a previous `export folder` wrote in `out` (from its config.json), or None where it is none."""
     try:
         meta = json.loads((out / CONFIG).read_text(encoding="utf-8"))
-        ours = {CONFIG, CARD, str(meta.get("weights", WEIGHTS)), *map(str, (meta.get("tokenizers") or {}).values())}
-        is_export = meta.get("format") == FOLDER_FORMAT
+        if meta.get("format") != FOLDER_FORMAT:
+            return None
+        return {CONFIG, CARD, str(meta.get("weights", WEIGHTS)), *map(str, (meta.get("tokenizers") or {}).values())}
     except (OSError, ValueError, AttributeError, TypeError):
-        is_export, ours = False, set()
-    if not is_export:
-        raise InterlinguaError(f"{out} is not empty and is not a model folder from `interlingua export folder`: "
-                               f"give a new or empty folder (an export replaces only a previous export)")
-    others = sorted(p.name for p in out.iterdir() if p.name not in ours)
-    if others:
-        raise InterlinguaError(f"{out} is a previous export but also holds {', '.join(others[:5])}"
-                               f"{' ...' if len(others) > 5 else ''}, which an export does not write: move "
-                               f"{'it' if len(others) == 1 else 'them'} away or give another folder")
+        return None
+
+
+def check_target(out: Path) -> None:
+    """Refuse an `out` this export must not replace (`atomic_files.check_replaceable`)."""
+    check_replaceable(out, _previous_export, "a model folder from `interlingua export folder`: give a new or "
+                                             "empty folder (an export replaces only a previous export)")
 
 
 # -- reading ------------------------------------------------------------------------------------
