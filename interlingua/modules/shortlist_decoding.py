@@ -73,7 +73,7 @@ class ShortlistDecoder:
 
     def __init__(self, decoder: Decoder, candidates: Sequence[np.ndarray], start: int):
         self.decoder = decoder
-        device = output_layer_weights(decoder.generator)[0].device
+        device = next(decoder.parameters()).device  # not the output layer's weight: int8 would unpack it
         fixed = np.array(list(range(START_POSITION)) + [start], dtype=np.int64)
         own = [np.setdiff1d(np.asarray(c, dtype=np.int64), fixed) for c in candidates]
         ids = np.concatenate([fixed, np.unique(np.concatenate(own))]) if own else fixed

@@ -261,10 +261,10 @@ class LayerCache:
     """(batch, h, mem_len, d_k) cross-attention keys, projected once per sentence."""
     memory_values: torch.Tensor
 
-    def select(self, index: torch.Tensor) -> LayerCache:
-        """Rows `index` of everything; where the memory is kept once per sentence for its beams (more
-        cache rows than memory rows, see `expand`), `index` picks whole sentences' beams."""
-        memory_index = _sentence_rows(index, self.keys.size(0), self.memory_keys.size(0))
+    def select(self, index: torch.Tensor, memory_index: torch.Tensor) -> LayerCache:
+        """Rows `index` of the self-attention cache and rows `memory_index` of the memory's (the same rows,
+        or the sentences of `index` where the memory is kept once per sentence for its beams, see
+        `TransformerDecoder.expand_beams`)."""
         return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
                           self.memory_keys.index_select(0, memory_index),
                           self.memory_values.index_select(0, memory_index))
@@ -440,10 +440,14 @@ class TransformerDecoderState:
     position: int
     """Target positions decoded so far (the next token's position)."""
 
+    @property
+    def rows(self) -> int:
+        """Hypotheses in the state (more than the memory's sentences once beams share their sentence's memory)."""
+        return self.caches[0].keys.size(0) if self.caches else self.memory_mask.size(0)
+
     def select(self, index: torch.Tensor) -> TransformerDecoderState:
-        rows = self.caches[0].keys.size(0) if self.caches else self.memory_mask.size(0)
-        memory_index = _sentence_rows(index, rows, self.memory_mask.size(0))
-        return TransformerDecoderState([c.select(index) for c in self.caches],
+        memory_index = _sentence_rows(index, self.rows, self.memory_mask.size(0))
+        return TransformerDecoderState([c.select(index, memory_index) for c in self.caches],
                                        self.memory_mask.index_select(0, memory_index), self.position)
 
 
@@ -517,4 +521,4 @@ class TransformerDecoder(Decoder):
         return self.reorder_beams(state, indices)
 
     def batch_size(self, state: TransformerDecoderState) -> int:
-        return state.caches[0].keys.size(0) if state.caches else state.memory_mask.size(0)
+        return state.rows
