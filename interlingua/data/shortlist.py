@@ -115,53 +115,73 @@ def _metadata(raw: bytes) -> dict[str, str]:
     return meta if isinstance(meta, dict) else {}
 
 
+class CooccurrenceCounter:
+    """One direction's counts (the module docstring's), fed a sentence pair at a time (`add`), so that
+    several directions of a corpus are counted in one pass over it; `table` turns them into candidates.
+    Ids below `reserved` (pad, unk, bos, eos) are never counted: the decoder always has them."""
+
+    FLUSH_PAIRS = 5_000_000
+    """Co-occurrences gathered before they are added into the sparse count matrix."""
+
+    def __init__(self, source_size: int, target_size: int, reserved: int = 4):
+        from scipy.sparse import csr_matrix
+        self.source_size, self.target_size, self.reserved = source_size, target_size, reserved
+        self.co = csr_matrix((source_size, target_size), dtype=np.float64)
+        self.target_count = np.zeros(target_size, dtype=np.float64)
+        self.source_count = np.zeros(source_size, dtype=np.float64)
+        self._rows: list[np.ndarray] = []
+        self._cols: list[np.ndarray] = []
+        self._pending = 0
+
+    def add(self, src: np.ndarray, tgt: np.ndarray) -> None:
+        """Count one sentence pair of subword ids."""
+        s = np.unique(np.asarray(src, dtype=np.int64))
+        t = np.unique(np.asarray(tgt, dtype=np.int64))
+        s, t = s[(s >= self.reserved) & (s < self.source_size)], t[(t >= self.reserved) & (t < self.target_size)]
+        self.target_count[t] += 1
+        self.source_count[s] += 1
+        if s.size and t.size:
+            self._rows.append(np.repeat(s, t.size))
+            self._cols.append(np.tile(t, s.size))
+            self._pending += int(s.size * t.size)
+        if self._pending > self.FLUSH_PAIRS:
+            self._flush()
+
+    def _flush(self) -> None:
+        from scipy.sparse import coo_matrix
+        if self._rows:
+            r, c = np.concatenate(self._rows), np.concatenate(self._cols)
+            self.co = self.co + coo_matrix((np.ones(len(r)), (r, c)), shape=self.co.shape).tocsr()
+            self._rows.clear()
+            self._cols.clear()
+        self._pending = 0
+
+    def table(self, per_token: int = DEFAULT_PER_TOKEN, frequent: int = DEFAULT_FREQUENT) -> DirectionTable:
+        """The candidates counted so far; a DataError where no pair had tokens."""
+        self._flush()
+        target_count, source_count = self.target_count, self.source_count
+        if not target_count.any():
+            raise DataError("no sentence pair with tokens to count a shortlist from")
+        order = np.argsort(-target_count, kind="stable")
+        common = order[:frequent][target_count[order[:frequent]] > 0].astype(np.int32)
+        table = np.full((self.source_size, per_token), -1, dtype=np.int32)
+        co = self.co.tocsr()
+        for row in range(self.source_size):
+            start, end = co.indptr[row], co.indptr[row + 1]
+            if start == end:
+                continue
+            targets = co.indices[start:end]
+            score = 2 * co.data[start:end] / (source_count[row] + target_count[targets])
+            best = np.lexsort((targets, -score))[:per_token]  # highest score first, ties by id
+            table[row, :len(best)] = targets[best]
+        return DirectionTable(table, common)
+
+
 def count_table(pairs: Iterable[tuple[np.ndarray, np.ndarray]], source_size: int, target_size: int,
                 per_token: int = DEFAULT_PER_TOKEN, frequent: int = DEFAULT_FREQUENT,
                 reserved: int = 4) -> DirectionTable:
-    """The table of one direction from its training pairs of subword ids (the module docstring's scores).
-    Ids below `reserved` (pad, unk, bos, eos) are never counted: the decoder always has them."""
-    from scipy.sparse import coo_matrix, csr_matrix
-    co = csr_matrix((source_size, target_size), dtype=np.float64)
-    target_count = np.zeros(target_size, dtype=np.float64)
-    source_count = np.zeros(source_size, dtype=np.float64)
-    rows: list[np.ndarray] = []
-    cols: list[np.ndarray] = []
-
-    def flush() -> None:
-        nonlocal co
-        if rows:
-            r, c = np.concatenate(rows), np.concatenate(cols)
-            co = co + coo_matrix((np.ones(len(r)), (r, c)), shape=(source_size, target_size)).tocsr()
-            rows.clear()
-            cols.clear()
-
-    pending: int = 0
+    """The table of one direction from its training pairs of subword ids (`CooccurrenceCounter`)."""
+    counter = CooccurrenceCounter(source_size, target_size, reserved)
     for src, tgt in pairs:
-        s = np.unique(np.asarray(src, dtype=np.int64))
-        t = np.unique(np.asarray(tgt, dtype=np.int64))
-        s, t = s[(s >= reserved) & (s < source_size)], t[(t >= reserved) & (t < target_size)]
-        target_count[t] += 1
-        source_count[s] += 1
-        if s.size and t.size:
-            rows.append(np.repeat(s, t.size))
-            cols.append(np.tile(t, s.size))
-            pending += int(s.size * t.size)
-        if pending > 5_000_000:
-            flush()
-            pending = 0
-    flush()
-    if not target_count.any():
-        raise DataError("no sentence pair with tokens to count a shortlist from")
-    order = np.argsort(-target_count, kind="stable")
-    common = order[:frequent][target_count[order[:frequent]] > 0].astype(np.int32)
-    table = np.full((source_size, per_token), -1, dtype=np.int32)
-    co = co.tocsr()
-    for row in range(source_size):
-        start, end = co.indptr[row], co.indptr[row + 1]
-        if start == end:
-            continue
-        targets = co.indices[start:end]
-        score = 2 * co.data[start:end] / (source_count[row] + target_count[targets])
-        best = np.lexsort((targets, -score))[:per_token]  # highest score first, ties by id
-        table[row, :len(best)] = targets[best]
-    return DirectionTable(table, common)
+        counter.add(src, tgt)
+    return counter.table(per_token, frequent)

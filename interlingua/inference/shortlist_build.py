@@ -4,20 +4,23 @@ The pairs are read from the corpus's `train` split (the one the model's config n
 corpus YAML), tokenised exactly as the model reads text (`tokenize_inputs`: normalisation,
 truncation; on both sides, so a target language needs no encoder), for every direction the model
 was trained on; streamed in chunks, so a corpus of millions of lines is counted without holding
-its text.
+its text, and in one pass over each file group, each language tokenised once for all the directions
+that read it.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
+from interlingua.config import PreprocessConfig
 from interlingua.data.corpus import load_corpus, stream_group
 from interlingua.data.inputs import tokenize_inputs
-from interlingua.data.shortlist import DEFAULT_FREQUENT, DEFAULT_PER_TOKEN, Shortlist, count_table
+from interlingua.data.shortlist import DEFAULT_FREQUENT, DEFAULT_PER_TOKEN, CooccurrenceCounter, Shortlist
+from interlingua.data.vocab import Vocab
 from interlingua.errors import DataError
 from interlingua.inference.api import Model
 
@@ -26,23 +29,42 @@ log = logging.getLogger(__name__)
 CHUNK_ROWS = 20_000
 
 
-def _direction_pairs(model: Model, corpus_path: Path, src: str, tgt: str,
-                     max_pairs: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    corpus = load_corpus(corpus_path)
-    preprocess = model.preprocess
-    seen = 0
-    for group in corpus.groups("train"):
-        if src not in group.files or tgt not in group.files:
-            continue
-        for chunk in stream_group(group, [src, tgt], CHUNK_ROWS):
-            keep = [i for i, (a, b) in enumerate(zip(chunk[src], chunk[tgt])) if a.strip() and b.strip()]
-            src_ids = tokenize_inputs([chunk[src][i] for i in keep], model.vocabs[src], preprocess)
-            tgt_ids = tokenize_inputs([chunk[tgt][i] for i in keep], model.vocabs[tgt], preprocess)
-            for pair in zip(src_ids, tgt_ids):
-                yield pair
-                seen += 1
-                if max_pairs is not None and seen >= max_pairs:
-                    return
+def _tokenized(lines: list[str], vocab: Vocab, preprocess: PreprocessConfig) -> list[np.ndarray | None]:
+    """Each line's ids as the model reads it; None for a blank line (its pairs are not counted)."""
+    kept = [i for i, line in enumerate(lines) if line.strip()]
+    out: list[np.ndarray | None] = [None] * len(lines)
+    for i, ids in zip(kept, tokenize_inputs([lines[i] for i in kept], vocab, preprocess)):
+        out[i] = ids
+    return out
+
+
+def _count(model: Model, corpus_path: Path, directions: Sequence[tuple[str, str]], max_pairs: int | None,
+           progress: bool) -> dict[tuple[str, str], CooccurrenceCounter]:
+    """Every direction's counts in one pass over each file group of the train split: each language of a
+    chunk is tokenised once, whatever number of directions read it; at most `max_pairs` pairs a direction."""
+    counters = {(s, t): CooccurrenceCounter(len(model.vocabs[s]), len(model.vocabs[t])) for s, t in directions}
+    seen = dict.fromkeys(counters, 0)
+
+    def wants(d: tuple[str, str]) -> bool:
+        return max_pairs is None or seen[d] < max_pairs
+
+    with tqdm(desc="shortlist", unit="line", disable=not progress) as bar:
+        for group in load_corpus(corpus_path).groups("train"):
+            wanted = [d for d in counters if d[0] in group.files and d[1] in group.files and wants(d)]
+            langs = sorted({lang for d in wanted for lang in d})
+            for chunk in (stream_group(group, langs, CHUNK_ROWS) if wanted else ()):
+                ids = {lang: _tokenized(chunk[lang], model.vocabs[lang], model.preprocess) for lang in langs}
+                for d in wanted:
+                    for a, b in zip(ids[d[0]], ids[d[1]]):
+                        if not wants(d):
+                            break
+                        if a is not None and b is not None:
+                            counters[d].add(a, b)
+                            seen[d] += 1
+                bar.update(len(chunk[langs[0]]))
+                if not any(wants(d) for d in wanted):
+                    break
+    return counters
 
 
 def build_shortlist(model: Model, corpus: str | Path | None = None, *, per_token: int = DEFAULT_PER_TOKEN,
@@ -55,13 +77,11 @@ def build_shortlist(model: Model, corpus: str | Path | None = None, *, per_token
     corpus_path = Path(corpus) if corpus is not None else Path(model.config.corpus)
     if not corpus_path.is_file():
         raise DataError(f"corpus {corpus_path} not found: give the corpus YAML the model was trained on")
-    tables = {}
     directions = model.languages.trained
-    for src, tgt in tqdm(directions, desc="shortlist", unit="direction", disable=not progress):
-        pairs = _direction_pairs(model, corpus_path, src, tgt, max_pairs)
+    tables = {}
+    for (src, tgt), counter in _count(model, corpus_path, directions, max_pairs, progress).items():
         try:
-            tables[(src, tgt)] = count_table(pairs, len(model.vocabs[src]), len(model.vocabs[tgt]),
-                                             per_token, frequent)
+            tables[(src, tgt)] = counter.table(per_token, frequent)
         except DataError:
             log.warning("no training pairs for %s->%s in %s: that direction decodes over the whole vocabulary",
                         src, tgt, corpus_path)
