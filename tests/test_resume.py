@@ -109,6 +109,13 @@ def _ctrl_c_instead(original, *args, **kwargs):
     raise KeyboardInterrupt
 
 
+def _ctrl_c_in_step_13(trainer) -> None:
+    """Ctrl-C inside step 13's forward pass: the step is rolled back and last.pt saved at step 12."""
+    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
+        trainer.train()
+
+
 def _call_hook(obj, name, at_call, action, monkeypatch=None):
     """Wrap obj.name so that its `at_call`-th call (1-based) runs `action` around the real call."""
     original = getattr(obj, name)
@@ -175,10 +182,7 @@ def test_sigterm_through_the_cli_resumes_exactly(multi30k_corpus, straight, tmp_
 def test_ctrl_c_mid_step_resumes_exactly(multi30k_corpus, straight, tmp_path):
     reference, data = straight
     work = tmp_path / "run"
-    trainer = _trainer(_config(multi30k_corpus, work), data)
-    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
-    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
-        trainer.train()
+    _ctrl_c_in_step_13(_trainer(_config(multi30k_corpus, work), data))
     assert _state(work / "last.pt").step == 12
     assert [r["step"] for r in _metrics(work)] == [5, 8, 10]  # nothing at the stop
     _resume_and_finish(multi30k_corpus, work, data)
@@ -296,12 +300,7 @@ def test_ctrl_c_mid_step_resumes_exactly_with_an_inverse_sqrt_schedule(multi30k_
     reference = tmp_path / "straight"
     train(config(reference), data=data)
     work = tmp_path / "run"
-    trainer = _trainer(config(work), data)
-
-
-    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
-    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
-        trainer.train()
+    _ctrl_c_in_step_13(_trainer(config(work), data))
     assert _state(work / "last.pt").lr_scheduler["last_epoch"] == 12
     assert train(config(work), resume=True, data=data).steps == 24
     assert_same_run(reference, work)
@@ -323,10 +322,7 @@ def test_ctrl_c_mid_step_resumes_exactly_with_agreement_on(multi30k_corpus, stra
     train(config(reference), data=data)
     assert all("agreement" in r for r in _metrics(reference) if r["type"] == "train")
     work = tmp_path / "run"
-    trainer = _trainer(config(work), data)
-    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
-    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
-        trainer.train()
+    _ctrl_c_in_step_13(_trainer(config(work), data))
     result = train(config(work), resume=True, data=data)
     assert result.steps == 24
     assert_same_run(reference, work)
@@ -336,10 +332,7 @@ def test_a_checkpoint_with_its_history_as_json_text_resumes_exactly(multi30k_cor
     """Checkpoints written before the history was stored as a list hold it as JSON text: they resume alike."""
     reference, data = straight
     work = tmp_path / "run"
-    trainer = _trainer(_config(multi30k_corpus, work), data)
-    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
-    with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
-        trainer.train()
+    _ctrl_c_in_step_13(_trainer(_config(multi30k_corpus, work), data))
     payload = read_checkpoint(work / "last.pt")
     assert isinstance(payload["training"]["history"], list)
     payload["training"]["history"] = json.dumps(payload["training"]["history"])
