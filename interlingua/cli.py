@@ -213,11 +213,11 @@ def cmd_shortlist(args: argparse.Namespace) -> None:
     from interlingua.inference.api import load
     from interlingua.inference.shortlist_build import build_shortlist
     model = load(args.model, "cpu")
-    shortlist = build_shortlist(model, args.corpus, per_token=args.per_token, frequent=args.frequent,
-                                max_pairs=args.max_pairs, progress=True)
+    given = {k: v for k, v in (("per_token", args.per_token), ("frequent", args.frequent)) if v is not None}
+    shortlist = build_shortlist(model, args.corpus, max_pairs=args.max_pairs, progress=True, **given)
     out = shortlist.save(args.out)
     print(f"wrote {out}: {', '.join(f'{s}->{t}' for s, t in shortlist.directions)} "
-          f"({args.per_token} candidates per source subword, {args.frequent} frequent); "
+          f"({shortlist.per_token} candidates per source subword, {shortlist.frequent} frequent); "
           f"translate with --shortlist {out}")
 
 
@@ -458,11 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--out", required=True, help="the file to write (safetensors)")
     sl.add_argument("--corpus", default=None, help="corpus YAML whose train split is counted "
                                                    "(default: the corpus the model was trained on)")
-    from interlingua.data.shortlist import DEFAULT_FREQUENT, DEFAULT_PER_TOKEN
-    sl.add_argument("--per-token", type=positive_int, default=DEFAULT_PER_TOKEN,
-                    help="target candidates per source subword (highest Dice coefficient)")
-    sl.add_argument("--frequent", type=non_negative_int, default=DEFAULT_FREQUENT,
-                    help="most frequent target subwords, always candidates")
+    sl.add_argument("--per-token", type=positive_int, default=None,
+                    help="target candidates per source subword (highest Dice coefficient; default 20)")
+    sl.add_argument("--frequent", type=non_negative_int, default=None,
+                    help="most frequent target subwords, always candidates (default 200)")
     sl.add_argument("--max-pairs", type=positive_int, default=None, help="count at most this many pairs per direction")
     sl.set_defaults(func=cmd_shortlist)
 

@@ -75,7 +75,8 @@ def test_every_numeric_option_is_listed_and_range_checked():
     found = set()
     for command, sub in _subparsers(build_parser()).items():
         for action in sub._actions:
-            numeric = action.type in (int, float, positive_int, non_negative_float, positive_float, beam_size) or \
+            numeric = action.type in (int, float, positive_int, non_negative_int, non_negative_float, positive_float,
+                                      beam_size, port_number) or \
                 (isinstance(action.default, (int, float)) and not isinstance(action.default, bool))
             if numeric and action.option_strings:
                 found.add((command, action.option_strings[-1], action.type))
