@@ -303,6 +303,12 @@ class TrainConfig(_Strict):
     batch_size: int = Field(64, ge=1)
     """Sentence pairs per optimizer step, all processes and micro-batches together: under torchrun
     each process takes its share, so a run's steps are the same whatever the number of processes."""
+    batch_tokens: int | None = Field(None, ge=1)
+    """Batches by token count in place of `batch_size`: a step holds at most this many source + target
+    tokens (padding excluded), all processes and micro-batches together, and mixes the directions:
+    it takes one batch from each direction the scheduler rotates over, in the order of one cycle of
+    its rotation, each of at most batch_tokens / directions tokens (so every direction weighs alike,
+    as with sentence batches in rotation). None: `batch_size` sentence pairs of one direction a step."""
     accumulate: int = Field(1, ge=1)
     """Micro-batches per process and step (gradient accumulation): a step's batch is split into
     processes x accumulate parts whose gradients add up to the whole batch's."""
@@ -339,7 +345,8 @@ class TrainConfig(_Strict):
     """Batches per length-sorting pool: larger pools waste less padding, shuffle less."""
     epochs: int | None = Field(None, ge=1)
     """Train for this many passes over each direction's pairs (the steps are epochs x the batches of
-    one pass, summed over the directions), in place of `max_steps`. None: `max_steps`."""
+    one pass, summed over the directions; with `batch_tokens`, where a step takes a batch of every
+    direction, the batches of the largest direction's pass), in place of `max_steps`. None: `max_steps`."""
     both_directions: bool = False
     """Each step trains one batch of sentence pairs in both directions of its pair and sums the two
     losses (paper 003: cost(a->b) + cost(b->a)); every trained direction's reverse must be trained.

@@ -30,6 +30,7 @@ from interlingua.evaluation.paper_bleu import paper_bleu
 from interlingua.inference.api import load
 from interlingua.modules.checkpoint import Checkpoint, TrainingState
 from interlingua.training.metrics import MetricsLog
+from interlingua.training.patience import patience_spent
 from interlingua.training.trainer import train
 from interlingua.workers import process_pool
 
@@ -46,14 +47,18 @@ def paper_setting(recipe_name: str) -> str | None:
     return name if name in ("pivot_en", "pivot_en_mono", "m2m", "m2m_mono") else None
 
 
-def _finished(cfg_work: Path, tc: TrainConfig) -> bool:
-    last = cfg_work / "last.pt"
+def finished(work: Path, tc: TrainConfig) -> bool:
+    """Whether the run in `work` has ended: its step or time budget spent, or its dev loss stopped
+    improving (`train.patience`). A run not yet started or stopped part-way (a session's end, Ctrl-C)
+    is not: the runner resumes it."""
+    last = work / "last.pt"
     if not last.exists():
         return False
     st = Checkpoint.read(last).training or TrainingState()
     # with `epochs` the run worked out its own last step; else the config's (a continued run may raise it)
     max_steps = tc.max_steps if tc.epochs is None or st.max_steps is None else st.max_steps
-    return st.step >= max_steps or (tc.max_minutes is not None and st.elapsed >= tc.max_minutes * 60)
+    return (st.step >= max_steps or (tc.max_minutes is not None and st.elapsed >= tc.max_minutes * 60)
+            or patience_spent(st.history, tc.patience))
 
 
 def selected_checkpoint(work: Path) -> Path:
@@ -89,7 +94,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     modification time and the search settings, so gathering finished runs into a table is cheap."""
     cfg = load_config(recipe, overrides)
     work = Path(cfg.work_dir)
-    if not _finished(work, cfg.train):
+    if not finished(work, cfg.train):
         train(cfg, resume=(work / "last.pt").exists())
     best = selected_checkpoint(work)
     key = {"best_mtime": best.stat().st_mtime, "beam": beam, "max_test": max_test, "recipe": recipe.stem,

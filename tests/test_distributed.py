@@ -161,3 +161,19 @@ def test_torchrun_cli_validates_once_and_resumes_with_another_process_count(mult
                   read_checkpoint(one_process / "last.pt")["model"])
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["type"], r["step"]) for r in records] == [("train", 3), ("valid", 3), ("train", 6), ("valid", 6)]
+
+
+def test_two_gloo_processes_with_token_batches_equal_one_process(multi30k_corpus, tmp_path):
+    """`train.batch_tokens`: a step holds a batch of each direction; two ranks (x accumulate 2) take
+    their parts of both and end with the weights of one process that trains the whole step."""
+    one = tmp_path / "one"
+    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml",
+                                       batch_tokens=1200).read_text())
+    train(parse_config(cfg))
+    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", batch_tokens=1200, accumulate=2)
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT, encoding="utf-8")
+    _torchrun([str(script), str(config), str(tmp_path)])
+    rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    _assert_close(rank0, read_checkpoint(one / "run" / "last.pt")["model"])

@@ -17,7 +17,7 @@ from interlingua.errors import LanguageError
 from interlingua.modules.checkpoint import Checkpoint, read_checkpoint
 from interlingua.modules.ntdv import NTDVBridge
 from interlingua.training.run import build_run
-from interlingua.training.step import forward_backward, micro_batches
+from interlingua.training.step import forward_backward, micro_batches, step_parts
 from interlingua.training.trainer import Trainer
 
 D_ENC, D_H, R = 12, 10, 3
@@ -155,7 +155,7 @@ def test_both_directions_sum_the_two_costs_of_the_same_pairs(trained_model, mult
         back_tgt = backward.tgt_out[row][backward.tgt_out[row] > 3]  # the ids past the specials
         assert torch.equal(forward.src[row, :n][forward.src[row, :n] > 3], back_tgt)
     run.batches[("de", "en")].load_state_dict({"epoch": 0, "position": 0})
-    micro, ntok = micro_batches(run, ("de", "en"))
+    micro, ntok = micro_batches(run, step_parts(run))
     assert [(m.batch.src_lang, m.batch.tgt_lang, m.scale) for m in micro] == [("de", "en", 1.0), ("en", "de", 1.0)]
     assert all(torch.equal(m.batch.src, b.src) and torch.equal(m.batch.tgt_out, b.tgt_out)
                for m, b in zip(micro, (forward, backward)))

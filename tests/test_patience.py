@@ -51,3 +51,22 @@ def test_patience_stops_at_the_right_validation_and_resume_refuses_to_go_on(mult
     # with more patience the same run goes on, exactly from where it stopped
     more = tiny_config(multi30k_corpus, tmp_path / "run", train={"max_steps": 40, "valid_every": 2, "patience": 3})
     assert train(parse_config(more), resume=True).steps == 18  # the lowest at 12; 14, 16 and 18 did not beat it
+
+
+def test_the_runner_counts_a_patience_stop_as_finished_and_resumes_a_run_cut_short(multi30k_corpus, tmp_path,
+                                                                                   monkeypatch):
+    """`interlingua experiment` goes on with a run a session's end cut short, and leaves one that
+    stopped because its dev loss had converged as it is (a resume would be refused)."""
+    from interlingua.experiment import finished
+    monkeypatch.setattr(run_mod.Run, "validate", scripted_validation)
+    cfg = parse_config(tiny_config(multi30k_corpus, tmp_path / "run",
+                                   train={"max_steps": 40, "valid_every": 2, "patience": 2, "max_minutes": 1e-9}))
+    train(cfg)  # stops at the first step boundary: the time budget, not the patience
+    assert finished(tmp_path / "run", cfg.train)
+    longer = cfg.model_copy(update={"train": cfg.train.model_copy(update={"max_minutes": None})})
+    assert not finished(tmp_path / "run", longer.train)  # with more time it is not done: the runner resumes it
+    resumed = train(longer, resume=True)
+    assert resumed.steps > 1 and patience_spent(resumed.history, 2)
+    assert finished(tmp_path / "run", longer.train)
+    assert not finished(tmp_path / "run", longer.train.model_copy(update={"patience": 3}))
+    assert not finished(tmp_path / "other", longer.train)

@@ -2,7 +2,9 @@
 
 Each direction has its own endless, resumable iterator: epoch `e` is a permutation drawn
 from (seed, e), cut into pools of `pool` batches that are sorted by length before being
-split into batches (little padding, still shuffled). The state is (epoch, position).
+split into batches (little padding, still shuffled). A batch holds `batch_size` sentence
+pairs, or with `max_tokens` as many pairs as fit in that many source + target tokens (padding
+excluded, as fairseq's and OpenNMT-py's token batches). The state is (epoch, position).
 """
 from __future__ import annotations
 
@@ -77,12 +79,33 @@ def shard(idx: np.ndarray, parts: int, k: int) -> np.ndarray:
     return idx[k::parts]
 
 
+class PairTooLong(ValueError):
+    """A sentence pair takes more tokens than a token batch may hold."""
+
+    def __init__(self, tokens: int, max_tokens: int):
+        super().__init__(f"a sentence pair of {tokens} tokens does not fit in a batch of {max_tokens} tokens")
+        self.tokens, self.max_tokens = tokens, max_tokens
+
+
+def token_batches(order: np.ndarray, tokens: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """`order` cut, in its order, into runs of pairs whose `tokens` add up to at most `max_tokens`
+    each (every pair fits alone: the caller checks)."""
+    ends = np.cumsum(tokens)
+    batches, start, before = [], 0, 0
+    while start < len(order):
+        end = max(int(np.searchsorted(ends, before + max_tokens, side="right")), start + 1)
+        batches.append(order[start:end])
+        start, before = end, int(ends[end - 1])
+    return batches
+
+
 class DirectionBatches:
     """Endless, seeded, resumable length-bucketed batches for one direction."""
 
     def __init__(self, src: Sequence[np.ndarray] | TokenSequences, tgt: Sequence[np.ndarray] | TokenSequences,
                  src_lang: str, tgt_lang: str, batch_size: int, seed: int, pool: int = 50,
-                 src_prefix: int | None = None, tgt_start: int = BOS, reverse_prefix: int | None = None):
+                 src_prefix: int | None = None, tgt_start: int = BOS, reverse_prefix: int | None = None,
+                 max_tokens: int | None = None):
         if not len(src):
             raise ValueError(f"no training pairs for {src_lang}->{tgt_lang}")
         self.src, self.tgt = TokenSequences.of(src), TokenSequences.of(tgt)
@@ -90,18 +113,36 @@ class DirectionBatches:
         self.batch_size, self.seed, self.pool = batch_size, seed, pool
         self.src_prefix, self.tgt_start, self.reverse_prefix = src_prefix, tgt_start, reverse_prefix
         self.lengths = self.src.lengths + self.tgt.lengths  # int32: a pair is at most 2 x max_len
+        self.max_tokens = max_tokens
+        if max_tokens is not None and self.longest_pair() > max_tokens:
+            raise PairTooLong(self.longest_pair(), max_tokens)
         self.epoch, self.position = 0, 0
         self._plan = self._epoch_plan(0)
+
+    def pair_tokens(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Source (with its prefix) + target (with EOS) tokens of each of these pairs (int64)."""
+        extra = (self.src_prefix is not None) + 1
+        return self.lengths[idx].astype(np.int64) + extra
+
+    def longest_pair(self) -> int:
+        """The most tokens one pair of this direction takes: the smallest token batch it fits in."""
+        return int(self.pair_tokens().max())
 
     def _epoch_plan(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(self.src))
-        chunk = self.batch_size * self.pool
+        if self.max_tokens is None:
+            chunk = self.batch_size * self.pool
+        else:  # pools of about `pool` token batches
+            chunk = self.pool * max(1, self.max_tokens * len(order) // int(self.pair_tokens().sum()))
         batches: list[np.ndarray] = []
         for start in range(0, len(order), chunk):
             part = order[start:start + chunk]
             part = part[np.argsort(self.lengths[part], kind="stable")]
-            batches.extend(part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size))
+            if self.max_tokens is None:
+                batches.extend(part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size))
+            else:
+                batches.extend(token_batches(part, self.pair_tokens(part), self.max_tokens))
         rng.shuffle(batches)
         return batches
 
@@ -138,9 +179,9 @@ class DirectionBatches:
         return int(side.lengths[idx].sum(dtype=np.int64)) + len(idx)
 
     def tokens(self, idx: np.ndarray) -> int:
-        """Source (with its prefix) + target (with EOS) tokens of these pairs: what tokens/s counts."""
-        extra = (self.src_prefix is not None) + 1
-        return int(self.lengths[idx].sum(dtype=np.int64)) + extra * len(idx)
+        """Source (with its prefix) + target (with EOS) tokens of these pairs: what tokens/s counts, and
+        what a token batch holds at most `max_tokens` of."""
+        return int(self.pair_tokens(idx).sum())
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

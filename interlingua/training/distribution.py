@@ -16,9 +16,10 @@ from interlingua.training.work_dir_lock import WorkDirLock
 
 
 def check_batch_split(tc: TrainConfig, dist: Distributed) -> None:
-    """Every process x accumulation part gets at least one sentence of a step's batch."""
+    """Every process x accumulation part gets at least one sentence of a step's batch (token batches
+    are not checked: a part that comes out empty is trained as a filler of weight 0)."""
     parts = dist.world_size * tc.accumulate
-    if tc.batch_size < parts:
+    if tc.batch_tokens is None and tc.batch_size < parts:
         raise ConfigError(f"train.batch_size {tc.batch_size} is split into {dist.world_size} process(es) x "
                           f"train.accumulate {tc.accumulate} = {parts} parts: it must be at least {parts}")
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from interlingua.config import ExperimentConfig
-from interlingua.data.batching import DirectionBatches
+from interlingua.config import ExperimentConfig, TrainConfig
+from interlingua.data.batching import DirectionBatches, PairTooLong
 from interlingua.data.directions import (
     Direction,
     DirectionScheduler,
@@ -184,8 +184,9 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
     lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     rotated = step_directions(cfg, directions)
     scheduler = DirectionScheduler(rotated, tc.seed)
-    batches = {d: direction_batches(cfg, data, directions, d) for d in rotated}
-    max_steps = tc.max_steps if tc.epochs is None else tc.epochs * sum(len(b) for b in batches.values())
+    batches = {d: direction_batches(cfg, data, directions, d, direction_tokens(tc.batch_tokens, len(rotated)))
+               for d in rotated}
+    max_steps = tc.max_steps if tc.epochs is None else tc.epochs * steps_per_epoch(tc, list(batches.values()))
 
     if tc.precision == "auto":
         vocab_sizes = {lang: len(v) for lang, v in data.vocabs.items()}
@@ -230,9 +231,27 @@ def step_directions(cfg: ExperimentConfig, directions: list[Direction]) -> list[
     return [(s, t) for s, t in directions if s < t]
 
 
+def direction_tokens(batch_tokens: int | None, rotated: int) -> int | None:
+    """Each direction's token budget within a step of `train.batch_tokens` (a step takes a batch of
+    each rotated direction); None: sentence batches."""
+    if batch_tokens is None:
+        return None
+    if batch_tokens < rotated:
+        raise ConfigError(f"train.batch_tokens {batch_tokens} is shared by the {rotated} directions each step "
+                          f"trains: it must be at least {rotated}")
+    return batch_tokens // rotated
+
+
+def steps_per_epoch(tc: TrainConfig, batches: list[DirectionBatches]) -> int:
+    """Steps of one pass over every direction: one batch a step in rotation, or with `batch_tokens`
+    (a batch of every direction a step) the largest direction's batches."""
+    return max(len(b) for b in batches) if tc.batch_tokens is not None else sum(len(b) for b in batches)
+
+
 def direction_batches(cfg: ExperimentConfig, data: PreparedData, directions: list[Direction],
-                      d: Direction) -> DirectionBatches:
-    """The batch plan of direction `d`, seeded from the run's seed and the direction's name."""
+                      d: Direction, max_tokens: int | None = None) -> DirectionBatches:
+    """The batch plan of direction `d`, seeded from the run's seed and the direction's name;
+    `max_tokens`: token batches of at most that many tokens."""
     def prefix(src: str, tgt: str) -> int | None:
         return source_prefix(data.vocabs[src], tgt, cfg.model.shared, cfg.model.tag_position)
 
@@ -249,8 +268,14 @@ def direction_batches(cfg: ExperimentConfig, data: PreparedData, directions: lis
             raise ConfigError(f"train.agreement encodes {d[1]} sentences as sources for {d[0]}, but the vocabulary "
                               f"has no tag for {d[0]}") from None
     seed = cfg.train.seed * 7919 + zlib.crc32(direction_name(d).encode())
-    return DirectionBatches(src, tgt, d[0], d[1], cfg.train.batch_size, seed, cfg.train.bucket_pool,
-                            forward, start, reverse)
+    try:
+        return DirectionBatches(src, tgt, d[0], d[1], cfg.train.batch_size, seed, cfg.train.bucket_pool,
+                                forward, start, reverse, max_tokens)
+    except PairTooLong as err:
+        rotated = len(step_directions(cfg, directions))
+        raise ConfigError(f"train.batch_tokens gives each of the {rotated} directions of a step {max_tokens} tokens, "
+                          f"but a {d[0]}->{d[1]} training pair takes {err.tokens}: raise train.batch_tokens to at "
+                          f"least {err.tokens * rotated} (or lower preprocess.max_len)") from None
 
 
 def lr_factor(schedule: str, warmup: int) -> Callable[[int], float]:

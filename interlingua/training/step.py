@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from interlingua.data.batching import Batch, shard
 from interlingua.data.directions import Direction
 from interlingua.distributed import no_sync
@@ -28,32 +30,49 @@ class MicroBatch:
     0 for a filler (a process whose part came out empty still joins the gradient exchange)."""
 
 
-def micro_batches(run: Run, direction: Direction) -> tuple[list[MicroBatch], int]:
+StepPart = tuple[Direction, np.ndarray]
+"""A direction and the sentence-pair indices of its batch in a step (the whole step's, before any split)."""
+
+
+def step_parts(run: Run) -> list[StepPart]:
+    """The step's batch: the next direction's next batch, or with `train.batch_tokens` a batch of each
+    direction the scheduler rotates over, in the order of its rotation (a whole cycle a step)."""
+    count = len(run.batches) if run.cfg.train.batch_tokens is not None else 1
+    parts = []
+    for _ in range(count):
+        direction = run.scheduler.next()
+        parts.append((direction, run.batches[direction].next_indices()))
+    return parts
+
+
+def micro_batches(run: Run, step: list[StepPart]) -> tuple[list[MicroBatch], int]:
     """This process's passes of one step, and the whole step's source + target tokens.
 
-    The step's batch (the same on every process) is cut into processes x `train.accumulate`
-    parts; this process takes parts rank, rank + processes, ... With `both_directions` each
-    part is also trained the other way round (paper 003's cost(a->b) + cost(b->a))."""
+    Each direction's batch of the step (the same on every process) is cut into processes x
+    `train.accumulate` parts; this process takes parts rank, rank + processes, ..., one pass per
+    part and direction. A pass's loss is weighted by its share of the step's target tokens, so the
+    step trains on the mean over all of them. With `both_directions` each part is also trained the
+    other way round (paper 003's cost(a->b) + cost(b->a)), each way weighted on its own."""
     tc = run.cfg.train
-    batches = run.batches[direction]
-    idx = batches.next_indices()
     world, parts = run.dist.world_size, run.dist.world_size * tc.accumulate
-    s, t = direction
     sides = (False, True) if tc.both_directions else (False,)
-    whole = {rev: batches.target_tokens(idx, reverse=rev) for rev in sides}
+    whole = {rev: sum(run.batches[d].target_tokens(idx, reverse=rev) for d, idx in step) for rev in sides}
+    single = parts == 1 and len(step) == 1
     micro = []
     for m in range(tc.accumulate):
-        part = shard(idx, parts, m * world + run.dist.rank)
-        filler = len(part) == 0
-        part = idx[:1] if filler else part
-        made = (batches.batch_both_ways(part, run.prefix(t, s), run.start(s)) if tc.both_directions
-                else (batches.batch(part),))
-        for rev, batch in zip(sides, made):
-            batch = replace(batch, filler=True) if filler else batch
-            scale = (0.0 if filler else 1.0 if parts == 1
-                     else world * batches.target_tokens(part, reverse=rev) / whole[rev])
-            micro.append(MicroBatch(batch, scale))
-    return micro, batches.tokens(idx) * len(sides)
+        for (s, t), idx in step:
+            batches = run.batches[(s, t)]
+            part = shard(idx, parts, m * world + run.dist.rank)
+            filler = len(part) == 0
+            part = idx[:1] if filler else part
+            made = (batches.batch_both_ways(part, run.prefix(t, s), run.start(s)) if tc.both_directions
+                    else (batches.batch(part),))
+            for rev, batch in zip(sides, made):
+                batch = replace(batch, filler=True) if filler else batch
+                scale = (0.0 if filler else 1.0 if single
+                         else world * batches.target_tokens(part, reverse=rev) / whole[rev])
+                micro.append(MicroBatch(batch, scale))
+    return micro, sum(run.batches[d].tokens(idx) for d, idx in step) * len(sides)
 
 
 def forward_backward(run: Run, micro: list[MicroBatch]) -> list[float]:

@@ -42,7 +42,7 @@ from interlingua.training.progress_bar import ProgressBar
 from interlingua.training.run import Run, build_run
 from interlingua.training.signals import StopSignals, TrainingInterrupted
 from interlingua.training.state import capture_state
-from interlingua.training.step import StepStart, forward_backward, micro_batches
+from interlingua.training.step import StepStart, forward_backward, micro_batches, step_parts
 from interlingua.training.tensorboard_log import TensorBoardLog
 
 log = logging.getLogger(__name__)
@@ -125,13 +125,12 @@ class Trainer:
                            p.history, self._tokens / max(self._time, 1e-9), run.dist.is_main)
 
     def _step(self, signals: StopSignals) -> None:
-        """One optimizer step on the next direction's batch; the progress moves on only once it is whole."""
+        """One optimizer step on the step's batch (`step_parts`); the progress moves on only once it is whole."""
         run, p = self.run, self.progress
         t0 = time.perf_counter()
         self._step_start = StepStart.of(run)
-        direction = run.scheduler.next()
         run.optimizer.zero_grad(set_to_none=True)
-        micro, ntok = micro_batches(run, direction)
+        micro, ntok = micro_batches(run, step_parts(run))
         sums = forward_backward(run, micro)
         if run.scaler:  # fp16: gradients unscaled before clipping
             run.scaler.unscale_(run.optimizer)
