@@ -12,9 +12,9 @@
 Only what CTranslate2's Transformer computes exactly is exported: a shared model (`model.shared:
 true`: one vocabulary, one encoder and one decoder for every language) with encoder and decoder kind
 `transformer`, `bridge: none`, embeddings of the model's width (`embed_dim` equal to `hidden`), no
-`residual_drop_layer` and no `position_query`; pre- or post-norm, sinusoidal or learned positions,
-tied or untied output embeddings (`variational_dropout` only acts in training). Anything else is one
-`UnsupportedModelError` naming what CTranslate2 lacks.
+`residual_drop_layer`, no `position_query` and no decoder `language_embedding`; pre- or post-norm,
+sinusoidal or learned positions, tied or untied output embeddings (`variational_dropout` only acts in
+training). Anything else is one `UnsupportedModelError` naming what CTranslate2 lacks.
 
 How our model maps onto the spec (verified against `interlingua.modules.transformer`):
 
@@ -128,6 +128,11 @@ def unsupported_features(cfg: ModelConfig, vocabs: dict[str, Vocab] | None = Non
         if getattr(enc, "position_query", False):
             problems.append("encoder.position_query (self-attention queries from position encodings alone): "
                             "CTranslate2's self-attention computes its queries from the layer input")
+    language_embedding = getattr(dec, "language_embedding", "none")
+    if dec.type == "transformer" and language_embedding != "none":
+        problems.append(f"decoder.language_embedding {language_embedding} (a target-language "
+                        f"embedding concatenated to every decoder input and projected back): CTranslate2's "
+                        f"Transformer decoder has no language embedding")
     for side, slot in (("encoder", enc), ("decoder", dec)):
         hidden = getattr(slot, "hidden", None)
         if slot.type == "transformer" and hidden is not None and hidden != cfg.embed_dim:

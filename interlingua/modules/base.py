@@ -116,7 +116,8 @@ class Bridge(Kind):
 
 
 class Decoder(Kind):
-    """Built with context `vocab_size`, `embed_dim`, `memory_dim` (the bridge's output_dim), `dropout`.
+    """Built with context `vocab_size`, `embed_dim`, `memory_dim` (the bridge's output_dim), `dropout` and
+    `languages` (the target languages it serves: all of a shared model's, else its own).
 
     A decoder state is whatever the kind needs between steps; only the decoder looks inside it.
     Greedy and beam search (`interlingua.modules.search`) use `start_state`, `step`,
@@ -130,8 +131,9 @@ class Decoder(Kind):
     """Output layer: decoder states (..., H) -> vocabulary logits (the sampled softmax slices its rows)."""
 
     @abstractmethod
-    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> Any:
-        """The state before the first target token, for a batch of memories."""
+    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor, language: str | None = None) -> Any:
+        """The state before the first target token, for a batch of memories decoded into `language` (the
+        model always passes it; kinds that embed the target language need it, the others ignore it)."""
 
     @abstractmethod
     def forward(self, tgt_in: torch.Tensor, state: Any) -> tuple[torch.Tensor, torch.Tensor | None]:

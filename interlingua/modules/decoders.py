@@ -72,8 +72,10 @@ class LSTMDecoder(Decoder):
                     **_: object) -> LSTMDecoder:
         return cls(vocab_size, embed_dim, cfg.hidden, cfg.layers, memory_dim, dropout, cfg.input_feed)
 
-    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> DecoderState:
-        """Initial state from the masked mean of the memory (mean of M's k columns)."""
+    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor,
+                    language: str | None = None) -> DecoderState:
+        """Initial state from the masked mean of the memory (mean of M's k columns); `language` is not used
+        (the LSTM decoder learns the target language from its own parameters or the tag)."""
         pooled = masked_mean(memory, memory_mask)
         init = torch.tanh(self.init_proj(pooled))                           # (batch, 2*L*H)
         init = init.view(-1, 2, self.layers, self.hidden_size).permute(1, 2, 0, 3).contiguous()

@@ -8,7 +8,10 @@ vocabularies share). Old token ids do not move, so the old languages tokenize ex
 Every weight sized by the id space (encoder input embeddings, decoder embeddings, the output
 projection's rows and bias; a tied embedding stays one tensor) gains rows for the new ids,
 initialised as the mean of the existing non-special rows (ids 4 onward) plus Gaussian noise of
-standard deviation `noise` drawn from a generator seeded with `seed`. Everything else is copied.
+standard deviation `noise` drawn from a generator seeded with `seed`. A weight kept per language
+(a dict keyed by language code, such as a Transformer decoder's `language_embedding: concat`
+vectors) gets an entry for the new language: the mean of the old languages' entries. Everything
+else is copied.
 
 Each target language then produces only its own vocabulary's ids (`interlingua.modules.outputs`),
 so translating between old languages gives exactly the old model's output; fine-tune the result
@@ -20,7 +23,7 @@ module only reads and writes checkpoints.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -49,6 +52,8 @@ class Extension:
     """Ids after extension: the new language's pieces are ids old_size .. new_size - 1."""
     grown: list[str]
     """The weights that gained rows."""
+    added: list[str] = field(default_factory=list)
+    """The new language's own weights (its entry of a per-language dict), the mean of the old languages'."""
 
 
 def new_language_vocab(texts: Iterable[str], lang: str, vocab_size: int, id_space: int,
@@ -59,14 +64,40 @@ def new_language_vocab(texts: Iterable[str], lang: str, vocab_size: int, id_spac
     return Vocab(trained.proto, offset=id_space - (EOS + 1))
 
 
+def _per_language_sources(name: str, lang: str, old_langs: Iterable[str], source: dict[str, torch.Tensor]
+                          ) -> list[torch.Tensor]:
+    """The old languages' weights beside `name`, a weight of the new language `lang` in a dict keyed by
+    language code (`name` with the component `lang` replaced by each old language, where `source` has it)."""
+    parts = name.split(".")
+    found = []
+    for i in (i for i, part in enumerate(parts) if part == lang):
+        for other in old_langs:
+            sibling = ".".join([*parts[:i], other, *parts[i + 1:]])
+            if sibling in source:
+                found.append(source[sibling])
+    return found
+
+
 @torch.no_grad()
-def grow_rows(old: TranslationNetwork, new: TranslationNetwork, old_size: int, noise: float, seed: int) -> list[str]:
+def grow_rows(old: TranslationNetwork, new: TranslationNetwork, old_size: int, noise: float, seed: int,
+              lang: str | None = None, added: list[str] | None = None) -> list[str]:
     """Copy `old`'s weights into `new`, whose id-space-sized weights have more rows: those rows are the
-    mean of the old non-special rows plus N(0, noise^2) noise. Returns the names of the grown weights."""
+    mean of the old non-special rows plus N(0, noise^2) noise. Returns the names of the grown weights.
+    The new language `lang`'s own entries of per-language weights (which `old` lacks) are the mean of the
+    old languages' entries; their names are appended to `added`."""
     source = old.state_dict()
+    old_langs = sorted(set(old.encoder_langs) | set(old.decoder_langs))
     gen = torch.Generator().manual_seed(seed)
     grown = []
     for name, param in new.named_parameters():  # a tied weight comes once
+        if name not in source:
+            siblings = _per_language_sources(name, lang, old_langs, source) if lang is not None else []
+            if not siblings or any(s.shape != param.shape for s in siblings):
+                raise CheckpointError(f"cannot extend the model: weight '{name}' has no counterpart to start from")
+            param.copy_(torch.stack([s.double() for s in siblings]).mean(0).to(param.dtype))
+            if added is not None:
+                added.append(name)
+            continue
         before = source[name]
         if before.shape == param.shape:
             param.copy_(before)
@@ -106,11 +137,12 @@ def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: s
     link_tags(vocabs)
     model = TranslationNetwork(cfg.model, {code: len(v) for code, v in vocabs.items()},
                              [*loaded.network.encoder_langs, lang], [*loaded.network.decoder_langs, lang])
-    grown = grow_rows(loaded.network, model, old_size, noise, seed)
+    added: list[str] = []
+    grown = grow_rows(loaded.network, model, old_size, noise, seed, lang, added)
     restrict_to_vocabs(model, vocabs)
     extended = Checkpoint.of(cfg, model, vocabs, loaded.directions)
     extended.extended = [*loaded.payload.get("extended", []),
                          {"lang": lang, "from": str(path), "vocab_size": vocab_size, "noise": noise, "seed": seed}]
     out = Path(out)
     extended.save(out)
-    return Extension(out, lang, old_size, len(vocabs[lang]), grown)
+    return Extension(out, lang, old_size, len(vocabs[lang]), grown, added)

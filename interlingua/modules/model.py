@@ -61,7 +61,8 @@ class TranslationNetwork(nn.Module):
         self.bridge = BRIDGES.build(cfg.bridge, input_dim=d_h, languages=self.encoder_langs)
         self.decoders = nn.ModuleDict({
             k: DECODERS.build(cfg.decoder, vocab_size=size(k), embed_dim=cfg.embed_dim,
-                              memory_dim=self.bridge.output_dim, dropout=cfg.dropout)
+                              memory_dim=self.bridge.output_dim, dropout=cfg.dropout,
+                              languages=self.decoder_langs if k == SHARED else [k])
             for k in dec_keys})
         if cfg.param_init:
             self.reset_uniform(cfg.param_init)
@@ -137,7 +138,7 @@ class TranslationNetwork(nn.Module):
         """The target language's decoder and its start state for `bridged` (what the search takes); where
         the language's outputs are restricted, the decoder comes wrapped so its steps stay within them."""
         decoder = self.decoder_for(tgt_lang)
-        state = decoder.start_state(bridged.memory, bridged.memory_mask)
+        state = decoder.start_state(bridged.memory, bridged.memory_mask, language=tgt_lang)
         rows = self.output_rows.get(tgt_lang)
         return (decoder if rows is None else RestrictedDecoder(decoder, rows)), state
 
@@ -167,7 +168,7 @@ class TranslationNetwork(nn.Module):
         layer = agreement.layer if use_agreement and agreement is not None else None
         bridged, layers = self._encode(src, src_lengths, src_lang, layer)
         decoder = self.decoder_for(tgt_lang)
-        att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask))
+        att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask, language=tgt_lang))
         real = tgt_out != PAD
         gold = tgt_out[real]
         rows = self.output_rows.get(tgt_lang)

@@ -88,8 +88,8 @@ class RestrictedDecoder(Decoder):
     def from_config(cls, cfg: Any, **context: Any) -> RestrictedDecoder:
         raise TypeError("a RestrictedDecoder wraps a built decoder; it is not a configurable kind")
 
-    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> Any:
-        return self.inner.start_state(memory, memory_mask)
+    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor, language: str | None = None) -> Any:
+        return self.inner.start_state(memory, memory_mask, language)
 
     def forward(self, tgt_in: torch.Tensor, state: Any) -> Any:
         return self.inner(tgt_in, state)

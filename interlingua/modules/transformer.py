@@ -12,6 +12,10 @@ changed as paper 004 does:
   instead of element-wise dropout, in the encoder and the decoder.
 - `attention_dropout: p` (dropout on the attention weights) and `word_dropout: p` (whole input
   tokens dropped), in training only: the paper 004 authors' training setup (0.2 and 0.1).
+- decoder `language_embedding: concat`: a learned embedding of the target language is concatenated
+  to every decoder input embedding and projected back, relu(W [e; l] + b), before the positions
+  (the paper 004 authors' decoder), so every position is told the target language, not the first
+  input (the tag) alone.
 
 The encoder returns (H, mask) like the BiLSTM, so both bridge kinds sit on top of it. The
 decoder attends over the bridge memory and decodes incrementally: the self-attention keys and
@@ -21,7 +25,7 @@ keys and values are projected once in `start_state`, and `reorder_state` indexes
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,7 +36,7 @@ from torch import nn
 
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
-from interlingua.errors import ConfigError
+from interlingua.errors import ConfigError, LanguageError
 from interlingua.modules.base import Decoder, Encoder
 from interlingua.modules.encoders import lengths_to_mask
 from interlingua.modules.registry import DECODERS, ENCODERS
@@ -96,6 +100,11 @@ class TransformerDecoderConfig(_TransformerConfig):
     tie_embeddings: bool = False
     """One weight matrix for the target embeddings and the output projection (Press & Wolf 2017);
     needs d_model (`hidden`) equal to `embed_dim`."""
+    language_embedding: Literal["none", "concat"] = "none"
+    """`concat`: a learned target-language vector l (size d_model, one per target language) joins every
+    decoder input: e' = relu(W [e; l] + b) with W (d_model, 2 d_model), applied to the scaled token
+    embedding (after word dropout and the projection to d_model), before the positions (the paper 004
+    authors' LAN_EMB_CONCAT). `none`: the target language reaches the decoder only through the tag."""
 
 
 def sinusoids(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -330,9 +339,14 @@ class DecoderLayer(_Layer):
 class _Embedding(nn.Module):
     """Token embeddings * sqrt(embed_dim) (projected to d_model where the sizes differ) + positions, dropout.
     The embeddings start as N(0, 1/embed_dim) (Vaswani et al.; fairseq), so that after scaling
-    tokens and position encodings have the same magnitude."""
+    tokens and position encodings have the same magnitude.
 
-    def __init__(self, vocab_size: int, embed_dim: int, dim: int, cfg: _TransformerConfig, dropout: float):
+    With `language_concat` (the decoder's `language_embedding: concat`) a language vector (d_model,)
+    given to `forward` is concatenated to each token's embedding and projected back, relu(W [e; l] + b),
+    before the positions are added."""
+
+    def __init__(self, vocab_size: int, embed_dim: int, dim: int, cfg: _TransformerConfig, dropout: float,
+                 language_concat: bool = False):
         super().__init__()
         self.dim, self.positions = dim, cfg.positions
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
@@ -345,14 +359,22 @@ class _Embedding(nn.Module):
         self.table = nn.Embedding(cfg.max_positions, dim) if cfg.positions == "learned" else None
         self.drop = _dropout(dropout, cfg.variational_dropout)
         self.word_dropout = cfg.word_dropout
+        self.language_proj = nn.Linear(2 * dim, dim) if language_concat else None
 
-    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, start: int = 0, language: torch.Tensor | None = None) -> torch.Tensor:
+        """ids (batch, n) at positions start .. start + n - 1 -> (batch, n, d_model); `language` (d_model,):
+        the vector concatenated to every position (needed exactly where `language_concat` was asked)."""
         x = self.embed(ids) * self.scale
         if self.training and self.word_dropout > 0:  # whole tokens: one draw per position
             keep = x.new_empty(ids.shape + (1,)).bernoulli_(1 - self.word_dropout)
             x = x * keep / (1 - self.word_dropout)
         if self.proj is not None:
             x = self.proj(x)
+        if self.language_proj is not None:
+            if language is None:
+                raise ValueError("this embedding concatenates a language vector: none was given")
+            lang = language.to(x.dtype).expand(*x.shape[:-1], -1)
+            x = torch.relu(self.language_proj(torch.cat([x, lang], dim=-1)))
         pos = torch.arange(start, start + ids.size(1), device=ids.device)
         if self.table is not None:
             if start + ids.size(1) > self.max_positions:
@@ -439,6 +461,9 @@ class TransformerDecoderState:
     """(batch, 1, 1, mem_len) True where the decoder may attend."""
     position: int
     """Target positions decoded so far (the next token's position)."""
+    language: torch.Tensor | None = None
+    """(d_model,) the target language's embedding with `language_embedding: concat` (one call decodes one
+    target language, so one vector serves every row and reordering leaves it as it is); None otherwise."""
 
     @property
     def rows(self) -> int:
@@ -448,18 +473,29 @@ class TransformerDecoderState:
     def select(self, index: torch.Tensor) -> TransformerDecoderState:
         memory_index = _sentence_rows(index, self.rows, self.memory_mask.size(0))
         return TransformerDecoderState([c.select(index, memory_index) for c in self.caches],
-                                       self.memory_mask.index_select(0, memory_index), self.position)
+                                       self.memory_mask.index_select(0, memory_index), self.position, self.language)
 
 
 @DECODERS.register("transformer", config=TransformerDecoderConfig)
 class TransformerDecoder(Decoder):
     """Stack of `DecoderLayer`s over the bridge memory; incremental decoding with cached keys/values."""
 
-    def __init__(self, cfg: TransformerDecoderConfig, vocab_size: int, embed_dim: int, memory_dim: int, dropout: float):
+    def __init__(self, cfg: TransformerDecoderConfig, vocab_size: int, embed_dim: int, memory_dim: int, dropout: float,
+                 languages: Sequence[str] = ()):
+        """`languages`: the target languages this decoder serves (with `language_embedding: concat`, one
+        learned vector each)."""
         super().__init__()
         dim, ff_dim = _sizes(cfg, embed_dim)
         self.dim = dim
-        self.embedding = _Embedding(vocab_size, embed_dim, dim, cfg, dropout)
+        concat = cfg.language_embedding == "concat"
+        self.embedding = _Embedding(vocab_size, embed_dim, dim, cfg, dropout, language_concat=concat)
+        self.language_embeddings: nn.ParameterDict | None = None
+        """Target language code -> its vector (d_model,), N(0, 1) like a scaled token embedding; keyed by code,
+        not by position in a list, so that a language added later (`interlingua extend`) moves no other."""
+        if concat:
+            if not languages:
+                raise ConfigError("decoder.language_embedding: concat needs the decoder's target languages")
+            self.language_embeddings = nn.ParameterDict({lang: nn.Parameter(torch.randn(dim)) for lang in languages})
         self.max_length = cfg.max_positions if cfg.positions == "learned" else None
         self.layers = nn.ModuleList(
             DecoderLayer(dim, cfg.heads, ff_dim, dropout, cfg.norm, cfg.variational_dropout, memory_dim,
@@ -475,24 +511,45 @@ class TransformerDecoder(Decoder):
 
     @classmethod
     def from_config(cls, cfg: TransformerDecoderConfig, *, vocab_size: int, embed_dim: int, memory_dim: int,
-                    dropout: float, **_: object) -> TransformerDecoder:
-        return cls(cfg, vocab_size, embed_dim, memory_dim, dropout)
+                    dropout: float, languages: Sequence[str] = (), **_: object) -> TransformerDecoder:
+        return cls(cfg, vocab_size, embed_dim, memory_dim, dropout, languages)
 
-    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> TransformerDecoderState:
-        """Projects the memory's keys and values for every layer; the self-attention caches start empty."""
+    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor,
+                    language: str | None = None) -> TransformerDecoderState:
+        """Projects the memory's keys and values for every layer; the self-attention caches start empty.
+        With language embeddings the state carries `language`'s vector (a language without one is a
+        `LanguageError`); without them `language` is not used."""
         return TransformerDecoderState([layer.start(memory)  # type: ignore[operator]  # ModuleList: Module items
-                                        for layer in self.layers], memory_mask[:, None, None, :], 0)
+                                        for layer in self.layers], memory_mask[:, None, None, :], 0,
+                                       self.language_vector(language))
+
+    @property
+    def languages(self) -> list[str]:
+        """The target languages with an embedding (sorted); empty without `language_embedding: concat`."""
+        return sorted(self.language_embeddings) if self.language_embeddings is not None else []
+
+    def language_vector(self, language: str | None) -> torch.Tensor | None:
+        """`language`'s embedding (d_model,) where the decoder has them, else None."""
+        if self.language_embeddings is None:
+            return None
+        if language is None:
+            raise ValueError("this decoder embeds the target language (language_embedding: concat): "
+                             "start_state needs it")
+        if language not in self.language_embeddings:
+            raise LanguageError(f"the decoder has no language embedding for '{language}' "
+                                f"(languages: {', '.join(self.languages)})")
+        return self.language_embeddings[language]
 
     def _run(self, tgt: torch.Tensor, state: TransformerDecoderState,
              incremental: bool) -> tuple[torch.Tensor, TransformerDecoderState]:
-        x = self.embedding(tgt, start=state.position if incremental else 0)
+        x = self.embedding(tgt, start=state.position if incremental else 0, language=state.language)
         caches = []
         for layer, cache in zip(self.layers, state.caches):
             x, cache = layer(x, cache, state.memory_mask, incremental)
             caches.append(cache)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return x, TransformerDecoderState(caches, state.memory_mask, state.position + tgt.size(1))
+        return x, TransformerDecoderState(caches, state.memory_mask, state.position + tgt.size(1), state.language)
 
     def forward(self, tgt_in: torch.Tensor, state: TransformerDecoderState) -> tuple[torch.Tensor, None]:
         """Teacher forcing: tgt_in (batch, T) -> states (batch, T, d_model); no attention weights."""
@@ -513,7 +570,7 @@ class TransformerDecoder(Decoder):
 
     def reorder_beams(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
         return TransformerDecoderState([c.select_decoded(indices) for c in state.caches], state.memory_mask,
-                                       state.position)
+                                       state.position, state.language)
 
     def expand_beams(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
         """The memory's keys and values stay once per sentence; its hypotheses attend to them together
