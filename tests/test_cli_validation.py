@@ -44,6 +44,7 @@ NUMERIC = [
     ("evaluate", "--threads", positive_int),
     ("evaluate", "--jobs", positive_int),
     ("analyze", "--beam", beam_size), ("analyze", "--max-sentences", positive_int),
+    ("analyze", "--svcca-k", positive_int),
     ("experiment", "--beam", beam_size), ("experiment", "--max-test-sentences", positive_int),
     ("experiment", "--jobs", positive_int), ("experiment", "--threads", positive_int),
     ("demo", "--minutes", positive_float),

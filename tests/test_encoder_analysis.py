@@ -183,20 +183,41 @@ def test_a_source_prefix_is_read_but_not_returned(tiny_checkpoint, monkeypatch):
 def test_analyze_encoder_cli_writes_the_report(tiny_checkpoint, three_way_corpus, tmp_path, capsys):
     out = tmp_path / "analysis"
     code = main(["analyze", "encoder", str(tiny_checkpoint), "--split", "test", "--max-sentences", "30",
-                 "--out", str(out), "--device", "cpu"])
+                 "--svcca-k", "4", "--out", str(out), "--device", "cpu"])
     assert code == 0, capsys.readouterr().err
     for name in ("encoder_analysis.md", "encoder_analysis.json", "encoder_layers.png", "language_id.png"):
         assert (out / name).stat().st_size > 0
     report = json.loads((out / "encoder_analysis.json").read_text())
     assert report["languages"] == ["xa", "xc"] and report["layers"] == ["emb", "1", "2"]
     assert report["tokens"]["val"]["xa"] > 0 and report["pair_sentences"] == {"xa-xc": 30}
-    for key in ("token_accuracy", "position_accuracy", "svcca", "svcca_random", "retrieval"):
+    for key in ("token_accuracy", "position_accuracy", "svcca_fixed", "svcca_fixed_gaussian", "svcca_fixed_permuted",
+                "cka", "cka_gaussian", "cka_permuted", "svcca_99", "svcca_99_random", "retrieval"):
         values = report["mean"][key]
-        assert len(values) == 3 and all(0.0 <= v <= 1.0 for v in values), key
+        assert len(values) == 3 and all(0.0 <= v <= 1.0 + 1e-12 for v in values), key
+        assert key in ("token_accuracy", "position_accuracy") or len(report[key]["xa-xc"]) == 3, key
+    assert report["svcca_k"] == 4 and report["svcca_fixed_k"] == {"xa-xc": [4, 4, 4]}
+    kept = report["svcca_99_kept"]["xa-xc"]
+    assert len(kept) == 3 and all(len(k) == 2 and 1 <= min(k) and max(k) <= 29 for k in kept)
+    assert report["mean"]["svcca_99_kept"] == [sum(k) / 2 for k in kept]
+    assert "confounded" in report["notes"]["svcca_99"] and "svcca" not in report
     assert report["mean"]["token_accuracy"][0] > 0.9  # the embeddings name the token
     assert set(report["token_ceiling"]) == {"xa", "xc"} and report["token_ceiling"]["xa"] == 1.0
     assert 0.0 <= report["language_id_accuracy"] <= 1.0 and np.asarray(report["confusion"]).sum() > 0
-    assert "## Averages per layer" in (out / "encoder_analysis.md").read_text()
+    text = (out / "encoder_analysis.md").read_text()
+    for heading in ("## Averages per layer", "## Fixed-k SVCCA (k = 4) per language pair",
+                    "## Linear CKA per language pair", "## SVCCA at 99% of the variance per language pair, confounded"):
+        assert heading in text, heading
+    assert "| layer | token id | position | SVCCA k=4 | permuted | Gaussian | CKA | permuted | Gaussian | retrieval |" \
+        in text and "k = 4 directions in every layer and pair" in text
+
+
+def test_svcca_k_option_defaults_to_the_library_value():
+    from interlingua.cli import build_parser
+    from interlingua.evaluation import registry
+    from interlingua.evaluation.svcca import SVCCA_K
+    assert build_parser().parse_args(["analyze", "encoder", "m.pt"]).svcca_k is None   # report_encoder: SVCCA_K
+    option = registry.SVCCA_K
+    assert f"default {SVCCA_K}," in option.help and option in registry.EVALUATIONS["encoder"].options
 
 
 def test_analyze_encoder_errors_are_one_line(tiny_checkpoint, tmp_path, capsys):

@@ -5,8 +5,13 @@
   linear layer + softmax is trained on the token states of a training split and scored on the test
   split. Classes are the token ids / positions seen in training; a test token whose id or position
   never occurred in training counts as wrong.
-- SVCCA between languages per layer (Figure 5, Table 9): mean-pooled states of the multi-way test
-  sentences, for every language pair, beside the score of random Gaussian data of the same shape.
+- Similarity between languages per layer (`representation_similarity.py`): mean-pooled states of
+  the multi-way test sentences, for every language pair: SVCCA at a fixed number of directions k
+  (`--svcca-k`) and linear CKA, each beside two references, independent Gaussian data of the same
+  shapes and the same states with the translation pairing broken (rows permuted). The paper's
+  99%-variance SVCCA (Figure 5, Table 9) is still reported, as `svcca_99` with the number of
+  directions it kept per language, but not to be compared across layers: its score moves with
+  that number alone.
 - Token-level language identification from the encoder output (Table 9, Figure 4): accuracy and
   confusion matrix; the more alike the languages' states, the lower.
 - Cross-lingual retrieval per layer: the cosine nearest neighbour of each mean-pooled sentence among
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from itertools import combinations
 from pathlib import Path
 
@@ -29,7 +34,8 @@ from interlingua.atomic_files import write_text_atomic
 from interlingua.errors import DataError, InterlinguaError, LanguageError
 from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.evaluation.registry import Report
-from interlingua.evaluation.svcca import random_svcca, svcca
+from interlingua.evaluation.representation_similarity import DRAWS, LayerSimilarity, layer_similarity
+from interlingua.evaluation.svcca import SVCCA_K
 from interlingua.inference.api import Model, load
 
 
@@ -137,25 +143,35 @@ def retrieval_accuracy(queries: np.ndarray, candidates: np.ndarray, query_keys: 
     return float(np.mean([candidate_keys[j] == key for j, key in zip(best, query_keys)]))
 
 
-def _width(x: np.ndarray) -> int:
-    """Columns that are not all zero (a zero-padded layer's own width)."""
-    return int((np.abs(x).max(0) > 0).sum())
-
-
-def pair_scores(a: np.ndarray, b: np.ndarray, a_keys: Sequence[str], b_keys: Sequence[str]
-                ) -> tuple[list[float], list[float], list[float]]:
-    """Per layer, for aligned pooled vectors a, b (n, layers, d): SVCCA, random SVCCA of that shape,
-    and retrieval accuracy averaged over both directions."""
-    sv, rnd, ret = [], [], []
+def pair_scores(a: np.ndarray, b: np.ndarray, a_keys: Sequence[str], b_keys: Sequence[str], svcca_k: int = SVCCA_K,
+                draws: int = DRAWS) -> tuple[list[LayerSimilarity], list[float]]:
+    """Per layer, for aligned pooled vectors a, b (n, layers, d): every similarity measure with its
+    references, and retrieval accuracy averaged over both directions."""
+    sims, ret = [], []
     for layer in range(a.shape[1]):
         x, y = a[:, layer], b[:, layer]
-        sv.append(svcca(x, y))
-        rnd.append(random_svcca(len(x), _width(x), _width(y), seed=layer))
+        sims.append(layer_similarity(x, y, svcca_k, draws, random_seed=layer))
         ret.append((retrieval_accuracy(x, y, b_keys, b_keys) + retrieval_accuracy(y, x, a_keys, a_keys)) / 2)
-    return sv, rnd, ret
+    return sims, ret
 
 
 # --- the result --------------------------------------------------------------------------------
+
+SIMILARITY_KEYS = tuple(f.name for f in fields(LayerSimilarity))
+"""The per-pair, per-layer similarity fields of `EncoderAnalysis`, named as `LayerSimilarity`'s."""
+
+MEASURE_NOTES = {
+    "svcca_fixed": "SVCCA keeping the same k leading singular directions of each language's states in every layer "
+                   "(k used: svcca_fixed_k); compare with svcca_fixed_permuted",
+    "cka": "linear CKA (Kornblith et al. 2019); compare with cka_permuted",
+    "*_gaussian": "the measure on independent standard Gaussian data of the same shapes (what shape alone gives)",
+    "*_permuted": "the measure on the same states with each sentence paired with another sentence's translation "
+                  "(each language's spectrum kept, the pairing broken): the reference to subtract",
+    "svcca_99": "the paper's SVCCA keeping 99% of the variance: confounded by the number of directions kept "
+                "(svcca_99_kept), which changes the score on its own (independent Gaussian data, n = 1000: about "
+                "0.08 with 10 directions, 0.30 with 125); not comparable across layers, kept for continuity",
+}
+"""What the similarity keys of the JSON mean (written beside them as `notes`)."""
 
 
 def _mean(rows: Iterable[list[float]]) -> list[float]:
@@ -179,24 +195,49 @@ class EncoderAnalysis:
     position_accuracy: dict[str, list[float]]
     token_ceiling: dict[str, float]
     """Per language, the share of test tokens whose id occurs in the training split (the rest count as wrong)."""
-    svcca: dict[str, list[float]] = field(default_factory=dict)
-    """`a-b` -> per layer."""
-    svcca_random: dict[str, list[float]] = field(default_factory=dict)
+    svcca_k: int = SVCCA_K
+    """The k asked for fixed-k SVCCA (`svcca_fixed_k`: the k used, lower where a view has lower rank)."""
+    similarity_draws: int = DRAWS
+    """Gaussian draws and row permutations each reference averages."""
+    svcca_fixed: dict[str, list[float]] = field(default_factory=dict)
+    """`a-b` -> per layer, as every per-pair field below."""
+    svcca_fixed_k: dict[str, list[int]] = field(default_factory=dict)
+    svcca_fixed_gaussian: dict[str, list[float]] = field(default_factory=dict)
+    svcca_fixed_permuted: dict[str, list[float]] = field(default_factory=dict)
+    cka: dict[str, list[float]] = field(default_factory=dict)
+    cka_gaussian: dict[str, list[float]] = field(default_factory=dict)
+    cka_permuted: dict[str, list[float]] = field(default_factory=dict)
+    svcca_99: dict[str, list[float]] = field(default_factory=dict)
+    """The paper's 99%-variance SVCCA, confounded by the number of directions kept (`svcca_99_kept`)."""
+    svcca_99_random: dict[str, list[float]] = field(default_factory=dict)
+    svcca_99_kept: dict[str, list[list[int]]] = field(default_factory=dict)
+    """Per layer, [directions kept of a, of b]."""
     retrieval: dict[str, list[float]] = field(default_factory=dict)
     pair_sentences: dict[str, int] = field(default_factory=dict)
     language_id_accuracy: float | None = None
     confusion: list[list[int]] = field(default_factory=list)
     probe: dict = field(default_factory=dict)
 
+    def add_pair(self, name: str, sentences: int, sims: Sequence[LayerSimilarity], retrieval: list[float]) -> None:
+        """Store one language pair's per-layer scores (`pair_scores`)."""
+        for key in SIMILARITY_KEYS:
+            getattr(self, key)[name] = [list(v) if isinstance(v, tuple) else v for v in (getattr(s, key) for s in sims)]
+        self.retrieval[name] = retrieval
+        self.pair_sentences[name] = sentences
+
     def means(self) -> dict[str, list[float]]:
-        """Per-layer averages over languages (probes) and pairs (SVCCA, retrieval)."""
-        return {"token_accuracy": _mean(self.token_accuracy.values()),
-                "position_accuracy": _mean(self.position_accuracy.values()),
-                "svcca": _mean(self.svcca.values()), "svcca_random": _mean(self.svcca_random.values()),
-                "retrieval": _mean(self.retrieval.values())}
+        """Per-layer averages over languages (probes) and pairs (similarities, retrieval); for
+        `svcca_99_kept` over both languages of every pair."""
+        out = {"token_accuracy": _mean(self.token_accuracy.values()),
+               "position_accuracy": _mean(self.position_accuracy.values())}
+        for key in SIMILARITY_KEYS:
+            rows = getattr(self, key).values()
+            out[key] = _mean([[sum(v) / len(v) for v in row] for row in rows] if key == "svcca_99_kept" else rows)
+        out["retrieval"] = _mean(self.retrieval.values())
+        return out
 
     def to_json(self) -> dict:
-        return {**asdict(self), "mean": self.means()}
+        return {**asdict(self), "mean": self.means(), "notes": MEASURE_NOTES}
 
     def to_markdown(self) -> str:
         from interlingua.evaluation.encoder_report import markdown
@@ -235,8 +276,10 @@ def _split_texts(corpus: Path, split: str, langs: list[str], max_sentences: int 
 def analyze_encoder(model: Model, corpus: str | Path, train_split: str = "val", split: str = "test_2016_flickr",
                     languages: Sequence[str] | None = None, max_sentences: int | None = None,
                     settings: ProbeSettings = ProbeSettings(), batch_size: int = 64,
-                    progress: bool = True, checkpoint: str = "") -> EncoderAnalysis:
-    """Every analysis of the module docstring for `model` on `corpus` (probes fit on `train_split`)."""
+                    progress: bool = True, checkpoint: str = "", svcca_k: int = SVCCA_K,
+                    similarity_draws: int = DRAWS) -> EncoderAnalysis:
+    """Every analysis of the module docstring for `model` on `corpus` (probes fit on `train_split`;
+    fixed-k SVCCA at `svcca_k` directions, references averaged over `similarity_draws`)."""
     from interlingua.evaluation.bleu_matrix import parallel_texts
     corpus = Path(corpus)
     langs = _check_languages(model, languages)
@@ -260,16 +303,16 @@ def analyze_encoder(model: Model, corpus: str | Path, train_split: str = "val", 
         pooled[lang] = {t: s.mean(1) for t, s in zip(test_texts[lang], te) if s.shape[1]}
     result = EncoderAnalysis(checkpoint, model.kinds.encoder, str(corpus), train_split, split, langs,
                              ["emb", *map(str, range(1, depth))], counts, token_acc, position_acc, ceiling,
-                             probe=asdict(settings))
+                             svcca_k=svcca_k, similarity_draws=similarity_draws, probe=asdict(settings))
     for a, b in tqdm(list(combinations(langs, 2)), desc="language pairs", disable=not progress):
         pairs = [(s, t) for s, t in zip(*parallel_texts(test_groups, a, b)) if s in pooled[a] and t in pooled[b]]
         if len(pairs) < 2:
             continue
         a_keys, b_keys = [s for s, _ in pairs], [t for _, t in pairs]
-        name = f"{a}-{b}"
-        result.svcca[name], result.svcca_random[name], result.retrieval[name] = pair_scores(
-            np.stack([pooled[a][s] for s in a_keys]), np.stack([pooled[b][t] for t in b_keys]), a_keys, b_keys)
-        result.pair_sentences[name] = len(pairs)
+        sims, retrieval = pair_scores(np.stack([pooled[a][s] for s in a_keys]),
+                                      np.stack([pooled[b][t] for t in b_keys]), a_keys, b_keys, svcca_k,
+                                      similarity_draws)
+        result.add_pair(f"{a}-{b}", len(pairs), sims, retrieval)
     if len(langs) > 1:
         acc, confusion = language_id({lang: o[0] for lang, o in outputs.items()},
                                      {lang: o[1] for lang, o in outputs.items()}, settings, device)
@@ -294,21 +337,22 @@ def write_encoder_analysis(result: EncoderAnalysis, out_dir: str | Path) -> list
 def evaluate_encoder(checkpoint: str | Path, out_dir: str | Path, corpus: str | Path | None = None,
                      train_split: str = "val", split: str = "test_2016_flickr", languages: Sequence[str] | None = None,
                      max_sentences: int | None = None, device: str = "auto",
-                     progress: bool = True) -> tuple[EncoderAnalysis, list[Path]]:
+                     progress: bool = True, svcca_k: int = SVCCA_K) -> tuple[EncoderAnalysis, list[Path]]:
     """`interlingua analyze encoder`: load, analyse on `corpus` (default: the one the model was trained on), write."""
     model = load(checkpoint, device)
     result = analyze_encoder(model, corpus or model.config.corpus, train_split, split, languages,
-                             max_sentences, progress=progress, checkpoint=str(checkpoint))
+                             max_sentences, progress=progress, checkpoint=str(checkpoint), svcca_k=svcca_k)
     return result, write_encoder_analysis(result, out_dir)
 
 
 def report_encoder(checkpoint: str | None, train_split: str, max_sentences: int | None, languages: list[str] | None,
-                   split: str, corpus: str | None, out: str | None, device: str) -> Report:
+                   split: str, corpus: str | None, out: str | None, device: str, svcca_k: int | None = None
+                   ) -> Report:
     """`interlingua analyze encoder` (`registry.EVALUATIONS`): written under `out` (default: <checkpoint
-    folder>/analysis)."""
+    folder>/analysis); `svcca_k` None: `SVCCA_K`."""
     if not checkpoint:
         raise InterlinguaError("analyze encoder needs a checkpoint: interlingua analyze encoder CHECKPOINT")
     result, files = evaluate_encoder(checkpoint, Path(out or Path(checkpoint).parent / "analysis"), corpus=corpus,
                                      train_split=train_split, split=split, languages=languages,
-                                     max_sentences=max_sentences, device=device)
+                                     max_sentences=max_sentences, device=device, svcca_k=svcca_k or SVCCA_K)
     return Report(result.to_markdown(), result.to_json(), files, result=result)

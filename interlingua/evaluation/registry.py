@@ -235,6 +235,8 @@ TGT = Option("--tgt", default="de", help="target language")
 ANALYSIS_CORPUS = Option("--corpus", help="corpus YAML (default: the first model's)")
 INPUT = Option("--input", aliases=("-i",), help="sentences from this file instead of the corpus split")
 SENTENCE = Option("--sentence", help="the sentence to draw (default: the first one)")
+SVCCA_K = Option("--svcca-k", value="count", metavar="K",
+                 help="directions fixed-k SVCCA keeps in every layer (default 32, fewer where the states have fewer)")
 ANALYSIS_OUT = Option("--out", help="output folder (default: <first model folder>/analysis; encoder: <checkpoint "
                                      "folder>/analysis)")
 
@@ -247,6 +249,7 @@ EVALUATIONS.register(Evaluation(
     "interlingua.evaluation.length_analysis:report_lengths",
     (MODELS, SRC, TGT, SPLIT, ANALYSIS_CORPUS, BEAM, ANALYSIS_OUT, DEVICE)))
 EVALUATIONS.register(Evaluation(
-    "encoder", "analyze", "per-layer encoder probes, SVCCA, language ID and retrieval",
+    "encoder", "analyze", "per-layer encoder probes, SVCCA and CKA between languages, language ID and retrieval",
     "interlingua.evaluation.encoder_analysis:report_encoder",
-    (CHECKPOINT, TRAIN_SPLIT, MAX_SPLIT_SENTENCES, LANGUAGES, SPLIT, ANALYSIS_CORPUS, ANALYSIS_OUT, DEVICE)))
+    (CHECKPOINT, TRAIN_SPLIT, MAX_SPLIT_SENTENCES, LANGUAGES, SPLIT, ANALYSIS_CORPUS, SVCCA_K, ANALYSIS_OUT,
+     DEVICE)))
