@@ -305,7 +305,8 @@ def cmd_experiment(args: argparse.Namespace) -> None:
     _use_threads(args.threads)
     runs = run_experiments([Path(r) for r in args.recipes], _device_override(args), Path(args.out), beam=args.beam,
                            max_test=args.max_test_sentences, jobs=args.jobs,
-                           notes=Path(args.notes) if args.notes else None, pivot=args.pivot)
+                           notes=Path(args.notes) if args.notes else None, pivot=args.pivot,
+                           checkpoint=args.checkpoint)
     print(f"{len(runs)} run(s); table in {args.out}")
 
 
@@ -537,6 +538,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--notes", default=None, help="markdown file appended to the report (discussion of the numbers)")
     x.add_argument("--pivot", default=None, metavar="LANG",
                    help="also translate each run's zero-shot directions through LANG (zero-shot vs pivot)")
+    x.add_argument("--checkpoint", choices=("selected", "last", "best", "averaged"), default="selected",
+                   help="what is scored: selected (averaged.pt where the run made one, else best.pt; default), "
+                        "or that file (e.g. last to compare the last weights with the average)")
     x.set_defaults(func=cmd_experiment)
 
     s = sub.add_parser("serve", help="HTTP service: translate, embed, OpenAI-style /v1/embeddings (docs at /docs)")

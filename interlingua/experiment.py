@@ -25,8 +25,10 @@ import torch
 
 from interlingua.atomic_files import write_text_atomic
 from interlingua.config import TrainConfig, load_config
+from interlingua.errors import DataError
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
 from interlingua.evaluation.paper_bleu import paper_bleu
+from interlingua.evaluation.plots import plot_dev_bleu_against_loss
 from interlingua.inference.api import load
 from interlingua.modules.checkpoint import Checkpoint, TrainingState
 from interlingua.training.metrics import MetricsLog
@@ -61,6 +63,27 @@ def finished(work: Path, tc: TrainConfig) -> bool:
             or patience_spent(st.history, tc.patience))
 
 
+CHECKPOINTS = ("selected", "last", "best", "averaged")
+"""What `interlingua experiment --checkpoint` scores: the selected one (`selected_checkpoint`), or a named file."""
+
+
+def scored_checkpoint(work: Path, which: str = "selected") -> Path:
+    """The checkpoint of a finished run that `which` names (one of `CHECKPOINTS`)."""
+    if which == "selected":
+        return selected_checkpoint(work)
+    path = work / f"{which}.pt"
+    if not path.is_file():
+        why = " (the run has no train.average_best)" if which == "averaged" else ""
+        raise DataError(f"{path} does not exist{why}: choose another --checkpoint")
+    return path
+
+
+def dev_curve(history: list[dict[str, Any]]) -> list[list[float]]:
+    """A run's validations as [step, mean dev loss, mean dev BLEU], those that have both."""
+    return [[r["step"], r["mean_loss"], r["mean_bleu"]] for r in history
+            if r.get("mean_loss") is not None and r.get("mean_bleu") is not None]
+
+
 def selected_checkpoint(work: Path) -> Path:
     """The checkpoint a finished run is scored with: the average of its lowest-dev-loss
     checkpoints where the run made one (`train.average_best`), else its best by dev BLEU."""
@@ -86,20 +109,23 @@ def mean_tokens_per_second(work: Path) -> float | None:
 
 
 def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | None,
-               pivot: str | None = None) -> dict[str, Any]:
-    """Train (or resume, or skip) one recipe and score its selected checkpoint on test_2016_flickr;
-    with `pivot`, also its zero-shot directions translated through the pivot language.
+               pivot: str | None = None, checkpoint: str = "selected") -> dict[str, Any]:
+    """Train (or resume, or skip) one recipe and score its checkpoint (`checkpoint`, one of
+    `CHECKPOINTS`) on test_2016_flickr; with `pivot`, also its zero-shot directions translated through
+    the pivot language.
 
-    The scored run is cached in <work_dir>/eval/experiment.json, keyed by the checkpoint's
-    modification time and the search settings, so gathering finished runs into a table is cheap."""
+    The scored run is cached in <work_dir>/eval/experiment.json (for another checkpoint or beam,
+    experiment_<checkpoint>_beam<N>.json), keyed by the checkpoint's modification time and the
+    search settings, so gathering finished runs into a table is cheap."""
     cfg = load_config(recipe, overrides)
     work = Path(cfg.work_dir)
     if not finished(work, cfg.train):
         train(cfg, resume=(work / "last.pt").exists())
-    best = selected_checkpoint(work)
+    best = scored_checkpoint(work, checkpoint)
     key = {"best_mtime": best.stat().st_mtime, "beam": beam, "max_test": max_test, "recipe": recipe.stem,
            "checkpoint": best.name, "pivot": pivot, "scores": 2}
-    cache = work / "eval" / "experiment.json"
+    variant = "" if checkpoint == "selected" and beam == 1 else f"_{checkpoint}_beam{beam}"
+    cache = work / "eval" / f"experiment{variant}.json"
     if cache.is_file():
         cached = json.loads(cache.read_text())
         if cached.get("key") == key:
@@ -112,18 +138,20 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     t0 = time.perf_counter()
     model = load(best, cfg.train.device)
     matrix = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
-    write_matrix(matrix, work / "eval", f"bleu_test_2016_flickr_beam{beam}", title=recipe.stem)
+    named = "" if checkpoint == "selected" else f"_{best.stem}"
+    write_matrix(matrix, work / "eval", f"bleu_test_2016_flickr_beam{beam}{named}", title=recipe.stem)
     pivoted = None
     if pivot and matrix.zero_shot and pivot in model.languages.sources and pivot in model.languages.targets:
         pivoted = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test,
                               progress=False, pivot=pivot, pairs=matrix.zero_shot)
-        write_matrix(pivoted, work / "eval", f"bleu_test_2016_flickr_beam{beam}_pivot-{pivot}",
+        write_matrix(pivoted, work / "eval", f"bleu_test_2016_flickr_beam{beam}{named}_pivot-{pivot}",
                      title=f"{recipe.stem}, pivot {pivot}")
     run = {
         "recipe": recipe.stem, "name": cfg.name, "setting": paper_setting(cfg.name),
         "checkpoint": best.name,
         "added": extension_of(state.init),
         "matrix": matrix.to_json(),
+        "dev_curve": dev_curve(state.history),
         "pivot_matrix": pivoted.to_json() if pivoted else None,
         "compute": {"tokens_per_s": mean_tokens_per_second(work), "train_minutes": round(state.elapsed / 60, 1),
                     "steps": state.step, "directions": len(last.directions),
@@ -315,30 +343,34 @@ def _write(runs: list[dict[str, Any]], out: Path, notes: Path | None = None) -> 
         text += "\n" + notes.read_text()
     write_text_atomic(out, text)
     write_text_atomic(out.with_suffix(".json"), json.dumps(runs, indent=1))
+    curves = {r["recipe"]: [(loss, bleu) for _, loss, bleu in r.get("dev_curve", [])] for r in runs}
+    if any(curves.values()):
+        plot_dev_bleu_against_loss(curves, out.with_name(f"{out.stem}_dev_curves.png"))
 
 
 def _run_one_thread(recipe: Path, overrides: list[str], beam: int, max_test: int | None,
-                    pivot: str | None) -> dict[str, Any]:
+                    pivot: str | None, checkpoint: str) -> dict[str, Any]:
     torch.set_num_threads(1)
-    return run_recipe(recipe, overrides, beam, max_test, pivot)
+    return run_recipe(recipe, overrides, beam, max_test, pivot, checkpoint)
 
 
 def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: int = 1,
                     max_test: int | None = None, jobs: int = 1, notes: Path | None = None,
-                    pivot: str | None = None) -> list[dict[str, Any]]:
+                    pivot: str | None = None, checkpoint: str = "selected") -> list[dict[str, Any]]:
     """Run recipes (in `jobs` processes of one thread each when jobs > 1); the table is
-    rewritten as runs finish and always lists them in the order given. `notes` (markdown,
-    e.g. a discussion of the numbers) is appended to the report; `pivot` also translates each
-    run's zero-shot directions through that language."""
+    rewritten as runs finish and always lists them in the order given, with a plot of every run's
+    dev BLEU against its dev loss beside it (<out>_dev_curves.png). `notes` (markdown, e.g. a
+    discussion of the numbers) is appended to the report; `pivot` also translates each run's
+    zero-shot directions through that language; `checkpoint` is what is scored (`CHECKPOINTS`)."""
     recipes = [Path(r) for r in recipes]
     done: dict[int, dict[str, Any]] = {}
     if jobs <= 1:
         for i, recipe in enumerate(recipes):
-            done[i] = run_recipe(recipe, overrides, beam, max_test, pivot)
+            done[i] = run_recipe(recipe, overrides, beam, max_test, pivot, checkpoint)
             _write([done[j] for j in sorted(done)], out, notes)
     else:
         with process_pool(jobs) as pool:
-            futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test, pivot): i
+            futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test, pivot, checkpoint): i
                        for i, r in enumerate(recipes)}
             for fut in as_completed(futures):
                 done[futures[fut]] = fut.result()

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from interlingua.config import load_config
+from interlingua.errors import DataError
 from interlingua.experiment import paper_setting, run_experiments, summary_markdown
 from interlingua.modules.checkpoint import load_checkpoint
 
@@ -76,6 +77,24 @@ def test_runner_trains_evaluates_and_writes_paper_table(multi30k_corpus, tmp_pat
     assert again == runs and again[0]["compute"]["steps"] == 8
     assert [f.stat().st_mtime_ns for f in files] == stamps
     assert out.read_text() == text
+    # every run's validations, as dev BLEU against dev loss, beside the table
+    assert runs[0]["dev_curve"] and runs[0]["dev_curve"][-1][0] == 8
+    assert (out.parent / "multi30k_dev_curves.png").stat().st_size > 0
+    # last.pt scored on its own, beside the selected checkpoint's cached result; a missing file is named
+    last = run_experiments([recipe], [], tmp_path / "results" / "last.md", max_test=20, checkpoint="last")
+    assert last[0]["checkpoint"] == "last.pt" and (run_dir / "eval" / "experiment_last_beam1.json").is_file()
+    assert [f.stat().st_mtime_ns for f in files] == stamps
+    with pytest.raises(DataError, match="averaged.pt does not exist"):
+        run_experiments([recipe], [], tmp_path / "results" / "averaged.md", max_test=20, checkpoint="averaged")
+
+
+def test_the_cli_offers_the_runners_checkpoints():
+    from test_cli_validation import _subparsers
+
+    from interlingua.cli import build_parser
+    from interlingua.experiment import CHECKPOINTS
+    experiment = next(a for a in _subparsers(build_parser())["experiment"]._actions if a.dest == "checkpoint")
+    assert tuple(experiment.choices) == CHECKPOINTS
 
 
 def _table_cells(text: str, section: str) -> dict[tuple[str, str], str]:

@@ -39,3 +39,21 @@ def plot_score_matrix(matrix: Mapping[str, Mapping[str, float | None]], language
     ax.set_title(title + ("\n(* zero-shot)" if zero_shot else ""), fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046)
     save_figure(fig, out_png)
+
+
+def plot_dev_bleu_against_loss(curves: Mapping[str, list[tuple[float, float]]], out_png: Path) -> Path:
+    """Every run's validations as dev BLEU against dev loss, one line per run in training order: runs
+    that lie on one curve trade loss for BLEU alike, so a gap in BLEU is one of training, not of kind."""
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for name, points in curves.items():
+        if points:
+            loss, bleu = zip(*points)
+            ax.plot(loss, bleu, marker="o", markersize=3, linewidth=1, label=name)
+            ax.annotate("end", (loss[-1], bleu[-1]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.invert_xaxis()  # training moves right: lower loss
+    ax.set_xlabel("mean dev loss of the trained directions (lower: further in training)")
+    ax.set_ylabel("mean dev BLEU of the trained directions (greedy)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Dev BLEU against dev loss, every validation of every run", fontsize=10)
+    return save_figure(fig, out_png)
