@@ -163,3 +163,34 @@ def test_dev_loss_starts_the_decoder_with_the_language_tag(multi30k_corpus, tmp_
 
     assert reported == pytest.approx(loss(vocabs["en"].piece_id(language_tag("en"))), rel=1e-5)
     assert reported != pytest.approx(loss(BOS), rel=1e-5)
+
+
+CONVERGED_RECIPES = sorted(
+    (Path(__file__).resolve().parents[1] / "recipes" / "multi30k" / "cpu" / "zero_shot_converged").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", CONVERGED_RECIPES, ids=lambda p: p.stem)
+def test_converged_recipes_use_the_authors_setup_and_differ_only_in_their_row(recipe, multi30k_corpus):
+    cfg = load_config(recipe, [f"corpus={multi30k_corpus}"])
+    base = load_config(recipe.with_name("baseline.yaml"), [f"corpus={multi30k_corpus}"])
+    enc, dec, tc = cfg.model.encoder, cfg.model.decoder, cfg.train
+    assert dec.language_embedding == "concat" and cfg.model.tag_position == "decoder_start"
+    assert enc.attention_dropout == dec.attention_dropout == 0.2 and enc.word_dropout == dec.word_dropout == 0.1
+    assert tc.adam_betas == (0.9, 0.98) and tc.batch_tokens and tc.patience and tc.max_minutes is None
+    assert enc.residual_drop_layer == (3 if recipe.stem.startswith("residual") else None)
+    assert enc.variational_dropout == dec.variational_dropout == ("_vd" in recipe.stem)
+    assert (tc.agreement.weight > 0) == ("agreement" in recipe.stem)
+    assert (tc.seed != base.train.seed) == ("seed" in recipe.stem)
+    assert cfg.work_dir.name == recipe.stem and cfg.name == f"zsc_{recipe.stem}"
+
+
+def test_a_converged_recipe_with_every_new_option_trains(multi30k_corpus, tmp_path):
+    """residual_agreement as written (token batches, language concat, both dropouts, betas, patience,
+    agreement), only the data and the budget shrunk."""
+    recipe = CONVERGED_RECIPES[0].with_name("residual_agreement.yaml")
+    cfg = load_config(recipe, [f"corpus={multi30k_corpus}", f"work_dir={tmp_path}", "preprocess.vocab_size=300",
+                               "preprocess.max_train_sentences=150", "preprocess.max_valid_sentences=4",
+                               "train.max_steps=4", "train.valid_every=2", "train.batch_tokens=1200",
+                               "train.warmup_steps=2"])
+    result = train(cfg)
+    assert result.steps == 4 and all(r["mean_loss"] is not None for r in result.history)
