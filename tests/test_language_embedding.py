@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 from test_extension import NEW, OLD, _batch, config, corpus, sentences  # noqa: F401 - corpus is a fixture
+from test_transformer import assert_search_is_per_sentence
 
 import interlingua
 from interlingua.cli import main
@@ -25,7 +26,6 @@ from interlingua.modules import int8
 from interlingua.modules.checkpoint import build_payload, load_checkpoint, save_atomic
 from interlingua.modules.extension import extend_checkpoint
 from interlingua.modules.model import TranslationNetwork
-from interlingua.modules.search import beam_search, beam_search_nbest, greedy_search
 from interlingua.modules.transformer import TransformerDecoder
 from interlingua.training.trainer import train
 
@@ -187,14 +187,7 @@ def test_search_uses_each_target_languages_own_vector():
     for lang in LANGS:
         decoder, state = net.start_decoding(bridged, lang)
         first[lang], _ = decoder.step(torch.full((4,), 5), state)
-        greedy = greedy_search(decoder, state, 12)
-        assert beam_search(decoder, state, 12, beam_size=1) == greedy
-        batched = beam_search_nbest(decoder, state, 12, beam_size=3)
-        for i in range(src.size(0)):
-            one = decoder.reorder_state(state, torch.tensor([i]))
-            assert greedy_search(decoder, one, 12) == [greedy[i]]
-            alone = beam_search_nbest(decoder, one, 12, beam_size=3)[0]
-            assert [h for _, h in alone] == [h for _, h in batched[i]]
+        assert_search_is_per_sentence(decoder, state, src.size(0))
     assert not torch.allclose(first["xa"], first["xb"]) and not torch.allclose(first["xb"], first["xc"])
 
 

@@ -75,15 +75,20 @@ def test_search_reorders_the_cache():
     src, lengths = padded_batch(4)
     with torch.no_grad():
         decoder, state = net.start_decoding(net.run_encoder(src, lengths, "en"), "de")
-        greedy = greedy_search(decoder, state, 12)
-        assert beam_search(decoder, state, 12, beam_size=1) == greedy
-        batched = beam_search_nbest(decoder, state, 12, beam_size=3)
-        for i in range(src.size(0)):
-            one = decoder.reorder_state(state, torch.tensor([i]))
-            assert greedy_search(decoder, one, 12) == [greedy[i]]
-            alone = beam_search_nbest(decoder, one, 12, beam_size=3)[0]
-            assert [h for _, h in alone] == [h for _, h in batched[i]]
-            assert [s for s, _ in alone] == pytest.approx([s for s, _ in batched[i]], abs=1e-5)
+        assert_search_is_per_sentence(decoder, state, src.size(0))
+
+
+def assert_search_is_per_sentence(decoder, state, sentences: int, steps: int = 12) -> None:
+    """Greedy equals beam 1, and batched greedy and beam search equal each sentence searched alone."""
+    greedy = greedy_search(decoder, state, steps)
+    assert beam_search(decoder, state, steps, beam_size=1) == greedy
+    batched = beam_search_nbest(decoder, state, steps, beam_size=3)
+    for i in range(sentences):
+        one = decoder.reorder_state(state, torch.tensor([i]))
+        assert greedy_search(decoder, one, steps) == [greedy[i]]
+        alone = beam_search_nbest(decoder, one, steps, beam_size=3)[0]
+        assert [h for _, h in alone] == [h for _, h in batched[i]]
+        assert [s for s, _ in alone] == pytest.approx([s for s, _ in batched[i]], abs=1e-5)
 
 
 def test_encoder_is_exact_under_padding():
