@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 from test_extension import NEW, OLD, _batch, config, corpus, sentences  # noqa: F401 - corpus is a fixture
-from test_transformer import assert_search_is_per_sentence
+from test_transformer import assert_search_is_per_sentence, assert_steps_equal_teacher_forcing
 
 import interlingua
 from interlingua.cli import main
@@ -162,13 +162,7 @@ def test_cached_steps_equal_teacher_forcing(decoder):
     for lang in LANGS:
         with torch.no_grad():
             decoder_, state = net.start_decoding(net.run_encoder(src, lengths, "xa"), lang)
-            states, _ = decoder_(tgt, state)
-            full = torch.log_softmax(decoder_.generator(states).float(), dim=-1)
-            steps = []
-            for t in range(tgt.size(1)):
-                logp, state = decoder_.step(tgt[:, t], state)
-                steps.append(logp)
-        assert torch.allclose(torch.stack(steps, 1), full, atol=1e-5, rtol=0), lang
+            state = assert_steps_equal_teacher_forcing(decoder_, state, tgt)
         assert state.language is shared_decoder(net).language_embeddings[lang]
 
 

@@ -59,13 +59,19 @@ def test_cached_steps_equal_teacher_forcing(settings):
     tgt[1, 5:] = 0  # padded targets: real positions never see the padding after them
     with torch.no_grad():
         decoder, state = net.start_decoding(net.run_encoder(src, lengths, "en"), "de")
-        states, _ = decoder(tgt, state)
-        full = torch.log_softmax(decoder.generator(states).float(), dim=-1)
-        steps = []
-        for t in range(tgt.size(1)):
-            logp, state = decoder.step(tgt[:, t], state)
-            steps.append(logp)
+        assert_steps_equal_teacher_forcing(decoder, state, tgt)
+
+
+def assert_steps_equal_teacher_forcing(decoder, state, tgt: torch.Tensor):
+    """Step-by-step log-probabilities over `tgt` equal those of one teacher-forced pass; the last state."""
+    states, _ = decoder(tgt, state)
+    full = torch.log_softmax(decoder.generator(states).float(), dim=-1)
+    steps = []
+    for t in range(tgt.size(1)):
+        logp, state = decoder.step(tgt[:, t], state)
+        steps.append(logp)
     assert torch.allclose(torch.stack(steps, 1), full, atol=1e-5, rtol=0)
+    return state
     assert state.caches[0].keys.size(2) == tgt.size(1)  # the cache grew one position per step
 
 
