@@ -54,6 +54,7 @@ def plot_dev_bleu_against_loss(curves: Mapping[str, list[tuple[float, float]]], 
     ax.set_xlabel("mean dev loss of the trained directions (lower: further in training)")
     ax.set_ylabel("mean dev BLEU of the trained directions (greedy)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if any(curves.values()):
+        ax.legend(fontsize=8)
     ax.set_title("Dev BLEU against dev loss, every validation of every run", fontsize=10)
     return save_figure(fig, out_png)

@@ -1,0 +1,57 @@
+"""Where runs of a study stand, from their metrics.jsonl: validations so far and dev BLEU against dev loss.
+
+Run: python bench/study_progress.py --run baseline=runs/multi30k/cpu/zero_shot_converged/baseline
+     --run residual=runs/multi30k/cpu/zero_shot_converged/residual
+     [--png docs/results/zero_shot/converged_dev_curves.png]
+
+Prints a markdown table per run (step, training minutes, mean dev loss and greedy dev BLEU of the
+trained directions, mean dev BLEU of the zero-shot directions, validations since the lowest dev
+loss) and draws every run's validations as dev BLEU against dev loss on one plot, the same plot
+`interlingua experiment` writes for finished runs, so runs still training can be compared on it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from interlingua.evaluation.plots import plot_dev_bleu_against_loss  # noqa: E402
+from interlingua.training.metrics import MetricsLog  # noqa: E402
+from interlingua.training.patience import validations_without_improvement  # noqa: E402
+
+
+def zero_shot_bleu(record: dict) -> float | None:
+    """Mean dev BLEU of the record's zero-shot directions (None: it has none)."""
+    scores = [r["bleu"] for r in record.get("directions", {}).values() if r.get("zero_shot")]
+    return sum(scores) / len(scores) if scores else None
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", action="append", required=True, metavar="NAME=WORK_DIR")
+    ap.add_argument("--png", default=None, help="where to draw dev BLEU against dev loss")
+    args = ap.parse_args()
+    curves = {}
+    for name, folder in (x.split("=", 1) for x in args.run):
+        valid = [r for r in MetricsLog(Path(folder)).records() if r.get("type") == "valid"]
+        print(f"\n### {name}\n\n| step | train min | dev loss | dev BLEU | zero-shot dev BLEU | since lowest loss |\n"
+              "|---|---|---|---|---|---|")
+        for i, r in enumerate(valid):
+            print(f"| {r['step']} | {_fmt(r.get('elapsed_s', 0) / 60, 1)} | {_fmt(r.get('mean_loss'), 3)} | "
+                  f"{_fmt(r.get('mean_bleu'))} | {_fmt(zero_shot_bleu(r))} | "
+                  f"{validations_without_improvement(valid[:i + 1])} |")
+        curves[name] = [(r["mean_loss"], r["mean_bleu"]) for r in valid
+                        if r.get("mean_loss") is not None and r.get("mean_bleu") is not None]
+    if args.png:
+        print(f"\n{plot_dev_bleu_against_loss(curves, Path(args.png))}")
+
+
+if __name__ == "__main__":
+    main()
