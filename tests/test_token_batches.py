@@ -176,3 +176,11 @@ def test_the_cli_trains_with_token_batches(multi30k_corpus, tmp_path, capsys):
                                                train={"batch_tokens": 1})))
     assert main(["train", str(path)]) == 2
     assert "train.batch_tokens" in capsys.readouterr().err
+
+
+def test_the_model_card_says_what_a_step_trained_on():
+    from interlingua.modules.model_card import _training_section
+    for train_section, said in (({"batch_tokens": 4096}, "steps of at most 4,096 tokens, one batch of every direction"),
+                                ({"batch_size": 64}, "batches of 64 sentence pairs")):
+        lines = _training_section({"train": {"optimizer": "adam", "lr": 0.002, **train_section}}, {"step": 10})
+        assert any(said in line for line in lines)

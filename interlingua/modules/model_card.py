@@ -106,8 +106,7 @@ def _training_section(cfg: dict[str, Any], training: dict[str, Any]) -> list[str
         lines.append(f"- Steps: {step:,}"
                      + (f" of {training['max_steps']:,} planned" if training.get("max_steps") else "")
                      + (f", {_duration(elapsed)} of training" if isinstance(elapsed, (int, float)) else "")
-                     + f"; batches of {train.get('batch_size')} sentence pairs, {train.get('optimizer')} at lr "
-                       f"{train.get('lr')}")
+                     + f"; {_batches(train)}, {train.get('optimizer')} at lr {train.get('lr')}")
     else:
         lines.append(f"- Steps: {NOT_RECORDED} (the checkpoint holds no training state)")
     if training.get("init"):
@@ -188,3 +187,10 @@ def _duration(seconds: float) -> str:
 
 def _num(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _batches(train: dict) -> str:
+    """What a step trained on: token batches mixing the directions, or sentence batches of one direction."""
+    if train.get("batch_tokens"):
+        return f"steps of at most {train['batch_tokens']:,} tokens, one batch of every direction"
+    return f"batches of {train.get('batch_size')} sentence pairs"
