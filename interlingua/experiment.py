@@ -33,7 +33,7 @@ from interlingua.inference.api import load
 from interlingua.modules.checkpoint import Checkpoint, TrainingState
 from interlingua.training.metrics import MetricsLog
 from interlingua.training.patience import patience_spent
-from interlingua.training.trainer import train
+from interlingua.training.trainer import budget_spent, train
 from interlingua.workers import process_pool
 
 
@@ -59,8 +59,7 @@ def finished(work: Path, tc: TrainConfig) -> bool:
     st = Checkpoint.read(last).training or TrainingState()
     # with `epochs` the run worked out its own last step; else the config's (a continued run may raise it)
     max_steps = tc.max_steps if tc.epochs is None or st.max_steps is None else st.max_steps
-    return (st.step >= max_steps or (tc.max_minutes is not None and st.elapsed >= tc.max_minutes * 60)
-            or patience_spent(st.history, tc.patience))
+    return budget_spent(tc, max_steps, st.step, st.elapsed) or patience_spent(st.history, tc.patience)
 
 
 CHECKPOINTS = ("selected", "last", "best", "averaged")

@@ -62,13 +62,22 @@ def _unit_centred(x: np.ndarray) -> np.ndarray:
     return x / norm if norm > 0 else x
 
 
+def _cka_terms(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """The unit-norm centred views and CKA's denominator ||X^T X||_F ||Y^T Y||_F, which a row
+    permutation of either view leaves as it is."""
+    x, y = _unit_centred(a), _unit_centred(b)
+    return x, y, float(np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
+
+
+def _cka(x: np.ndarray, y: np.ndarray, denominator: float) -> float:
+    return float(np.linalg.norm(y.T @ x) ** 2 / denominator) if denominator > 0 else 0.0
+
+
 def linear_cka(a: np.ndarray, b: np.ndarray) -> float:
     """Linear CKA of a (n, d_a) and b (n, d_b), rows aligned; 0 where either view is constant."""
     if len(a) != len(b):
         raise ValueError(f"CKA needs the same items in both views, got {len(a)} and {len(b)} rows")
-    x, y = _unit_centred(a), _unit_centred(b)
-    denominator = np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)
-    return float(np.linalg.norm(y.T @ x) ** 2 / denominator) if denominator > 0 else 0.0
+    return _cka(*_cka_terms(a, b))
 
 
 def cyclic_permutations(n: int, draws: int, seed: int) -> list[np.ndarray]:
@@ -114,12 +123,11 @@ def permuted_reference(a: np.ndarray, b: np.ndarray, k: int = SVCCA_K, draws: in
         raise ValueError(f"the reference needs the same items in both views, got {len(a)} and {len(b)} rows")
     qa, qb = sv_basis(a, k), sv_basis(b, k)
     used = min(qa.shape[1], qb.shape[1])
-    x, y = _unit_centred(a), _unit_centred(b)
-    denominator = np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)
+    x, y, denominator = _cka_terms(a, b)
     sv_scores, cka_scores = [], []
     for perm in cyclic_permutations(len(a), draws, seed):
         sv_scores.append(float(fixed_correlations(qa[:, :used], qb[perm, :used]).mean()) if used else 0.0)
-        cka_scores.append(float(np.linalg.norm(y[perm].T @ x) ** 2 / denominator) if denominator > 0 else 0.0)
+        cka_scores.append(_cka(x, y[perm], denominator))
     return Reference(float(np.mean(sv_scores)), float(np.mean(cka_scores)))
 
 

@@ -72,7 +72,7 @@ def canonical_correlations(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.zeros(0)
     qa, _ = np.linalg.qr(a - a.mean(axis=0))
     qb, _ = np.linalg.qr(b - b.mean(axis=0))
-    return np.clip(np.linalg.svd(qa.T @ qb, compute_uv=False), 0.0, 1.0)
+    return fixed_correlations(qa, qb)
 
 
 def svcca(a: np.ndarray, b: np.ndarray, keep: float = 0.99) -> float:

@@ -57,7 +57,6 @@ def micro_batches(run: Run, step: list[StepPart]) -> tuple[list[MicroBatch], int
     world, parts = run.dist.world_size, run.dist.world_size * tc.accumulate
     sides = (False, True) if tc.both_directions else (False,)
     whole = {rev: sum(run.batches[d].target_tokens(idx, reverse=rev) for d, idx in step) for rev in sides}
-    single = parts == 1 and len(step) == 1
     micro = []
     for m in range(tc.accumulate):
         for (s, t), idx in step:
@@ -69,8 +68,8 @@ def micro_batches(run: Run, step: list[StepPart]) -> tuple[list[MicroBatch], int
                     else (batches.batch(part),))
             for rev, batch in zip(sides, made):
                 batch = replace(batch, filler=True) if filler else batch
-                scale = (0.0 if filler else 1.0 if single
-                         else world * batches.target_tokens(part, reverse=rev) / whole[rev])
+                # a whole batch (one process, one part, one direction) gets exactly 1.0: n / n
+                scale = 0.0 if filler else world * batches.target_tokens(part, reverse=rev) / whole[rev]
                 micro.append(MicroBatch(batch, scale))
     return micro, sum(run.batches[d].tokens(idx) for d, idx in step) * len(sides)
 

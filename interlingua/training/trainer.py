@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from interlingua.atomic_files import write_text_atomic
-from interlingua.config import ExperimentConfig
+from interlingua.config import ExperimentConfig, TrainConfig
 from interlingua.data.prepare import PreparedData
 from interlingua.distributed import process_group
 from interlingua.errors import ConfigError
@@ -74,6 +74,12 @@ def train(cfg: ExperimentConfig, resume: bool = False, init: str | Path | None =
         return Trainer(build_run(cfg, resume=resume, init=init, data=data, dist=dist, device=device)).train()
 
 
+def budget_spent(tc: TrainConfig, max_steps: int, step: int, elapsed: float) -> bool:
+    """Whether a run at `step` after `elapsed` seconds of training has reached its last step or its
+    time budget (`train.max_minutes`)."""
+    return step >= max_steps or (tc.max_minutes is not None and elapsed >= tc.max_minutes * 60)
+
+
 class Trainer:
     """The training loop of one run (built by `build_run`), from its progress to its end."""
 
@@ -103,7 +109,7 @@ class Trainer:
                 try:
                     while True:
                         self._log_and_validate_owed(bar)
-                        if p.step >= run.max_steps or (tc.max_minutes is not None and p.elapsed >= tc.max_minutes * 60):
+                        if budget_spent(tc, run.max_steps, p.step, p.elapsed):
                             break
                         if patience_spent(p.history, tc.patience):
                             ProgressBar.write(f"step {p.step}: the dev loss has not improved for {tc.patience} "
