@@ -188,8 +188,9 @@ def cmd_extend(args: argparse.Namespace) -> None:
     from interlingua.modules.extension import extend_checkpoint
     given = {k: v for k, v in (("vocab_size", args.vocab_size), ("noise", args.noise)) if v is not None}
     ext = extend_checkpoint(args.checkpoint, args.lang, args.out, corpus=args.corpus, seed=args.seed, **given)
+    own = f"; its own weights (the old languages' mean): {', '.join(ext.added)}" if ext.added else ""
     print(f"added '{ext.lang}' as ids {ext.old_size}-{ext.new_size - 1} ({ext.new_size - ext.old_size} new; grown: "
-          f"{', '.join(ext.grown)}); wrote {ext.out}; fine-tune with: interlingua train CONFIG --init {ext.out}")
+          f"{', '.join(ext.grown)}{own}); wrote {ext.out}; fine-tune with: interlingua train CONFIG --init {ext.out}")
 
 
 def cmd_translate(args: argparse.Namespace) -> None:

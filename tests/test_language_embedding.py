@@ -284,6 +284,14 @@ def test_extend_gives_the_new_language_the_mean_vector_and_fine_tunes(trained, c
     assert nll(tuned) < 0.75 * nll(ext)  # measured: 5.0 -> 1.7
 
 
+def test_cli_extend_names_the_new_languages_own_weights(trained, tmp_path, capsys):  # noqa: F811
+    old_path, _ = trained
+    out = tmp_path / "cli_extended.pt"
+    assert main(["extend", str(old_path), "--lang", NEW, "--out", str(out), "--vocab-size", "40", "--seed", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert f"its own weights (the old languages' mean): decoders.shared.language_embeddings.{NEW}" in printed, printed
+
+
 def test_ctranslate2_export_refuses_it(trained, tmp_path, capsys):  # noqa: F811
     old_path, _ = trained
     out = tmp_path / "ct2"
