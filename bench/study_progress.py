@@ -6,8 +6,10 @@ Run: python bench/study_progress.py --run baseline=runs/multi30k/cpu/zero_shot_c
 
 Prints a markdown table per run (step, training minutes, mean dev loss and greedy dev BLEU of the
 trained directions, mean dev BLEU of the zero-shot directions, validations since the lowest dev
-loss) and draws every run's validations as dev BLEU against dev loss on one plot, the same plot
-`interlingua experiment` writes for finished runs, so runs still training can be compared on it.
+loss; for every run after the first, the first run's dev BLEU at the same dev loss, read off its
+curve: `interlingua.evaluation.dev_curves`) and draws every run's validations as dev BLEU against
+dev loss on one plot, the same plot `interlingua experiment` writes for finished runs, so runs still
+training can be compared on it.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from interlingua.evaluation.dev_curves import bleu_on_curve  # noqa: E402
 from interlingua.evaluation.plots import plot_dev_bleu_against_loss  # noqa: E402
 from interlingua.training.metrics import MetricsLog  # noqa: E402
 from interlingua.training.patience import validations_without_improvement  # noqa: E402
@@ -38,20 +41,27 @@ def main() -> None:
     ap.add_argument("--run", action="append", required=True, metavar="NAME=WORK_DIR")
     ap.add_argument("--png", default=None, help="where to draw dev BLEU against dev loss")
     args = ap.parse_args()
-    curves = {}
-    for name, folder in (x.split("=", 1) for x in args.run):
-        valid = [r for r in MetricsLog(Path(folder)).records() if r.get("type") == "valid"]
-        print(f"\n### {name}\n\n| step | train min | dev loss | dev BLEU | zero-shot dev BLEU | since lowest loss |\n"
-              "|---|---|---|---|---|---|")
+    runs = {name: [r for r in MetricsLog(Path(folder)).records() if r.get("type") == "valid"]
+            for name, folder in (x.split("=", 1) for x in args.run)}
+    curves = {name: [(r["mean_loss"], r["mean_bleu"]) for r in valid
+                     if r.get("mean_loss") is not None and r.get("mean_bleu") is not None]
+              for name, valid in runs.items()}
+    reference = next(iter(runs))
+    for name, valid in runs.items():
+        on_curve = name != reference
+        print(f"\n### {name}\n\n| step | train min | dev loss | dev BLEU | zero-shot dev BLEU | since lowest loss |"
+              + (f" {reference}'s dev BLEU at this loss |" if on_curve else "")
+              + "\n|---|---|---|---|---|---|" + ("---|" if on_curve else ""))
         for i, r in enumerate(valid):
-            print(f"| {r['step']} | {_fmt(r.get('elapsed_s', 0) / 60, 1)} | {_fmt(r.get('mean_loss'), 3)} | "
-                  f"{_fmt(r.get('mean_bleu'))} | {_fmt(zero_shot_bleu(r))} | "
-                  f"{validations_without_improvement(valid[:i + 1])} |")
-        curves[name] = [(r["mean_loss"], r["mean_bleu"]) for r in valid
-                        if r.get("mean_loss") is not None and r.get("mean_bleu") is not None]
+            row = (f"| {r['step']} | {_fmt(r.get('elapsed_s', 0) / 60, 1)} | {_fmt(r.get('mean_loss'), 3)} | "
+                   f"{_fmt(r.get('mean_bleu'))} | {_fmt(zero_shot_bleu(r))} | "
+                   f"{validations_without_improvement(valid[:i + 1])} |")
+            if on_curve:
+                loss = r.get("mean_loss")
+                row += f" {_fmt(None if loss is None else bleu_on_curve(curves[reference], loss))} |"
+            print(row)
     if args.png:
         print(f"\n{plot_dev_bleu_against_loss(curves, Path(args.png))}")
-
 
 if __name__ == "__main__":
     main()

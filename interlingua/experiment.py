@@ -27,6 +27,7 @@ from interlingua.atomic_files import write_text_atomic
 from interlingua.config import TrainConfig, load_config
 from interlingua.errors import DataError
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
+from interlingua.evaluation.dev_curves import offset_from_curve
 from interlingua.evaluation.paper_bleu import paper_bleu
 from interlingua.evaluation.plots import plot_dev_bleu_against_loss
 from interlingua.inference.api import load
@@ -334,15 +335,44 @@ def added_language_markdown(runs: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
+def _dev_curves(runs: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Each run's validations as (dev loss, dev BLEU), by recipe."""
+    return {r["recipe"]: [(loss, bleu) for _, loss, bleu in r.get("dev_curve", [])] for r in runs}
+
+
+def dev_curve_markdown(runs: list[dict[str, Any]]) -> list[str]:
+    """Does each run lie on the reference run's dev-BLEU-against-dev-loss curve? At the run's lowest
+    dev loss, its dev BLEU beside the reference's at that loss. The reference is the first run whose
+    recipe starts with "baseline", else the first run."""
+    curves = {name: curve for name, curve in _dev_curves(runs).items() if curve}
+    if len(curves) < 2:
+        return []
+    names = list(curves)
+    ref = next((name for name in names if name.startswith("baseline")), names[0])
+    lines = ["## Dev BLEU against dev loss", "",
+             f"Each run at its lowest mean dev loss (trained directions, greedy dev BLEU) beside {ref}'s dev BLEU "
+             f"at the same loss, read off {ref}'s validations that lowered its loss, joined linearly (\"-\": that "
+             f"loss lies outside them). A negative difference: the run gets less BLEU out of the same loss. "
+             f"Every validation is drawn in the `_dev_curves.png` beside this report.", "",
+             f"| run | lowest dev loss | dev BLEU there | {ref} at that loss | difference |", "|---|---|---|---|---|"]
+    for name in names:
+        offset = offset_from_curve(curves[ref], curves[name])
+        if name == ref or offset is None:
+            continue
+        lines.append(f"| {name} | {offset.loss:.3f} | {_fmt(offset.bleu, 2)} | {_fmt(offset.reference_bleu, 2)} | "
+                     f"{_fmt(offset.offset, 2)} |")
+    return lines + [""]
+
+
 def _write(runs: list[dict[str, Any]], out: Path, notes: Path | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     text = results_markdown(runs) + "\n" + "\n".join(summary_markdown(runs) + zero_shot_study_markdown(runs)
-                                                   + added_language_markdown(runs))
+                                                   + dev_curve_markdown(runs) + added_language_markdown(runs))
     if notes is not None and notes.is_file():
         text += "\n" + notes.read_text()
     write_text_atomic(out, text)
     write_text_atomic(out.with_suffix(".json"), json.dumps(runs, indent=1))
-    curves = {r["recipe"]: [(loss, bleu) for _, loss, bleu in r.get("dev_curve", [])] for r in runs}
+    curves = _dev_curves(runs)
     if any(curves.values()):
         plot_dev_bleu_against_loss(curves, out.with_name(f"{out.stem}_dev_curves.png"))
 
