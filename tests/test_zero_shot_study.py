@@ -198,3 +198,30 @@ def test_a_converged_recipe_with_every_new_option_trains(multi30k_corpus, tmp_pa
                                "train.warmup_steps=2"])
     result = train(cfg)
     assert result.steps == 4 and all(r["mean_loss"] is not None for r in result.history)
+
+
+GPU_RECIPES = sorted(
+    (Path(__file__).resolve().parents[1] / "recipes" / "multi30k" / "gpu" / "zero_shot_converged").glob("*.yaml"))
+PAPER_SIZE = {"model.embed_dim": 512, "model.encoder.layers": 5, "model.encoder.heads": 8, "model.encoder.ff_dim": 2048,
+              "model.decoder.layers": 5, "model.decoder.heads": 8, "model.decoder.ff_dim": 2048,
+              "train.warmup_steps": 8000, "train.batch_tokens": 24576, "train.precision": "bf16", "train.device": "cuda"}
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
+@pytest.mark.parametrize("recipe", GPU_RECIPES, ids=lambda p: p.stem)
+def test_gpu_recipes_are_the_cpu_ones_at_the_papers_size(recipe, multi30k_corpus):
+    """Only the size, the schedule that goes with it, the precision, the device and the names differ."""
+    gpu = load_config(recipe, [f"corpus={multi30k_corpus}"])
+    cpu = load_config(CONVERGED_RECIPES[0].with_name(recipe.name), [f"corpus={multi30k_corpus}"])
+    a, b = _flat(gpu.model_dump(mode="json")), _flat(cpu.model_dump(mode="json"))
+    differ = {k for k in a if a[k] != b.get(k)}
+    expected = {k for k, v in PAPER_SIZE.items() if b.get(k) != v}
+    assert {k: a[k] for k in PAPER_SIZE} == PAPER_SIZE
+    assert differ - expected <= {"name", "work_dir", "train.lr", "train.max_steps", "train.valid_every", "train.threads"}
+    assert gpu.work_dir.name == recipe.stem and gpu.name == f"zsg_{recipe.stem}"
