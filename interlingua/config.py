@@ -269,8 +269,10 @@ class AgreementConfig(_Strict):
     weight: float = Field(0.0, ge=0)
     """0 turns the term off."""
     loss: Literal["contrastive", "cosine", "mse"] = "contrastive"
-    """contrastive: symmetric InfoNCE over the batch (every other translation in the step's batch, on
-    every process, is a negative); cosine: 1 - cos; mse: mean squared difference of the vectors."""
+    """contrastive: symmetric InfoNCE over a pass's batch (every other translation in it, on every
+    process, is a negative; a pass is one direction's batch, or its part under `accumulate`, so with
+    `batch_tokens` the negatives are those of one direction's batch_tokens / directions tokens);
+    cosine: 1 - cos; mse: mean squared difference of the vectors."""
     temperature: float = Field(0.1, gt=0)
     """Of `contrastive`: cosines are divided by it before the softmax."""
     negatives: Literal["translations", "both"] = "translations"

@@ -3,8 +3,9 @@ shared layer, per sentence of a batch.
 
 The vectors come from `TranslationNetwork._agreement_vector` (the sentence vector, one vector per bridge
 head, or a chosen encoder layer's masked mean); this module only compares them. Contrastive loss takes
-its negatives from the whole step batch: under torchrun every process's rows are gathered (with their
-gradients, `torch.distributed.nn.functional.all_gather`), so two processes compute what one would.
+its negatives from the pass's batch (one direction's; see `train.agreement.loss`): under torchrun every
+process's rows are gathered (with their gradients, `torch.distributed.nn.functional.all_gather`), so two
+processes compute what one would.
 """
 from __future__ import annotations
 
