@@ -147,8 +147,6 @@ def test_zero_shot_recipes_are_english_centred_and_name_their_switches(recipe, m
     assert enc.residual_drop_layer == (layer if recipe.stem.startswith("residual") else None)
     assert enc.position_query == ("posq" in recipe.stem)
     assert enc.variational_dropout == dec.variational_dropout == ("_vd" in recipe.stem)
-    assert enc.position_query == ("query" in recipe.stem)  # wavelength: the paper's 100, or the authors' code's 10
-    assert enc.query_wavelength == (10.0 if recipe.stem.endswith("_w10") else 100.0)
 
 
 def test_dev_loss_starts_the_decoder_with_the_language_tag(multi30k_corpus, tmp_path):
