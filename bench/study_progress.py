@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from interlingua.evaluation.dev_curves import bleu_on_curve  # noqa: E402
+from interlingua.evaluation.dev_curves import bleu_on_curve, dev_curve  # noqa: E402
 from interlingua.evaluation.plots import plot_dev_bleu_against_loss  # noqa: E402
 from interlingua.training.metrics import MetricsLog  # noqa: E402
 from interlingua.training.patience import validations_without_improvement  # noqa: E402
@@ -43,9 +43,7 @@ def main() -> None:
     args = ap.parse_args()
     runs = {name: [r for r in MetricsLog(Path(folder)).records() if r.get("type") == "valid"]
             for name, folder in (x.split("=", 1) for x in args.run)}
-    curves = {name: [(r["mean_loss"], r["mean_bleu"]) for r in valid
-                     if r.get("mean_loss") is not None and r.get("mean_bleu") is not None]
-              for name, valid in runs.items()}
+    curves = {name: [(loss, bleu) for _, loss, bleu in dev_curve(valid)] for name, valid in runs.items()}
     reference = next(iter(runs))
     for name, valid in runs.items():
         on_curve = name != reference

@@ -27,7 +27,7 @@ from interlingua.atomic_files import write_text_atomic
 from interlingua.config import TrainConfig, load_config
 from interlingua.errors import DataError
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
-from interlingua.evaluation.dev_curves import offset_from_curve
+from interlingua.evaluation.dev_curves import dev_curve, offset_from_curve
 from interlingua.evaluation.paper_bleu import paper_bleu
 from interlingua.evaluation.plots import plot_dev_bleu_against_loss
 from interlingua.inference.api import load
@@ -76,12 +76,6 @@ def scored_checkpoint(work: Path, which: str = "selected") -> Path:
         why = " (the run has no train.average_best)" if which == "averaged" else ""
         raise DataError(f"{path} does not exist{why}: choose another --checkpoint")
     return path
-
-
-def dev_curve(history: list[dict[str, Any]]) -> list[list[float]]:
-    """A run's validations as [step, mean dev loss, mean dev BLEU], those that have both."""
-    return [[r["step"], r["mean_loss"], r["mean_bleu"]] for r in history
-            if r.get("mean_loss") is not None and r.get("mean_bleu") is not None]
 
 
 def selected_checkpoint(work: Path) -> Path:
@@ -355,10 +349,9 @@ def dev_curve_markdown(runs: list[dict[str, Any]]) -> list[str]:
              f"loss lies outside them). A negative difference: the run gets less BLEU out of the same loss. "
              f"Every validation is drawn in the `_dev_curves.png` beside this report.", "",
              f"| run | lowest dev loss | dev BLEU there | {ref} at that loss | difference |", "|---|---|---|---|---|"]
-    for name in names:
+    for name in (name for name in names if name != ref):
         offset = offset_from_curve(curves[ref], curves[name])
-        if name == ref or offset is None:
-            continue
+        assert offset is not None  # only runs with validations are here
         lines.append(f"| {name} | {offset.loss:.3f} | {_fmt(offset.bleu, 2)} | {_fmt(offset.reference_bleu, 2)} | "
                      f"{_fmt(offset.offset, 2)} |")
     return lines + [""]
