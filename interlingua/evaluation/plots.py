@@ -49,7 +49,7 @@ def plot_dev_bleu_against_loss(curves: Mapping[str, list[tuple[float, float]]], 
         if points:
             loss, bleu = zip(*points)
             ax.plot(loss, bleu, marker="o", markersize=3, linewidth=1, label=name)
-            ax.annotate("end", (loss[-1], bleu[-1]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.annotate("latest", (loss[-1], bleu[-1]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.invert_xaxis()  # training moves right: lower loss
     ax.set_xlabel("mean dev loss of the trained directions (lower: further in training)")
     ax.set_ylabel("mean dev BLEU of the trained directions (greedy)")
