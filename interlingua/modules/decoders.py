@@ -18,6 +18,7 @@ from torch import nn
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.modules.base import Decoder, masked_mean
+from interlingua.modules.dropout import Dropout
 from interlingua.modules.registry import DECODERS
 
 
@@ -65,7 +66,7 @@ class LSTMDecoder(Decoder):
         self.key_proj = nn.Linear(memory_dim, hidden, bias=False)
         self.out_proj = nn.Linear(memory_dim + hidden, hidden, bias=False)
         self.generator = nn.Linear(hidden, vocab_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     @classmethod
     def from_config(cls, cfg: LSTMDecoderConfig, *, vocab_size: int, embed_dim: int, memory_dim: int, dropout: float,

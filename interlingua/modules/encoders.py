@@ -10,6 +10,7 @@ from torch import nn
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.modules.base import Encoder
+from interlingua.modules.dropout import Dropout
 from interlingua.modules.registry import ENCODERS
 
 
@@ -59,7 +60,7 @@ class BiLSTMEncoder(Encoder):
             nn.LSTM(embed_dim if i == 0 else hidden, half, batch_first=True) for i in range(layers))
         self.backward_layers = nn.ModuleList(
             nn.LSTM(embed_dim if i == 0 else hidden, half, batch_first=True) for i in range(layers))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.output_dim = hidden
 
     @classmethod

@@ -38,6 +38,7 @@ from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.errors import ConfigError, LanguageError
 from interlingua.modules.base import Decoder, Encoder
+from interlingua.modules.dropout import Dropout, scaled_keep_mask
 from interlingua.modules.encoders import lengths_to_mask
 from interlingua.modules.registry import DECODERS, ENCODERS
 
@@ -120,18 +121,38 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
               causal: bool = False, dropout: float = 0.0) -> torch.Tensor:
     """Scaled dot-product attention over heads: q (batch, h, n, d_k), k, v (batch, h, m, d_k),
     mask broadcastable to (batch, h, n, m), True where a query may attend -> (batch, h, n, d_k);
-    `dropout` on the attention weights."""
+    `dropout` on the attention weights. With dropout on the CPU the weights are spelled out, so
+    that they are dropped with `scaled_keep_mask` (the fused kernel's CPU dropout draws torch's
+    slow masks), in fp32 as the fused kernel's CPU fallback does (small batched bf16 products are
+    several times slower there); everywhere else the fused kernel runs."""
+    if dropout > 0 and q.device.type == "cpu":
+        with torch.autocast("cpu", enabled=False):
+            weights = _attention_weights(q.float(), k.float(), mask, causal)
+            out = (weights * scaled_keep_mask(weights.shape, dropout, weights)) @ v.float()
+        return out.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
+
+
+def _attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None,
+                       causal: bool = False) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d_k)) over the keys `mask` (and, `causal`, the query's position) allows
+    -> (batch, h, n, m). Masked scores get the dtype's lowest value, not -inf, so that a row with
+    no key allowed (padding) is finite."""
+    scores = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
+    if causal:
+        n, m = scores.shape[-2:]
+        future = torch.ones(n, m, dtype=torch.bool, device=q.device).tril()
+        mask = future if mask is None else mask & future
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=-1)
 
 
 def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """The weights `attention` applies to v, spelled out (the fused kernel does not return them):
     softmax(q k^T / sqrt(d_k)) over the keys `mask` allows -> (batch, h, n, m), fp32. For showing
     what a layer attends to, never in the forward pass."""
-    scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores, dim=-1)
+    return _attention_weights(q.float(), k.float(), mask)
 
 
 class VariationalDropout(nn.Module):
@@ -145,12 +166,11 @@ class VariationalDropout(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0:
             return x
-        mask = x.new_empty(x.size(0), 1, x.size(-1)).bernoulli_(1 - self.p) / (1 - self.p)
-        return x * mask
+        return x * scaled_keep_mask((x.size(0), 1, x.size(-1)), self.p, x)
 
 
 def _dropout(p: float, variational: bool) -> nn.Module:
-    return VariationalDropout(p) if variational else nn.Dropout(p)
+    return VariationalDropout(p) if variational else Dropout(p)
 
 
 class MultiHeadAttention(nn.Module):
@@ -366,8 +386,7 @@ class _Embedding(nn.Module):
         the vector concatenated to every position (needed exactly where `language_concat` was asked)."""
         x = self.embed(ids) * self.scale
         if self.training and self.word_dropout > 0:  # whole tokens: one draw per position
-            keep = x.new_empty(ids.shape + (1,)).bernoulli_(1 - self.word_dropout)
-            x = x * keep / (1 - self.word_dropout)
+            x = x * scaled_keep_mask(ids.shape + (1,), self.word_dropout, x)
         if self.proj is not None:
             x = self.proj(x)
         if self.language_proj is not None:
