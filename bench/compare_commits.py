@@ -53,11 +53,16 @@ def run_side_by_side(commands: dict[str, list[str]], trees: dict[str, Path], log
         log = open(logs / f"{side}_{cmd[3]}.log", "w")
         started[side] = time.perf_counter()
         procs[side] = (subprocess.Popen(cmd, cwd=trees[side], env=env, stdout=log, stderr=subprocess.STDOUT), log)
-    for side, (proc, log) in procs.items():
-        if proc.wait() != 0:
-            raise SystemExit(f"{side}: {' '.join(commands[side])} failed, see {log.name}")
-        walls[side] = time.perf_counter() - started[side]
-        log.close()
+    while procs:  # each side's wall clock ends when that side ends, not when the one waited on first does
+        for side, (proc, log) in list(procs.items()):
+            if proc.poll() is None:
+                continue
+            walls[side] = time.perf_counter() - started[side]
+            log.close()
+            del procs[side]
+            if proc.returncode != 0:
+                raise SystemExit(f"{side}: {' '.join(commands[side])} failed, see {log.name}")
+        time.sleep(0.2)
     return walls
 
 
