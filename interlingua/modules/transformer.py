@@ -141,8 +141,8 @@ def _attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | No
     scores = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
     if causal:
         n, m = scores.shape[-2:]
-        future = torch.ones(n, m, dtype=torch.bool, device=q.device).tril()
-        mask = future if mask is None else mask & future
+        up_to_query = torch.ones(n, m, dtype=torch.bool, device=q.device).tril()
+        mask = up_to_query if mask is None else mask & up_to_query
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.softmax(scores, dim=-1)
