@@ -32,6 +32,7 @@ from conftest import MULTI30K, REPO
 from interlingua.cli import main
 from interlingua.inference.api import Model, load
 from interlingua.modules.checkpoint import load_checkpoint
+from interlingua.serving import schemas
 from interlingua.serving.app import build_app
 from interlingua.serving.batcher import BatcherClosed, DynamicBatcher
 from interlingua.serving.limits import ServiceLimits
@@ -289,6 +290,18 @@ LONE_SURROGATES = [
     ("/v1/embeddings", '{"input": ["\\ud800"], "model": "m", "language": "en"}', "body.input.0", "U+D800"),
     ("/attention", '{"text": "a \\ud800", "lang": "en"}', "body.text", "U+D800"),
     ("/similarity", '{"texts": ["a dog", "\\ud800x"], "langs": ["en", "de"]}', "body.texts.1", "U+D800"),
+    # every other string of a request too: the language codes, the model name, the ignored user
+    ("/translate", '{"texts": ["a"], "src": "\\ud800", "tgt": "de"}', "body.src", "U+D800"),
+    ("/translate", '{"texts": ["a"], "src": "en", "tgt": "x\\udfff"}', "body.tgt", "U+DFFF"),
+    ("/translate", '{"texts": ["a"], "src": "en", "tgt": "de", "pivot": "\\ud800"}', "body.pivot", "U+D800"),
+    ("/translate", '{"texts": ["a"], "src": "en", "tgts": ["de", "\\ud800"]}', "body.tgts.1", "U+D800"),
+    ("/embed", '{"texts": ["a dog"], "lang": "\\ud800"}', "body.lang", "U+D800"),
+    ("/attention", '{"text": "a dog", "lang": "\\ud800"}', "body.lang", "U+D800"),
+    ("/similarity", '{"texts": ["a dog", "a cat"], "langs": ["en", "\\ud800"]}', "body.langs.1", "U+D800"),
+    ("/v1/embeddings", '{"input": "a dog", "model": "m", "language": "\\ud800"}', "body.language", "U+D800"),
+    ("/v1/embeddings", '{"input": "a dog", "model": "\\ud800", "language": "en"}', "body.model", "U+D800"),
+    ("/v1/embeddings", '{"input": "a dog", "model": "m", "language": "en", "user": "\\ud800"}', "body.user",
+     "U+D800"),
 ]
 
 
@@ -299,6 +312,15 @@ def test_a_text_that_is_not_valid_unicode_is_a_422_naming_it(client, path, raw, 
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["field"] == field and code in error["message"] and "surrogate" in error["message"]
+
+
+def test_a_request_schema_cannot_take_a_string_unchecked():
+    """Every string of every request goes through one validator (`schemas.Str`); a field declared as a
+    plain `str`, at any depth, is refused when its class is made."""
+    with pytest.raises(TypeError, match="tgts"):
+        class Unchecked(schemas._Request):
+            src: schemas.Str
+            tgts: list[str] | None = None
 
 
 def ask_at_once(test_client: TestClient, bodies: list[bytes]) -> list[tuple[int, dict]]:

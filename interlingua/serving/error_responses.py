@@ -72,6 +72,9 @@ def _blamed(errors: list[dict[str, Any]]) -> tuple[tuple[Any, ...], str]:
     branches = [e for e in errors
                 if tuple(e.get("loc", ()))[:tag] == prefix and len(e.get("loc", ())) > tag
                 and _is_union_branch(e["loc"][tag])]
+    # A branch whose type the value has (a string, but not valid Unicode) says more than "not a list".
+    fitting = [e for e in branches if not str(e.get("type", "")).endswith("_type")]
+    branches = fitting or branches
     deepest = max(branches, key=lambda e: len(e["loc"]))
     if len(deepest["loc"]) > tag + 1:
         return prefix + tuple(deepest["loc"][tag + 1:]), deepest.get("msg", "invalid value")

@@ -6,10 +6,12 @@ fields) so that a typo is an error naming the field, not a silently ignored sett
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
+from interlingua.data.inputs import text_problem
 from interlingua.serving.model_calls import Pooling
 
 TranslationRoute = Literal["supervised", "zero-shot", "pivot"]
@@ -17,16 +19,52 @@ TranslationRoute = Literal["supervised", "zero-shot", "pivot"]
 itself is a (src, tgt) pair, `interlingua.data.directions.Direction`)."""
 
 
+def _valid_unicode(value: str) -> str:
+    """JSON may carry a lone UTF-16 surrogate (`"\\ud800"`), which Python decodes into a str that no
+    tokenizer, log line or JSON answer can encode: refused as the field's own 422, before a handler
+    echoes it into a message or a response."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise PydanticCustomError("invalid_unicode", problem.removeprefix("is "))
+    return value
+
+
+Str = Annotated[str, AfterValidator(_valid_unicode)]
+"""Every string of a request (a text, a language code, a model name): valid Unicode, or a 422 naming
+the field (and the item of a list: `body.tgts.1`)."""
+
+
+def _unchecked_strings(schema: object) -> bool:
+    """Whether a pydantic core schema takes a string anywhere without `_valid_unicode`."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "function-after" and schema.get("function", {}).get("function") is _valid_unicode:
+            return False
+        return schema.get("type") == "str" or any(_unchecked_strings(part) for part in schema.values())
+    if isinstance(schema, list):
+        return any(_unchecked_strings(part) for part in schema)
+    return False
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """A request field declared `str` instead of `Str` is refused when the class is made, so that no
+        string of a request reaches a handler unchecked."""
+        super().__pydantic_init_subclass__(**kwargs)
+        unchecked = [name for name, field in cls.__pydantic_core_schema__["schema"]["fields"].items()
+                     if _unchecked_strings(field)]
+        if unchecked:
+            raise TypeError(f"{cls.__name__}: declare the string fields {', '.join(unchecked)} as Str, not str")
+
 
 class TranslateRequest(_Request):
-    texts: list[str] = Field(description="Sentences to translate; an empty string gives an empty translation.",
+    texts: list[Str] = Field(description="Sentences to translate; an empty string gives an empty translation.",
                              examples=[["A man is riding a bicycle."]])
-    src: str = Field(description="Source language code (GET /languages).", examples=["en"])
-    tgt: str | None = Field(None, description="Target language code (give `tgt` or `tgts`).", examples=["de"])
-    tgts: list[str] | None = Field(
+    src: Str = Field(description="Source language code (GET /languages).", examples=["en"])
+    tgt: Str | None = Field(None, description="Target language code (give `tgt` or `tgts`).", examples=["de"])
+    tgts: list[Str] | None = Field(
         None, description="Several target languages instead of `tgt`: each text is encoded once and written out "
                           "in every one of them; the answer holds one result per target, in this order.",
         examples=[["de", "fr"]])
@@ -34,7 +72,7 @@ class TranslateRequest(_Request):
     beam_stop: Literal["all", "top"] = Field(
         "all", description="When beam search is done with a sentence: all (once it has `beam` finished hypotheses) or "
                            "top (also once a step's best candidate is finished: faster, slightly lower BLEU).")
-    pivot: str | None = Field(None, description="Translate src -> pivot -> tgt (a pivot equal to src or tgt: "
+    pivot: Str | None = Field(None, description="Translate src -> pivot -> tgt (a pivot equal to src or tgt: "
                                                 "the direct translation); with `tgts`, for every target.")
 
 
@@ -56,9 +94,9 @@ class TranslateTargetsResponse(BaseModel):
 
 
 class EmbedRequest(_Request):
-    texts: list[str] = Field(description="Sentences to embed; an empty string gives a vector of zeros.",
+    texts: list[Str] = Field(description="Sentences to embed; an empty string gives a vector of zeros.",
                              examples=[["A man is riding a bicycle."]])
-    lang: str = Field(description="Language of every text (GET /languages).", examples=["en"])
+    lang: Str = Field(description="Language of every text (GET /languages).", examples=["en"])
     pooling: Pooling = Field("mean", description="mean: one (dim,) vector per text; heads: (heads, dim) per "
                                                  "text, one vector per attention-bridge head.")
 
@@ -71,15 +109,15 @@ class EmbedResponse(BaseModel):
 class OpenAIEmbeddingRequest(_Request):
     """The OpenAI embeddings request, plus `language`."""
 
-    input: str | list[str] = Field(description="A text or a list of texts.", examples=["A man is riding a bicycle."])
-    model: str = Field(description="Echoed back; the service serves the one model it was started with.",
+    input: Str | list[Str] = Field(description="A text or a list of texts.", examples=["A man is riding a bicycle."])
+    model: Str = Field(description="Echoed back; the service serves the one model it was started with.",
                        examples=["interlingua"])
-    language: str | None = Field(None, description="Language of every text; when absent, each text's language "
+    language: Str | None = Field(None, description="Language of every text; when absent, each text's language "
                                                    "is identified among the model's languages.")
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="float: lists of numbers; base64: little-endian float32 bytes (the OpenAI clients' "
                              "default).")
-    user: str | None = Field(None, description="Accepted for compatibility and ignored.")
+    user: Str | None = Field(None, description="Accepted for compatibility and ignored.")
 
 
 class EmbeddingObject(BaseModel):
@@ -144,8 +182,8 @@ class ModelInfoResponse(BaseModel):
 
 
 class AttentionRequest(_Request):
-    text: str = Field(description="One sentence (not empty).", examples=["A man is riding a bicycle."])
-    lang: str = Field(description="Its language (GET /languages).", examples=["en"])
+    text: Str = Field(description="One sentence (not empty).", examples=["A man is riding a bicycle."])
+    lang: Str = Field(description="Its language (GET /languages).", examples=["en"])
     layer: int | None = Field(None, ge=1, description="Encoder layer whose self-attention to return, 1 the first; "
                                                       "default the last. Only for encoders with self-attention "
                                                       "(GET /model: self_attention_layers).")
@@ -164,9 +202,9 @@ class AttentionResponse(BaseModel):
 
 
 class SimilarityRequest(_Request):
-    texts: list[str] = Field(description="Sentences, any mix of languages (none empty).",
+    texts: list[Str] = Field(description="Sentences, any mix of languages (none empty).",
                              examples=[["A dog runs.", "Ein Hund rennt."]])
-    langs: list[str] = Field(description="The language of each text, in the same order.", examples=[["en", "de"]])
+    langs: list[Str] = Field(description="The language of each text, in the same order.", examples=[["en", "de"]])
 
 
 class SimilarityResponse(BaseModel):
