@@ -7,6 +7,7 @@ included); a broken folder is one error naming the broken file; the model card r
 recorded and nothing else."""
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -395,6 +396,97 @@ def test_weights_of_another_model_and_newer_formats_are_refused(folder, tmp_path
     (folder / "config.json").write_text(json.dumps({**meta, "tokenizers": {"xa": "../xa.spm.model"}}))
     with pytest.raises(CheckpointError, match="outside the folder"):
         interlingua.load(folder, "cpu")
+
+
+# -- damage nothing else notices: the header's dtypes, non-finite weights, swapped files -------------
+
+@pytest.fixture
+def shipped(exported, tmp_path) -> Path:
+    """A copy of the trained model's folder, to damage."""
+    return Path(shutil.copytree(exported, tmp_path / "shipped"))
+
+
+def _header(path: Path) -> tuple[int, dict]:
+    """(the header's length, the header) of a safetensors file."""
+    data = path.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    return size, json.loads(data[8:8 + size])
+
+
+def _refused(folder: Path, capsys, monkeypatch, *needles: str) -> None:
+    """Loading `folder` is one `CheckpointError` holding `needles`, and one line from the command line."""
+    with pytest.raises(CheckpointError) as info:
+        interlingua.load(folder, "cpu")
+    assert "\n" not in str(info.value)
+    for needle in needles:
+        assert needle in str(info.value), (needle, str(info.value))
+    code, _, lines = cli(["translate", "--model", str(folder), "--src", "en", "--tgt", "de", "--device", "cpu"],
+                         capsys, monkeypatch, stdin="a dog runs .\n")
+    one_error(code, lines, *needles)
+
+
+def test_config_json_records_the_sha256_of_every_other_file(exported):
+    recorded = json.loads((exported / "config.json").read_text())["sha256"]
+    assert recorded == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                        for p in exported.iterdir() if p.name != "config.json"}
+
+
+def test_a_dtype_changed_in_the_header_is_refused_naming_the_tensor(shipped, capsys, monkeypatch):
+    path = shipped / "model.safetensors"
+    size, header = _header(path)
+    name = next(k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32")
+    header[name]["dtype"] = "I32"  # the same 4 bytes per value: safetensors reads it without complaint
+    text = json.dumps(header, separators=(",", ":")).encode()
+    data = path.read_bytes()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data[8 + size:])
+    _refused(shipped, capsys, monkeypatch, str(path), f"'{name}'", "int32", "float32")
+
+
+def test_non_finite_weights_are_refused_naming_the_tensor(shipped, capsys, monkeypatch):
+    path = shipped / "model.safetensors"
+    size, header = _header(path)
+    name = sorted(k for k in header if k != "__metadata__")[-1]
+    start, _ = header[name]["data_offsets"]
+    data = bytearray(path.read_bytes())
+    data[8 + size + start: 8 + size + start + 8] = np.array([np.nan, np.inf], dtype="<f4").tobytes()
+    path.write_bytes(bytes(data))
+    _refused(shipped, capsys, monkeypatch, str(path), f"'{name}'", "2 non-finite")
+    # recording the damaged file's own SHA-256 does not make it loadable
+    meta = json.loads((shipped / "config.json").read_text())
+    meta["sha256"]["model.safetensors"] = hashlib.sha256(bytes(data)).hexdigest()
+    (shipped / "config.json").write_text(json.dumps(meta))
+    _refused(shipped, capsys, monkeypatch, str(path), f"'{name}'", "non-finite")
+
+
+def test_another_languages_tokenizer_is_refused_naming_the_file(shipped, capsys, monkeypatch):
+    shutil.copyfile(shipped / "en.spm.model", shipped / "de.spm.model")
+    _refused(shipped, capsys, monkeypatch, str(shipped / "de.spm.model"), "SHA-256")
+
+
+def test_every_recorded_file_is_verified(shipped, capsys, monkeypatch):
+    with (shipped / "README.md").open("a") as f:
+        f.write("\nBest model ever.\n")
+    _refused(shipped, capsys, monkeypatch, str(shipped / "README.md"), "SHA-256")
+
+
+def test_a_folder_exported_before_checksums_still_loads(shipped, exported, caplog):
+    meta = json.loads((shipped / "config.json").read_text())
+    del meta["sha256"]
+    (shipped / "config.json").write_text(json.dumps(meta))
+    with caplog.at_level("INFO"):
+        model = interlingua.load(shipped, "cpu")
+    assert "records no SHA-256" in caplog.text
+    assert model.translate(EN, "en", "de") == interlingua.load(exported, "cpu").translate(EN, "en", "de")
+
+
+def test_a_checkpoint_with_non_finite_weights_is_refused(trained_model, tmp_path, capsys, monkeypatch):
+    payload = read_checkpoint(trained_model)
+    name = sorted(payload["model"])[0]
+    payload["model"][name] = payload["model"][name].clone()
+    payload["model"][name].view(-1)[0] = float("nan")
+    save_atomic(payload, tmp_path / "nan.pt")
+    with pytest.raises(CheckpointError, match=f"{name}' holds 1 non-finite"):
+        interlingua.load(tmp_path / "nan.pt", "cpu")
 
 
 def test_a_run_folder_is_not_a_model_folder(trained_model, capsys, monkeypatch):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,6 +304,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
         model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
                                  ckpt.encoder_langs, ckpt.decoder_langs)
         model.load_state_dict(ckpt.weights)
+        check_finite(ckpt.weights, path)
         ckpt.weights = {}
         restrict_to_vocabs(model, vocabs)
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
@@ -312,6 +313,18 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     model.to(device).eval()
     return LoadedCheckpoint(model, vocabs, cfg, list(ckpt.directions), ckpt.metadata(), Path(path),
                        int(step) if isinstance(step, int) else None, summary)
+
+
+def check_finite(weights: Mapping[str, torch.Tensor], path: str | Path) -> None:
+    """Refuse weights holding NaN or an infinity, naming the first such tensor: they load and run
+    without any error, but every translation through them is empty or garbage (a damaged file, or
+    one saved by a run whose loss diverged)."""
+    bad = [name for name, t in weights.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        count = int((~torch.isfinite(weights[bad[0]])).sum())
+        others = f" (and {len(bad) - 1} other tensor(s))" if len(bad) > 1 else ""
+        raise CheckpointError(f"{path}: weight '{bad[0]}' holds {count} non-finite value(s) (NaN or infinity){others}: "
+                              f"the file is damaged or was saved by a run whose loss diverged")
 
 
 _SAME_CONFIG = ("model", "directions", "preprocess")

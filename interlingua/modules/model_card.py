@@ -161,8 +161,8 @@ def _files_section(meta: dict[str, Any]) -> list[str]:
     for lang, name in meta["tokenizers"].items():
         by_file.setdefault(name, []).append(lang)
     return ["## Files", "",
-            (f"- `config.json`: the experiment config, the languages and directions, and what this card reports "
-             f"(folder format `{meta['format']}` {meta['version']})"),
+            (f"- `config.json`: the experiment config, the languages and directions, what this card reports, and "
+             f"the SHA-256 of every other file, verified at load (folder format `{meta['format']}` {meta['version']})"),
             f"- `{meta['weights']}`: the weights (safetensors; a tied weight is stored once)",
             *[f"- `{name}`: the sentencepiece model of {', '.join(langs)}" for name, langs in by_file.items()],
             "- `README.md`: this card", "",

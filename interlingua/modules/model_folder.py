@@ -3,8 +3,9 @@
     OUT/
       config.json          the experiment config (model, preprocessing, ...), the languages and
                            directions, `vocab_offsets` where a language was added, the tokenizer
-                           files per language, the format name and version, and what the model
-                           card reports (training step, dev and test BLEU as recorded)
+                           files per language, the format name and version, what the model
+                           card reports (training step, dev and test BLEU as recorded), and
+                           `sha256`: the SHA-256 of every other file
       model.safetensors    the weights; a tied weight (one tensor under two names) is stored once,
                            under its first name (config.json's `tied_weights` names the others)
       <lang>.spm.model     the sentencepiece model of each language the model reads or writes;
@@ -18,9 +19,17 @@ JSON, safetensors and sentencepiece protos is data only, so a model can be hande
 sibling folder, flushed, then renamed into place. An existing OUT is replaced only when it is
 empty or a previous export holding nothing but an export's files; anything else is refused, so
 an export never deletes files it did not write.
+
+A folder that is damaged or tampered with can still be readable: a dtype changed in the
+safetensors header, NaN weights, another language's sentencepiece model under this one's name.
+`load_folder` therefore checks each tensor's name, dtype and shape against the model config.json
+builds, refuses non-finite weights, and verifies every file against the SHA-256 config.json
+records; each failure is one `CheckpointError` naming the file (and the tensor). A folder exported
+before checksums were recorded loads unverified, with a note.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -36,6 +45,7 @@ from interlingua.data.vocab import EOS, Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError
 from interlingua.modules.checkpoint import (
     LoadedCheckpoint,
+    check_finite,
     check_format_version,
     finite_json,
     load_checkpoint,
@@ -52,10 +62,13 @@ FOLDER_VERSION = 1
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 CARD = "README.md"
+CHECKSUMS = "sha256"
+"""config.json's entry: file name -> SHA-256 (hex) of every other file of the folder."""
 TOKENIZER_SUFFIX = ".spm.model"
 _EXTRAS = ("extended", "averaged_from")
 """Checkpoint entries about the weights' history that a folder keeps (and its card shows)."""
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -78,9 +91,19 @@ def write_folder(loaded: LoadedCheckpoint, out: str | Path) -> Path:
         save_file(tensors, tmp / WEIGHTS, metadata={"format": "pt"})
         for name, proto in protos.items():
             (tmp / name).write_bytes(proto)
-        (tmp / CONFIG).write_text(json.dumps(meta, indent=1, allow_nan=False) + "\n", encoding="utf-8")
         (tmp / CARD).write_text(render_card(meta), encoding="utf-8")
+        meta[CHECKSUMS] = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
+        (tmp / CONFIG).write_text(json.dumps(meta, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return out
+
+
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in chunks: weights can be larger than memory allows twice."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def stored_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -243,7 +266,8 @@ def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedC
         weights = str(meta.get("weights", WEIGHTS))
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise CheckpointError(f"{where} is incomplete or malformed (missing or mistyped: {err})") from None
-    vocabs = vocabs_from_protos(read_tokenizers(folder, files), offsets)
+    recorded = recorded_checksums(meta, folder)
+    vocabs = vocabs_from_protos(read_tokenizers(folder, files, recorded), offsets)
     missing = sorted((set(enc) | set(dec)) - set(vocabs))
     if missing:
         raise CheckpointError(f"{where} names no tokenizer for {', '.join(missing)}")
@@ -251,7 +275,12 @@ def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedC
         model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, enc, dec)
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe a model this version builds: {err}") from None
-    read_weights(model, folder / _plain_name(weights, where))
+    read_weights(model, folder / _plain_name(weights, where), recorded)
+    for name in sorted(set(recorded or {}) - {weights, *files.values()}):  # the card: what load does not read
+        path = folder / _plain_name(name, where)
+        if not path.is_file():
+            raise CheckpointError(f"{path} is missing (config.json records its SHA-256)")
+        verify_checksum(path, recorded)
     restrict_to_vocabs(model, vocabs)
     model.to(device).eval()
     training = (meta.get("record") or {}).get("training")
@@ -279,8 +308,38 @@ def read_folder_config(folder: Path) -> dict[str, Any]:
     return meta
 
 
-def read_tokenizers(folder: Path, files: dict[str, str]) -> dict[str, bytes]:
-    """Language -> sentencepiece proto, each file read once and checked to be a sentencepiece model."""
+def recorded_checksums(meta: dict[str, Any], folder: Path) -> dict[str, str] | None:
+    """config.json's file name -> SHA-256; None (with a note) for a folder exported before they were recorded."""
+    where = folder / CONFIG
+    recorded = meta.get(CHECKSUMS)
+    if recorded is None:
+        log.info("%s records no SHA-256 of the folder's files (exported by an older interlingua): they are not "
+                 "verified; `interlingua export folder %s NEW` writes a folder that records them", where, folder)
+        return None
+    if not isinstance(recorded, dict) or not all(isinstance(k, str) and isinstance(v, str) and _SHA256.fullmatch(v)
+                                                 for k, v in recorded.items()):
+        raise CheckpointError(f"{where} is malformed: '{CHECKSUMS}' must map file names to SHA-256 hex digests")
+    return recorded
+
+
+def verify_checksum(path: Path, recorded: dict[str, str] | None, data: bytes | None = None) -> None:
+    """Refuse a file whose SHA-256 is not the one config.json records for it (`recorded`: None, nothing to
+    verify). A file that is read but has no checksum while others have is refused too: config.json was edited
+    to name it."""
+    if recorded is None:
+        return
+    if path.name not in recorded:
+        raise CheckpointError(f"{path.parent / CONFIG} records no SHA-256 for {path.name}, which it names: the "
+                              f"folder was edited after export")
+    found = hashlib.sha256(data).hexdigest() if data is not None else sha256_file(path)
+    if found != recorded[path.name]:
+        raise CheckpointError(f"{path} is not the file this folder was exported with: its SHA-256 differs from the "
+                              f"one {CONFIG} records (changed or damaged since export)")
+
+
+def read_tokenizers(folder: Path, files: dict[str, str], recorded: dict[str, str] | None = None) -> dict[str, bytes]:
+    """Language -> sentencepiece proto, each file read once, checked to be a sentencepiece model and verified
+    against its recorded SHA-256: another language's model is a readable sentencepiece model too."""
     protos: dict[str, bytes] = {}
     read: dict[str, bytes] = {}
     for lang, name in files.items():
@@ -295,14 +354,18 @@ def read_tokenizers(folder: Path, files: dict[str, str]) -> dict[str, bytes]:
                 pieces = 0
             if pieces <= EOS:
                 raise CheckpointError(f"{path} is not a readable sentencepiece model (truncated or corrupt?)")
+            verify_checksum(path, recorded, data)
             read[name] = data
         protos[lang] = read[name]
     return protos
 
 
-def read_weights(model: TranslationNetwork, path: Path) -> None:
+def read_weights(model: TranslationNetwork, path: Path, recorded: dict[str, str] | None = None) -> None:
     """Load `path` (safetensors) into `model`; the names `stored_tensors` left out because they are a
-    stored tensor under another name (tied weights) are filled by it, since the model ties them itself."""
+    stored tensor under another name (tied weights) are filled by it, since the model ties them itself.
+    Before anything is copied: every tensor's name, dtype and shape are the model's (`load_state_dict`
+    would cast an int32 header's values silently), every value is finite, and the file's SHA-256 is
+    the recorded one."""
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: it holds the model's weights")
     try:
@@ -311,13 +374,10 @@ def read_weights(model: TranslationNetwork, path: Path) -> None:
         detail = " ".join(str(err).split())[:200] or type(err).__name__
         raise CheckpointError(f"{path} is not a readable safetensors file (truncated or corrupt?): {detail}") from None
     state = model.state_dict()
-    try:
-        missing, unexpected = model.load_state_dict(tensors, strict=False)
-    except RuntimeError as err:
-        detail = " ".join(str(err).split())[:300]
-        raise CheckpointError(f"{path} does not match config.json and the tokenizers: {detail}") from None
+    unexpected = [k for k in tensors if k not in state]
     stored = {state[k].untyped_storage().data_ptr() for k in tensors if k in state and state[k].numel()}
-    missing = [k for k in missing if not (state[k].numel() and state[k].untyped_storage().data_ptr() in stored)]
+    missing = [k for k in state if k not in tensors
+               and not (state[k].numel() and state[k].untyped_storage().data_ptr() in stored)]
     what = []
     if missing:
         what.append(f"lacks {len(missing)} weight(s) the model has ({', '.join(missing[:3])})")
@@ -325,6 +385,23 @@ def read_weights(model: TranslationNetwork, path: Path) -> None:
         what.append(f"has {len(unexpected)} it does not ({', '.join(unexpected[:3])})")
     if what:
         raise CheckpointError(f"{path} does not match config.json: it {' and '.join(what)}")
+    for name, tensor in tensors.items():
+        want = state[name]
+        if tensor.dtype != want.dtype or tensor.shape != want.shape:
+            raise CheckpointError(f"{path} does not match config.json and the tokenizers: tensor '{name}' is stored as "
+                                  f"{_described(tensor)}, the model they describe has {_described(want)}")
+    check_finite(tensors, path)
+    verify_checksum(path, recorded)
+    try:
+        model.load_state_dict(tensors, strict=False)
+    except RuntimeError as err:
+        detail = " ".join(str(err).split())[:300]
+        raise CheckpointError(f"{path} does not match config.json and the tokenizers: {detail}") from None
+
+
+def _described(tensor: torch.Tensor) -> str:
+    """A tensor's dtype and shape, as messages give them: `float32 [400, 48]`."""
+    return f"{str(tensor.dtype).removeprefix('torch.')} {list(tensor.shape)}"
 
 
 def _plain_name(name: str, where: Path) -> str:
