@@ -5,12 +5,20 @@ Why: a kill, a full disk or an exception halfway through must never leave a trun
 or destroy the file that was there before (a translation, a checkpoint, a results table). The
 rename is atomic on POSIX and Windows within one file system, which the same folder guarantees.
 The name is used exactly as given: nothing appends `.npy` or `.npz` behind the caller's back.
+
+Only a regular file (or a new name) is replaced. Every other target is written the way the shell's
+`>` writes it: a symlink through to its target (that file replaced whole, beside it, and the link
+kept), a device, a FIFO or /dev/stdout directly, as a stream, since replacing it would put a plain
+file where the device, the pipe or the link was.
 """
 from __future__ import annotations
 
 import errno
+import io
 import os
+import re
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,6 +27,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from interlingua.errors import InterlinguaError
+
+_SHORT_WRITE = re.compile(r"\b\d+ requested and \d+ written\b")
+"""numpy's `tofile` on a full disk: an OSError with no errno, only the byte counts."""
 
 
 def disk_full(err: BaseException) -> bool:
@@ -29,20 +40,77 @@ def disk_full(err: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
-        if "No space left on device" in str(current) or "file write failed" in str(current):
+        text = str(current)
+        if "No space left on device" in text or "file write failed" in text or _SHORT_WRITE.search(text):
             return True
         current = current.__cause__ or current.__context__
     return False
 
 
+TEMPORARY_NAME = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
+"""The name `atomic_output` writes under before the rename: `.NAME.XXXXXXXX.tmp` beside NAME (mkstemp's
+eight random characters). A kill -9 between the two leaves one behind."""
+
+
+def stale_temporaries(folder: str | Path, names: set[str] | None = None) -> list[Path]:
+    """The files of `folder` named as `atomic_output` names its temporary files (for the targets `names`
+    only, where given), oldest name first: what a writer killed mid-write left behind."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.iterdir()):
+        match = TEMPORARY_NAME.match(path.name)
+        if match and (names is None or match["name"] in names) and path.is_file() and not path.is_symlink():
+            found.append(path)
+    return found
+
+
+def _through_proc(path: Path) -> bool:
+    """Whether `path` is, or leads by symlinks to, an entry of /proc: /dev/stdout, /dev/fd/N and
+    /proc/self/fd/N name an open descriptor (a pipe, a terminal, the file the shell opened), which only
+    writing to it reaches."""
+    current = Path(os.path.abspath(path))
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        if os.path.realpath(current.parent).startswith("/proc/"):
+            return True
+        if not current.is_symlink():
+            return False
+        current = Path(os.path.normpath(current.parent / os.readlink(current)))
+    return False
+
+
+def output_target(path: str | Path) -> tuple[Path, bool]:
+    """Where writing `path` lands, and whether it is written as a stream (True) rather than replaced:
+    a symlink resolves to its target (created if it does not exist yet); a device, a FIFO, a socket or a
+    descriptor of /proc is a stream. A folder is refused."""
+    path = Path(path)
+    if _through_proc(path):
+        return path, True
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+    if mode is not None and not stat.S_ISREG(mode):
+        return path, True
+    return (Path(os.path.realpath(path)) if path.is_symlink() else path), False
+
+
 @contextmanager
 def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
-    """A binary file to write `path`'s new content into; on a clean exit it replaces `path`, on any
-    error the temporary file is removed and `path` is left as it was. A full disk is raised as an
-    `OSError(ENOSPC)` naming `path`, whatever wrapped it."""
-    path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+    """A binary file to write `path`'s new content into. For a regular file or a new name (through a
+    symlink: its target) it is a temporary file beside it that replaces it on a clean exit; on any error
+    the temporary file is removed and the file is left as it was. For a device, a FIFO or /dev/stdout it
+    is the target itself, written directly. A full disk is raised as an `OSError(ENOSPC)` naming `path`,
+    whatever wrapped it, and a reader gone from a pipe as an `OSError(EPIPE)` naming it."""
+    target, streamed = output_target(path)
+    if streamed:
+        with _streamed_output(Path(path)) as f:
+            yield f
+        return
+    path = target
     if path.exists() and not path.stat().st_mode & 0o222:  # a rename would replace it, even for root
         raise PermissionError(errno.EACCES, "is read-only: not replacing it", str(path))
     folder = path.parent
@@ -65,6 +133,45 @@ def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
         if disk_full(err) and not (isinstance(err, OSError) and err.filename):
             raise OSError(errno.ENOSPC, "no space left on device while writing it (the previous file, if any, "
                                         "is untouched)", str(path)) from None
+        raise
+
+
+class _Stream(io.BufferedWriter):
+    """A written-through target, only ever written forward: it hands out no file number (numpy writes to
+    a real file by its descriptor and asks where it is, which a pipe cannot say) and says it cannot seek
+    (a device such as /dev/null claims it can, and a zip writer that seeks back writes garbage)."""
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("a stream: written through write(), not by its descriptor")
+
+    def seekable(self) -> bool:
+        return False
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        raise io.UnsupportedOperation("a stream cannot seek")
+
+    def tell(self) -> int:
+        raise io.UnsupportedOperation("a stream cannot tell its position")
+
+
+@contextmanager
+def _streamed_output(path: Path) -> Iterator[BinaryIO]:
+    """`path` opened for writing as it is (appending: a descriptor of /proc may be a file the shell opened
+    with `>>`; a device or a FIFO has no end to append to); a full device or a closed pipe is one OSError
+    naming `path`."""
+    try:
+        with _Stream(io.FileIO(path, "a")) as f:
+            yield f
+    except OSError as err:
+        if err.errno == errno.EPIPE:
+            raise OSError(errno.EPIPE, "the reader closed it before the output was written (broken pipe)",
+                          str(path)) from None
+        if disk_full(err) and not err.filename:
+            raise OSError(errno.ENOSPC, "no space left on device while writing to it", str(path)) from None
+        raise
+    except BaseException as err:
+        if disk_full(err):
+            raise OSError(errno.ENOSPC, "no space left on device while writing to it", str(path)) from None
         raise
 
 
