@@ -32,6 +32,7 @@ from interlingua.cli import build_parser, main
 from interlingua.inference.api import Model, load
 from interlingua.serving.app import build_app
 from interlingua.serving.batcher import DynamicBatcher
+from interlingua.serving.connections import MAX_HEAD_BYTES
 from interlingua.serving.limits import ServiceLimits, estimated_subwords
 from interlingua.serving.server import listening_socket, reachable_from_elsewhere, serve, server_config
 
@@ -260,6 +261,98 @@ def test_past_max_connections_a_new_one_gets_a_503(model):
         finally:
             for conn in idle:
                 conn.close()
+
+
+# --- the framing of a request -------------------------------------------------------------------------
+
+BODY = json.dumps(TRANSLATE).encode()
+SMUGGLED = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def answers(data: bytes) -> list[bytes]:
+    """The status lines of every answer in `data`."""
+    return re.findall(rb"HTTP/1\.1 \d{3}[^\r]*", data)
+
+
+@pytest.mark.parametrize("framing", [
+    b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n" % len(BODY),
+    b"Transfer-Encoding: chunked\r\nContent-Length: %d\r\n" % len(BODY),
+    b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n",  # a proxy that reads 4 bytes sees a second request
+], ids=["length-first", "chunked-first", "disagreeing"])
+def test_a_request_with_both_content_length_and_transfer_encoding_is_a_400_and_closed(guarded, framing):
+    """RFC 9112 §6.1: the two framings may disagree about where the body ends, which is how a request is
+    smuggled past a proxy in front; the request is refused and nothing after it on the connection is read."""
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY)
+    with guarded.connect() as conn:
+        conn.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + framing
+                     + b"\r\n" + chunked + SMUGGLED)
+        data, seconds = read_until_closed(conn, 5)
+    assert seconds < 2 and answers(data) == [b"HTTP/1.1 400 Bad Request"], data
+    status, headers, body = parse_response(data)
+    assert headers["connection"] == "close" and headers["content-type"] == "application/json"
+    error = json.loads(body)["error"]
+    assert error["field"] == "header.transfer-encoding" and "Content-Length and Transfer-Encoding" in error["message"]
+
+
+def test_one_framing_alone_is_answered_and_the_connection_kept(guarded):
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY)
+    with guarded.connect() as conn:
+        for framing, body in ((b"Content-Length: %d\r\n" % len(BODY), BODY),
+                              (b"Transfer-Encoding: chunked\r\n", chunked)):
+            conn.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + framing
+                         + b"\r\n" + body)
+            assert read_response(conn, 30)[0] == 200
+
+
+def padded_head(size: int, target: bytes = b"/health") -> bytes:
+    """A GET of `target` whose head (request line and headers) has exactly `size` bytes."""
+    head = b"GET %s HTTP/1.1\r\nHost: x\r\nX-Pad: " % target
+    return head + b"p" * (size - len(head) - 4) + b"\r\n\r\n"
+
+
+def test_a_head_of_the_documented_limit_is_answered(guarded):
+    assert MAX_HEAD_BYTES == 16 * 1024  # README: 16 KiB
+    with guarded.connect() as conn:
+        conn.sendall(padded_head(MAX_HEAD_BYTES))
+        assert read_response(conn)[0] == 200
+
+
+@pytest.mark.parametrize("head", [
+    padded_head(MAX_HEAD_BYTES + 1),
+    padded_head(70_000),
+    b"GET /health?q=" + b"u" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 90) for i in range(400)) + b"\r\n",
+], ids=["one-byte-over", "a-70-KB-header", "a-100-KB-url", "400-headers"])
+def test_a_head_over_the_limit_in_one_read_is_a_431(guarded, head):
+    with guarded.connect() as conn:
+        conn.sendall(head)
+        data, seconds = read_until_closed(conn, 5)
+    assert seconds < 2 and answers(data) == [b"HTTP/1.1 431 Request Header Fields Too Large"], data[:200]
+    status, headers, body = parse_response(data)
+    error = json.loads(body)["error"]
+    assert headers["connection"] == "close" and error["field"] == "header" and "16,384" in error["message"]
+
+
+def test_a_head_over_the_limit_in_many_reads_is_a_431(guarded):
+    head = padded_head(40_000)
+    with guarded.connect() as conn:
+        for start in range(0, len(head), 4096):
+            if select.select([conn], [], [], 0)[0]:  # the server has answered: stop before it resets
+                break
+            conn.sendall(head[start:start + 4096])
+            time.sleep(0.02)
+        data, _ = read_until_closed(conn, 5)
+    assert answers(data) == [b"HTTP/1.1 431 Request Header Fields Too Large"], data[:200]
+    assert json.loads(parse_response(data)[2])["error"]["field"] == "header"
+
+
+def test_a_malformed_request_is_the_services_json_400(guarded):
+    with guarded.connect() as conn:
+        conn.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n")
+        data, _ = read_until_closed(conn, 5)
+    status, headers, body = parse_response(data)
+    assert status == 400 and headers["content-type"] == "application/json"
+    assert "Transfer-Encoding" in json.loads(body)["error"]["message"]
 
 
 # --- requests at once, and in time ------------------------------------------------------------------

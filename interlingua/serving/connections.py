@@ -14,7 +14,13 @@ descriptors. Its HTTP protocol (h11) is extended here, nothing is copied:
   between its parts;
 - past `max_connections` open connections, a new one is answered 503 (JSON) and closed at once.
 
-Headers are at most h11's 16 KiB (a longer head is uvicorn's 400).
+And the framing of a request is checked where h11 lets it through (`FramedConnection`): a head (request
+line and headers) over `MAX_HEAD_BYTES` is a 431 however it arrives (h11 itself refuses only a head
+that is still incomplete past its limit, so one that came in a single socket read of up to 256 KiB
+passed); a request with both `Content-Length` and `Transfer-Encoding` is a 400 (RFC 9112 §6.1: the
+two can disagree about where the body ends, which a proxy in front and this server could read
+differently, smuggling a second request past the proxy). Either closes the connection; so does any
+other malformed request, with h11's reason in the service's JSON error.
 """
 from __future__ import annotations
 
@@ -30,21 +36,89 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 log = logging.getLogger(__name__)
 
 
-def raw_error(status: int, message: str) -> bytes:
+MAX_HEAD_BYTES = 16 * 1024
+"""Bytes of a request's head (request line and headers, as nginx's and h11's default buffer)."""
+
+
+def raw_error(status: int, message: str, field: str | None = None) -> bytes:
     """A whole HTTP/1.1 answer with the service's JSON error that closes the connection: for the moments
     when no request (so no ASGI app) is there to answer."""
-    body = json.dumps({"error": {"message": message, "field": None}}).encode("utf-8")
+    body = json.dumps({"error": {"message": message, "field": field}}).encode("utf-8")
     head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
     return head.encode("ascii") + body
 
 
+class RequestRefused(h11.RemoteProtocolError):
+    """A request head h11 parsed but the service refuses: its status (`error_status_hint`), the field."""
+
+    def __init__(self, status: int, message: str, field: str | None):
+        super().__init__(message, error_status_hint=status)
+        self.field = field
+
+
+def head_bytes(request: h11.Request) -> int:
+    """The bytes of `request`'s head as sent, but for optional whitespace around header values."""
+    line = len(request.method) + len(request.target) + len(b"HTTP/") + len(request.http_version) + 4
+    return line + sum(len(name) + len(value) + 4 for name, value in request.headers.raw_items()) + 2
+
+
+class FramedConnection(h11.Connection):
+    """h11's server side, refusing what h11 parses but the service must not answer: a head over
+    `MAX_HEAD_BYTES`, or a body framed by both Content-Length and Transfer-Encoding. The refusal (or
+    h11's own) is kept in `refused` for the answer, as the protocol closes the connection."""
+
+    def __init__(self) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.refused: h11.RemoteProtocolError | None = None
+
+    def next_event(self) -> Any:
+        reading_head = self.their_state is h11.IDLE
+        try:
+            event = super().next_event()
+            if isinstance(event, h11.Request):
+                self._check(event)
+        except h11.RemoteProtocolError as err:
+            if reading_head and err.error_status_hint == 431 and not isinstance(err, RequestRefused):
+                err = RequestRefused(431, f"the request head (request line and headers) is over {MAX_HEAD_BYTES:,} "
+                                          "bytes, the most allowed", "header")
+            self.refused = err
+            raise err from None
+        return event
+
+    @staticmethod
+    def _check(request: h11.Request) -> None:
+        size = head_bytes(request)
+        if size > MAX_HEAD_BYTES:
+            raise RequestRefused(431, f"the request head (request line and headers) has {size:,} bytes; at most "
+                                      f"{MAX_HEAD_BYTES:,} are allowed", "header")
+        names = {name for name, _ in request.headers}  # lower case
+        if b"content-length" in names and b"transfer-encoding" in names:
+            raise RequestRefused(400, "the request has both Content-Length and Transfer-Encoding, which may disagree "
+                                      "on where its body ends; send one of them", "header.transfer-encoding")
+
+
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with the head deadline and the connection cap (class attributes: see
-    `guarded_protocol`)."""
+    """uvicorn's h11 protocol with the head deadline, the connection cap (class attributes: see
+    `guarded_protocol`) and the framing checks of `FramedConnection`."""
 
     read_timeout_s: float = 30.0
     max_connections: int = 2048
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn = FramedConnection()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 (or `FramedConnection`) refused: the refusal's status and
+        reason in the service's JSON, not a plain-text 400 "Invalid HTTP request received."."""
+        refused = getattr(self.conn, "refused", None)
+        if refused is None:  # pragma: no cover - uvicorn calls this only after next_event raised
+            self._close_with(400, msg)
+            return
+        status = refused.error_status_hint if 400 <= refused.error_status_hint < 500 else 400
+        message = str(refused) if isinstance(refused, RequestRefused) else f"invalid HTTP request: {refused}"
+        self._close_with(status, message, getattr(refused, "field", None))
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._read_timer: asyncio.TimerHandle | None = None
@@ -97,8 +171,8 @@ class GuardedH11Protocol(H11Protocol):
             log.debug("%s: the rest of an answered request's body stalled; closed", self._peer())
             self.transport.close()
 
-    def _close_with(self, status: int, message: str) -> None:
-        self.transport.write(raw_error(status, message))
+    def _close_with(self, status: int, message: str, field: str | None = None) -> None:
+        self.transport.write(raw_error(status, message, field))
         self.transport.close()
 
     def _peer(self) -> str:
