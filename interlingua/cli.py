@@ -168,6 +168,12 @@ def _add_device(parser: argparse.ArgumentParser, overrides_config: bool = False)
                                 if overrides_config else " (default: auto)"))
 
 
+def _add_force(parser: argparse.ArgumentParser, flag: str) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help=f"let {flag} replace one of the command's own inputs or a training checkpoint "
+                             f"(one holding optimizer state; refused without it)")
+
+
 def _device_override(args: argparse.Namespace) -> list[str]:
     return [*args.set, f"train.device={args.device}"] if args.device else list(args.set)
 
@@ -187,7 +193,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_extend(args: argparse.Namespace) -> None:
     from interlingua.modules.extension import extend_checkpoint
     given = {k: v for k, v in (("vocab_size", args.vocab_size), ("noise", args.noise)) if v is not None}
-    ext = extend_checkpoint(args.checkpoint, args.lang, args.out, corpus=args.corpus, seed=args.seed, **given)
+    ext = extend_checkpoint(args.checkpoint, args.lang, args.out, corpus=args.corpus, seed=args.seed,
+                            force=args.force, **given)
     own = f"; its own weights (the old languages' mean): {', '.join(ext.added)}" if ext.added else ""
     print(f"added '{ext.lang}' as ids {ext.old_size}-{ext.new_size - 1} ({ext.new_size - ext.old_size} new; grown: "
           f"{', '.join(ext.grown)}{own}); wrote {ext.out}; fine-tune with: interlingua train CONFIG --init {ext.out}")
@@ -195,6 +202,9 @@ def cmd_extend(args: argparse.Namespace) -> None:
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from interlingua.inference.api import load
+    from interlingua.modules.checkpoint import check_output
+    if args.output:
+        check_output(args.output, [args.model, args.input, args.shortlist], force=args.force, flag="-o")
     _use_threads(args.threads)
     model = load(args.model, args.device, args.precision)
     if args.shortlist:
@@ -213,6 +223,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
 def cmd_shortlist(args: argparse.Namespace) -> None:
     from interlingua.inference.api import load
     from interlingua.inference.shortlist_build import build_shortlist
+    from interlingua.modules.checkpoint import check_output
+    check_output(args.out, [args.model, args.corpus], force=args.force)
     model = load(args.model, "cpu")
     given = {k: v for k, v in (("per_token", args.per_token), ("frequent", args.frequent)) if v is not None}
     shortlist = build_shortlist(model, args.corpus, max_pairs=args.max_pairs, progress=True, **given)
@@ -233,6 +245,9 @@ def cmd_embed(args: argparse.Namespace) -> None:
         raise InterlinguaError("--other writes several arrays (one per variant) into an .npz file: give it with -o")
     if args.documents and args.pooling != "mean":
         raise InterlinguaError("--documents gives one vector per document (--pooling mean)")
+    if args.output:
+        from interlingua.modules.checkpoint import check_output
+        check_output(args.output, [args.model, args.input], force=args.force, flag="-o")
     model = load(args.model, args.device, args.precision)
     if args.documents:
         from interlingua.inference.documents import embed_documents
@@ -278,7 +293,7 @@ def cmd_attention(args: argparse.Namespace) -> None:
 
 def cmd_average(args: argparse.Namespace) -> None:
     from interlingua.modules.checkpoint import average_checkpoints
-    out = average_checkpoints(args.checkpoints, args.out)
+    out = average_checkpoints(args.checkpoints, args.out, force=args.force)
     print(f"averaged {len(args.checkpoints)} checkpoint(s) into {out}")
 
 
@@ -322,6 +337,7 @@ def port_number(text: str) -> int:
 def cmd_serve(args: argparse.Namespace) -> None:
     import os
 
+    from interlingua.serving.auth import api_key_from
     from interlingua.serving.limits import ServiceLimits
     from interlingua.serving.server import serve
     _use_threads(args.threads)
@@ -331,7 +347,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
                            request_timeout_s=args.request_timeout, read_timeout_s=args.read_timeout,
                            keep_alive_timeout_s=args.keep_alive_timeout, max_connections=args.max_connections)
     serve(args.model, host=args.host, port=args.port, device=args.device, precision=args.precision, limits=limits,
-          api_key=args.api_key or os.environ.get("INTERLINGUA_API_KEY") or None, shortlist=args.shortlist)
+          api_key=api_key_from(args.api_key, os.environ), shortlist=args.shortlist)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -427,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--noise", type=non_negative_float, default=None,
                    help="std of the Gaussian noise added to the mean of the old rows for each new id (default 0.01)")
     x.add_argument("--seed", type=non_negative_int, default=0, help="seed of that noise")
+    _add_force(x, "--out")
     x.set_defaults(func=cmd_extend)
 
     t = sub.add_parser("translate", help="translate lines from stdin (or -i) to stdout (or -o)")
@@ -447,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=positive_int, default=None)
     t.add_argument("-i", "--input", default=None)
     t.add_argument("-o", "--output", default=None)
+    _add_force(t, "-o")
     t.add_argument("--shortlist", default=None, metavar="FILE",
                    help="a lexical shortlist (from `interlingua shortlist`): each sentence's output layer only over "
                         "the target subwords its source makes likely; faster, outputs may differ")
@@ -465,6 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--frequent", type=non_negative_int, default=None,
                     help="most frequent target subwords, always candidates (default 200)")
     sl.add_argument("--max-pairs", type=positive_int, default=None, help="count at most this many pairs per direction")
+    _add_force(sl, "--out")
     sl.set_defaults(func=cmd_shortlist)
 
     e = sub.add_parser("embed", help="sentence vectors (.npy) for lines from stdin (or -i)")
@@ -476,6 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one sentence a line (with --documents: one document a line); "
                         "an empty line gets a vector of zeros")
     e.add_argument("-o", "--output", default=None, help=".npy file (default: stdout); .npz with --other")
+    _add_force(e, "-o")
     e.add_argument("--documents", action="store_true",
                    help="document vectors (paper 003): the whole line as one sequence (--unit document, DV, at most "
                         "2,000 subwords) or the mean of its sentences "
@@ -509,6 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("checkpoints", nargs="+", metavar="CKPT",
                    help="checkpoints of the same run (same config and vocabularies)")
     g.add_argument("--out", required=True, help="checkpoint to write")
+    _add_force(g, "--out")
     g.set_defaults(func=cmd_average)
 
     o = sub.add_parser("export", help="write a model as a folder to ship: config.json, model.safetensors, "

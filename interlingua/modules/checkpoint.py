@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +22,10 @@ from typing import Any
 
 import torch
 
-from interlingua.atomic_files import atomic_output
+from interlingua.atomic_files import atomic_output, output_target
 from interlingua.config import ExperimentConfig, parse_config
 from interlingua.data.vocab import Vocab, vocab_offsets, vocabs_from_protos
-from interlingua.errors import CheckpointError
+from interlingua.errors import CheckpointError, InterlinguaError
 from interlingua.modules.model import TranslationNetwork
 
 FORMAT = "interlingua-checkpoint"
@@ -336,15 +338,50 @@ def _run_identity(ckpt: Checkpoint) -> dict[str, Any]:
             "decoder_langs": ckpt.decoder_langs, "directions": ckpt.directions}
 
 
-def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
+def holds_training_state(path: str | Path) -> bool:
+    """Whether `path` is a checkpoint a run resumes from (it holds an optimizer's state). Memory-mapped:
+    asking reads the small entries, not the weights."""
+    path = Path(path)
+    if not path.is_file() or not zipfile.is_zipfile(path):
+        return False
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # not a checkpoint torch reads: then not a training one either
+        return False
+    training = payload.get("training") if isinstance(payload, dict) else None
+    return isinstance(training, dict) and bool(training.get("optimizer"))
+
+
+def check_output(out: str | Path, inputs: Sequence[str | Path | None], *, force: bool = False,
+                 flag: str = "--out") -> None:
+    """Refuse to write `out` where that would replace one of the command's own `inputs` (by any name) or a
+    checkpoint that holds training state: either is one mistyped argument away, and gone once replaced.
+    `force` writes anyway. A device, FIFO or /dev/stdout replaces nothing and is always accepted."""
+    if force:
+        return
+    target, streamed = output_target(out)
+    if streamed or not target.is_file():
+        return
+    for given in inputs:
+        if given is not None and Path(given).exists() and os.path.samefile(target, given):
+            raise InterlinguaError(f"{flag} {out} is also one of this command's inputs: give another file, "
+                                   f"or --force to replace it")
+    if holds_training_state(target):
+        raise InterlinguaError(f"{out} is a training checkpoint (it holds the optimizer state `train --resume` "
+                               f"continues from): give another file, or --force to replace it")
+
+
+def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *, force: bool = False) -> Path:
     """Average the weights of checkpoints of one run (same model, directions, preprocessing and
-    vocabularies) into a translation-only checkpoint at `out` (no training state); returns `out`.
+    vocabularies) into a translation-only checkpoint at `out` (no training state); returns `out`. An `out`
+    that is one of `paths` or a training checkpoint is refused unless `force` (`check_output`).
 
     Floating-point tensors are averaged in float64 and stored in their own dtype; tensors that
     share storage in the first checkpoint (tied embeddings) share it in the average too."""
     files = [Path(p) for p in paths]
     if not files:
         raise CheckpointError("average needs at least one checkpoint")
+    check_output(out, files, force=force)
     first = Checkpoint.read(files[0])
     first.training = None
     cfg = first.experiment_config().model_dump(mode="json")

@@ -31,7 +31,7 @@ import torch
 from interlingua.data.prepare import language_training_text
 from interlingua.data.vocab import EOS, Vocab, language_tag, link_tags
 from interlingua.errors import CheckpointError, ConfigError, LanguageError
-from interlingua.modules.checkpoint import Checkpoint, load_checkpoint, restrict_to_vocabs
+from interlingua.modules.checkpoint import Checkpoint, check_output, load_checkpoint, restrict_to_vocabs
 from interlingua.modules.model import TranslationNetwork
 
 DEFAULT_VOCAB_SIZE = 4000
@@ -115,9 +115,12 @@ def grow_rows(old: TranslationNetwork, new: TranslationNetwork, old_size: int, n
 
 
 def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: str | Path | None = None,
-                      vocab_size: int = DEFAULT_VOCAB_SIZE, noise: float = DEFAULT_NOISE, seed: int = 0) -> Extension:
+                      vocab_size: int = DEFAULT_VOCAB_SIZE, noise: float = DEFAULT_NOISE, seed: int = 0,
+                      force: bool = False) -> Extension:
     """Add `lang` to the trained shared model at `path` (its vocabulary learned on `corpus`, by default
-    the one it was trained on) and write the extended, translation-only checkpoint to `out`."""
+    the one it was trained on) and write the extended, translation-only checkpoint to `out` (refused where
+    it is `path`, `corpus` or a training checkpoint, unless `force`: `check_output`)."""
+    check_output(out, [path, corpus], force=force)
     loaded = load_checkpoint(path, "cpu")
     cfg = loaded.config
     if not cfg.model.shared:
