@@ -596,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="open connections; one more is answered 503 and closed (default: 2048)")
     s.add_argument("--api-key", default=None,
                    help="require Authorization: Bearer KEY on every endpoint but /health, the page and the docs "
-                        "(default: the environment variable INTERLINGUA_API_KEY, else no key)")
+                        "(default: the environment variable INTERLINGUA_API_KEY, else no key; empty: an error)")
     s.add_argument("--threads", type=positive_int, default=None, help="torch threads of the model (default: torch's)")
     _add_device(s)
     s.add_argument("--shortlist", default=None, metavar="FILE",

@@ -29,6 +29,7 @@ with warnings.catch_warnings():  # as in test_serve.py
 from test_serve import EN, TRANSLATE, FakeModelCall, model, run_async  # noqa: F401 (fixture)
 
 from interlingua.cli import build_parser, main
+from interlingua.errors import ConfigError
 from interlingua.inference.api import Model, load
 from interlingua.serving.app import build_app
 from interlingua.serving.batcher import DynamicBatcher
@@ -493,6 +494,31 @@ def test_the_key_comes_from_the_flag_or_the_environment(monkeypatch, tmp_path):
     assert main(["serve", "--model", "m.pt"]) == 0
     assert [kwargs["api_key"] for kwargs in seen] == ["from-env", "from-flag", None]
     assert (seen[1]["limits"].payload_limit, seen[1]["limits"].request_timeout_s) == (123, 2.5)
+
+
+@pytest.mark.parametrize("flag, env, source", [
+    ("", None, "--api-key is empty"),
+    ("  ", None, "--api-key is blank"),
+    (None, "", "the environment variable INTERLINGUA_API_KEY is empty"),
+    ("", "from-env", "--api-key is empty"),
+], ids=["empty-flag", "blank-flag", "empty-env", "empty-flag-over-env"])
+def test_an_empty_key_is_a_one_line_error_at_start_up(monkeypatch, capsys, flag, env, source):
+    """`--api-key "$UNSET"` must not serve without authentication."""
+    started: list[dict] = []
+    monkeypatch.setattr("interlingua.serving.server.serve", lambda *args, **kwargs: started.append(kwargs))
+    monkeypatch.delenv("INTERLINGUA_API_KEY", raising=False)
+    if env is not None:
+        monkeypatch.setenv("INTERLINGUA_API_KEY", env)
+    assert main(["serve", "--model", "m.pt", *(["--api-key", flag] if flag is not None else [])]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {source}") and started == []
+
+
+def test_an_empty_key_is_refused_from_python_too(model, trained_model):
+    with pytest.raises(ConfigError, match="API key is empty"):
+        build_app(model, api_key="")
+    with pytest.raises(ConfigError, match="API key is empty"):
+        serve(trained_model, port=0, device="cpu", api_key="")
 
 
 def test_the_command_defaults_are_the_limits_defaults():

@@ -34,7 +34,7 @@ from interlingua.errors import InterlinguaError, LanguageError
 from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.inference.api import AttentionMaps, Model
 from interlingua.serving.admission import RETRY_AFTER_S, AdmissionLimit, InFlight
-from interlingua.serving.auth import ApiKey
+from interlingua.serving.auth import ApiKey, check_api_key
 from interlingua.serving.batcher import BatcherClosed, DynamicBatcher
 from interlingua.serving.error_responses import RequestFieldError, install_error_handlers
 from interlingua.serving.limits import ServiceLimits, check_texts, check_written, estimated_subwords
@@ -271,6 +271,7 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
     and the web page at /. `model_name` is what /health and /model report (default: the checkpoint's
     path); with `api_key`, every request but /health, the page and the docs needs it (`auth.py`)."""
     limits = limits or ServiceLimits()
+    check_api_key(api_key)  # an empty key is an error, never a service without one
     name = model_name or str(model.path or "interlingua")
     check = _LanguageCheck(model)
     attention_check = _AttentionCheck(model)
@@ -424,7 +425,7 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
     # add_middleware puts each outside the ones before it: the last added sees a request first.
     app.add_middleware(BodyGuard, payload_limit=limits.payload_limit, read_timeout_s=limits.read_timeout_s)
     app.add_middleware(AdmissionLimit, paths=MODEL_PATHS, limit=limits.max_concurrent_requests, in_flight=in_flight)
-    if api_key:
+    if api_key is not None:
         app.add_middleware(ApiKey, key=api_key)
     app.add_middleware(Measured, metrics=metrics, endpoints=endpoints, model_paths=MODEL_PATHS)
     return app

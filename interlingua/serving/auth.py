@@ -12,14 +12,34 @@ body; the key is compared in constant time (`hmac.compare_digest`).
 from __future__ import annotations
 
 import hmac
+from collections.abc import Mapping
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from interlingua.errors import ConfigError
 from interlingua.serving.error_responses import error_response
 
 OPEN_PATHS = frozenset({"/health", "/", "/docs", "/openapi.json"})
 OPEN_PREFIXES = ("/page/",)
+ENV_VAR = "INTERLINGUA_API_KEY"
+
+
+def check_api_key(key: str | None, source: str = "the API key") -> str | None:
+    """`key` itself, or None for no key. A key that is given but empty (or blank: header values lose
+    their surrounding spaces) is refused, not taken as no key: `--api-key "$UNSET_VAR"` must not
+    serve without authentication."""
+    if key is not None and not key.strip():
+        raise ConfigError(f"{source} is {'empty' if not key else 'blank'}: give a key, or leave it out to serve "
+                          "without one")
+    return key
+
+
+def api_key_from(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """The service's key: --api-key, else the environment variable, else None; either empty is an error."""
+    if flag is not None:
+        return check_api_key(flag, "--api-key")
+    return check_api_key(environ.get(ENV_VAR), f"the environment variable {ENV_VAR}")
 
 
 def is_open(path: str) -> bool:

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import load
 from interlingua.serving.app import build_app
+from interlingua.serving.auth import check_api_key
 from interlingua.serving.connections import guarded_protocol
 from interlingua.serving.limits import ServiceLimits
 
@@ -95,8 +96,10 @@ def serve(model_path: str | Path, host: str = "127.0.0.1", port: int = 8080, dev
     """Serve the checkpoint at `model_path` over HTTP on host:port until SIGTERM or Ctrl-C (a second
     Ctrl-C stops at once); with `api_key`, requests need `Authorization: Bearer <api_key>` (`auth.py`).
     Raises `CheckpointError` for a missing or corrupt checkpoint and `InterlinguaError` when the
-    address cannot be bound. `shortlist`: a lexical shortlist file for translation (`Model.use_shortlist`)."""
+    address cannot be bound, `ConfigError` for an empty `api_key`. `shortlist`: a lexical shortlist file for
+    translation (`Model.use_shortlist`)."""
     limits = limits or ServiceLimits()
+    check_api_key(api_key)
     model = load(model_path, device, precision)
     if shortlist is not None:
         model.use_shortlist(shortlist)
