@@ -139,9 +139,10 @@ def _webis_monolingual(args: argparse.Namespace) -> None:
 def cmd_prepare(args: argparse.Namespace) -> None:
     from interlingua.config import load_config
     from interlingua.data.prepare import cleaning_summary, prepare
-    from interlingua.training.work_dir_lock import WorkDirLock
+    from interlingua.training.work_dir_lock import WorkDirLock, remove_stale_temporaries
     cfg = load_config(args.config, args.set)
     with WorkDirLock(cfg.work_dir):  # the same lock as `train`: one process writes a work_dir at a time
+        remove_stale_temporaries(cfg.work_dir)
         data = prepare(cfg, force=args.force)
     sizes = {lang: len(v) for lang, v in data.vocabs.items()}
     counts = {split: sum(len(g) for g in groups) for split, groups in data.splits.items()}

@@ -12,7 +12,7 @@ from interlingua.config import TrainConfig
 from interlingua.data.prepare import PreparedData
 from interlingua.distributed import Distributed
 from interlingua.errors import ConfigError, DataError, InterlinguaError
-from interlingua.training.work_dir_lock import WorkDirLock
+from interlingua.training.work_dir_lock import WorkDirLock, remove_stale_temporaries
 
 
 def check_batch_split(tc: TrainConfig, dist: Distributed) -> None:
@@ -26,7 +26,8 @@ def check_batch_split(tc: TrainConfig, dist: Distributed) -> None:
 
 def lock_work_dir(work_dir: Path, dist: Distributed) -> WorkDirLock | None:
     """Rank 0 locks the work_dir for the run (the other processes share its files, on a filesystem
-    every node sees); its success or refusal is every process's, so none waits for a partner that stopped."""
+    every node sees); its success or refusal is every process's, so none waits for a partner that stopped.
+    Holding it, rank 0 removes the temporary files earlier runs' killed writers left there."""
     lock, refused = None, None
     if dist.is_main:
         lock = WorkDirLock(work_dir)
@@ -37,6 +38,8 @@ def lock_work_dir(work_dir: Path, dist: Distributed) -> WorkDirLock | None:
     refused = dist.broadcast(refused)
     if refused is not None:
         raise refused
+    if dist.is_main:
+        remove_stale_temporaries(work_dir)
     return lock
 
 

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from interlingua.atomic_files import stale_temporaries
 from interlingua.errors import InterlinguaError
 
 try:
@@ -34,6 +35,10 @@ except ImportError:  # not POSIX (Windows): runs are not kept apart
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "run.lock"
+
+RUN_FOLDERS = (".", "data", "best_loss")
+"""The folders of a work_dir that a run's own writers write into (checkpoints, config.json, metrics,
+the prepared corpus, the lowest-dev-loss checkpoints)."""
 
 _held: dict[Path, _Held] = {}
 """The locks this process holds, by lock file path."""
@@ -192,3 +197,22 @@ def lock_holder(work_dir: str | Path) -> dict[str, Any] | None:
         return json.loads((Path(work_dir) / LOCK_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def remove_stale_temporaries(work_dir: str | Path) -> list[Path]:
+    """Remove, with one warning naming them, the temporary files a writer killed mid-write (kill -9, a
+    power cut) left in the run's folders of `work_dir`: nothing else ever removes them, and a partial
+    checkpoint takes as much room as a whole one. Only names `atomic_output` writes under are touched,
+    and only by the lock's holder, so no live writer's file is among them."""
+    work_dir = Path(work_dir)
+    removed = []
+    for path in (p for folder in RUN_FOLDERS for p in stale_temporaries(work_dir / folder)):
+        try:
+            path.unlink()
+        except OSError:  # gone already, or not ours to remove: left as it is
+            continue
+        removed.append(path)
+    if removed:
+        log.warning("removed %d temporary file(s) left in %s by a writer stopped mid-write: %s", len(removed),
+                    work_dir, ", ".join(str(p.relative_to(work_dir)) for p in removed))
+    return removed
