@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -111,9 +112,24 @@ def train_vocabs(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> dic
     if pre.joint_vocab:
         joint = Vocab.train(_training_lines(corpus, pre, langs, set(langs)), pre.vocab_size,
                             user_symbols=[language_tag(lang) for lang in langs], sample=pre.vocab_sample)
+        joint.warn_if_smaller(pre.vocab_size, f"preprocess.vocab_size (the joint vocabulary of {', '.join(langs)})")
         return {lang: joint for lang in langs}
-    return {lang: Vocab.train(_training_lines(corpus, pre, langs, {lang}), pre.vocab_size, sample=pre.vocab_sample)
-            for lang in tqdm(langs, desc="sentencepiece", unit="lang")}
+    vocabs = {}
+    for lang in tqdm(langs, desc="sentencepiece", unit="lang"):
+        vocabs[lang] = Vocab.train(_training_lines(corpus, pre, langs, {lang}), pre.vocab_size, sample=pre.vocab_sample)
+        vocabs[lang].warn_if_smaller(pre.vocab_size, f"preprocess.vocab_size (the '{lang}' vocabulary)")
+    return vocabs
+
+
+def config_as_built(cfg: ExperimentConfig, data: PreparedData) -> dict[str, Any]:
+    """`cfg` as plain JSON, for the record of a run, with `preprocess.vocab_size` the size of the largest
+    vocabulary where sentencepiece built fewer pieces than asked: what the run used, not what it asked
+    for (asking for that size again builds the same vocabularies)."""
+    recorded = cfg.model_dump(mode="json")
+    built = max(v.sp.get_piece_size() for v in data.vocabs.values())
+    if built < cfg.preprocess.vocab_size:
+        recorded["preprocess"]["vocab_size"] = built
+    return recorded
 
 
 def _check_training_text(corpus: Corpus, pre: PreprocessConfig, langs: list[str]) -> None:

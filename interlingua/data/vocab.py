@@ -5,6 +5,7 @@ The serialized model travels inside checkpoints so that one file is enough to tr
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -32,6 +33,9 @@ def decoder_start(vocab: Vocab, tgt_lang: str, shared: bool, tag_position: str =
 
     Training batches, dev loss and search all start the decoder through this one function."""
     return vocab.piece_id(language_tag(tgt_lang)) if shared and tag_position == "decoder_start" else BOS
+
+
+log = logging.getLogger(__name__)
 
 
 class Vocab:
@@ -73,6 +77,15 @@ class Vocab:
             **sampling,
         )
         return cls(buf.getvalue())
+
+    def warn_if_smaller(self, asked: int, what: str) -> None:
+        """Warn where sentencepiece built fewer pieces than `asked`: its limit is soft (a text too small for
+        the size asked gets what it supports, silently), and a user who asked for a size should learn he
+        did not get it. `what` names the setting and the vocabulary."""
+        built = self.sp.get_piece_size()
+        if built < asked:
+            log.warning("%s: %d pieces asked for, but the training text supports only %d: the vocabulary has %d",
+                        what, asked, built, built)
 
     def __len__(self) -> int:
         """The end of this vocabulary's ids (its size, plus the offset of an added language's)."""

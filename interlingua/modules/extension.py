@@ -61,6 +61,7 @@ def new_language_vocab(texts: Iterable[str], lang: str, vocab_size: int, id_spac
     """The new language's sentencepiece model (with its tag), its pieces placed after `id_space` ids;
     learned from at most `sample` of the lines, drawn at random, where given."""
     trained = Vocab.train(texts, vocab_size, user_symbols=[language_tag(lang)], threads=1, sample=sample)
+    trained.warn_if_smaller(vocab_size, f"vocab_size (the new '{lang}' vocabulary)")
     return Vocab(trained.proto, offset=id_space - (EOS + 1))
 
 

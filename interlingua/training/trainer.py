@@ -32,7 +32,7 @@ import torch
 
 from interlingua.atomic_files import write_text_atomic
 from interlingua.config import ExperimentConfig, TrainConfig
-from interlingua.data.prepare import PreparedData
+from interlingua.data.prepare import PreparedData, config_as_built
 from interlingua.distributed import process_group
 from interlingua.errors import ConfigError
 from interlingua.training.checkpoints import CheckpointFiles, score
@@ -215,7 +215,7 @@ class Trainer:
         """config.json, a fresh metrics.jsonl for a run from step 0, and the TensorBoard writer."""
         run = self.run
         if run.dist.is_main:
-            write_text_atomic(run.work_dir / "config.json", json.dumps(run.cfg.model_dump(mode="json"), indent=1))
+            write_text_atomic(run.work_dir / "config.json", json.dumps(config_as_built(run.cfg, run.data), indent=1))
             if self.progress.step == 0:
                 run.metrics.start_fresh()
             if run.cfg.train.tensorboard:
