@@ -31,9 +31,10 @@ from interlingua.textio import read_text
 
 
 class _Strict(BaseModel):
-    """Unknown keys are errors: a typo in a config must never be silently ignored."""
+    """Unknown keys are errors: a typo in a config must never be silently ignored. So are inf and nan
+    wherever a number goes: they pass a `> 0` bound (`train.lr: inf`) and make every loss NaN."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class CleanConfig(_Strict):
