@@ -211,7 +211,8 @@ def atomic_folder(out: str | Path) -> Iterator[Path]:
     to disk, made readable as the umask allows, and the folder replaces `out` whole (a previous `out` is
     moved aside first and removed once the new one is in place, put back if the rename fails); on any
     error the temporary folder is removed and `out` is left as it was. Checking that `out` may be
-    replaced is the caller's business."""
+    replaced is the caller's business. A full disk is raised as an `OSError(ENOSPC)` naming `out`, whatever
+    the writer raised."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
@@ -219,8 +220,11 @@ def atomic_folder(out: str | Path) -> Iterator[Path]:
         yield tmp
         _flush_folder(tmp)
         _replace_folder(tmp, out)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if disk_full(err) and not (isinstance(err, OSError) and err.filename):  # safetensors' own error, say
+            raise OSError(errno.ENOSPC, "no space left on device while writing it (the previous folder, if "
+                                        "any, is untouched)", str(out)) from None
         raise
 
 

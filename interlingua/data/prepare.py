@@ -9,6 +9,7 @@ preprocessing settings, so changing either re-prepares instead of reusing stale 
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from interlingua.atomic_files import write_bytes_atomic, write_text_atomic
+from interlingua.atomic_files import atomic_output, disk_full, write_bytes_atomic, write_text_atomic
 from interlingua.config import ExperimentConfig, PreprocessConfig
 from interlingua.data.chunk_encoder import ChunkEncoder
 from interlingua.data.cleaning import LineFilter
@@ -145,6 +146,13 @@ def _check_training_text(corpus: Corpus, pre: PreprocessConfig, langs: list[str]
         raise DataError(f"corpus {corpus.source}: no training text for language(s) {', '.join(missing)}")
 
 
+def _save_array(path: Path, array: np.ndarray) -> None:
+    """`np.save` under exactly `path`, whose full disk names the file (numpy's says only "N requested and
+    M written")."""
+    with atomic_output(path) as f:
+        np.save(f, array)
+
+
 def _encode_group(split: str, gi: int, group: ParallelGroup, mine: list[str], encoder: ChunkEncoder,
                   pre: PreprocessConfig, langs: list[str], out_dir: Path, bar: tqdm) -> dict:
     """Stream one file group into flat id files; the group's cleaning report (keep index saved)."""
@@ -153,20 +161,25 @@ def _encode_group(split: str, gi: int, group: ParallelGroup, mine: list[str], en
     cleaner = LineFilter(pre.clean, pre.max_len, langs) if split in CLEANED_SPLITS else None
     truncated = dict.fromkeys(mine, 0)
     limit = pre.max_train_sentences if split == "train" else None
-    for enc in encoder.encode(stream_group(group, mine, CHUNK_ROWS, limit)):
-        for lang in mine:
-            truncated[lang] += int((enc.full_lengths[lang] > pre.max_len).sum())
-            writers[lang].write(enc.ids[lang], enc.lengths[lang])
-        if cleaner is not None:
-            cleaner.add(enc.full_lengths, enc.texts, enc.hashes)
-        bar.update(len(enc.full_lengths[mine[0]]))
-    lengths = {lang: w.close() for lang, w in writers.items()}
+    try:
+        for enc in encoder.encode(stream_group(group, mine, CHUNK_ROWS, limit)):
+            for lang in mine:
+                truncated[lang] += int((enc.full_lengths[lang] > pre.max_len).sum())
+                writers[lang].write(enc.ids[lang], enc.lengths[lang])
+            if cleaner is not None:
+                cleaner.add(enc.full_lengths, enc.texts, enc.hashes)
+            bar.update(len(enc.full_lengths[mine[0]]))
+        lengths = {lang: w.close() for lang, w in writers.items()}
+    except BaseException:
+        for w in writers.values():  # unflushed ids would fail again, unnamed, when collected
+            w.discard()
+        raise
     for lang, n in lengths.items():
-        np.save(out_dir / f"{split}.{gi}.{lang}.len.npy", n)
+        _save_array(out_dir / f"{split}.{gi}.{lang}.len.npy", n)
     report: dict = {"lines": len(next(iter(lengths.values())))}
     if cleaner is not None:
         kept = cleaner.kept()
-        np.save(out_dir / f"{split}.{gi}.keep.npy", kept)
+        _save_array(out_dir / f"{split}.{gi}.keep.npy", kept)
         report = cleaner.report(kept)
     if any(truncated.values()):
         report["truncated"] = {lang: n for lang, n in truncated.items() if n}
@@ -212,6 +225,22 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     work = cache_dir / "encoded.part"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
+    try:
+        return _encode_and_save(corpus, cfg, langs, vocabs, given, cache_dir, work, fp)
+    except BaseException as err:
+        if not disk_full(err):
+            raise
+        shutil.rmtree(work, ignore_errors=True)  # a full disk is left with the room it had before
+        where = err.filename if isinstance(err, OSError) and err.filename else cache_dir
+        raise OSError(errno.ENOSPC, "no space left on device while writing it to prepare the corpus (the partial "
+                                    "encoding is removed; the corpus itself is untouched)", str(where)) from None
+
+
+def _encode_and_save(corpus: Corpus, cfg: ExperimentConfig, langs: list[str], vocabs: dict[str, Vocab], given: bool,
+                     cache_dir: Path, work: Path, fp: str) -> PreparedData:
+    """Encode every split into `work`, then make it the cache: the folder, the vocabularies, meta.json last."""
+    pre = cfg.preprocess
+    meta_path = cache_dir / "meta.json"
     groups_meta: dict[str, list[str]] = {}
     group_langs: dict[str, list[list[str]]] = {}
     cleaning: dict[str, dict[str, dict]] = {}

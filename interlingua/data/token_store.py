@@ -96,10 +96,27 @@ class TokenFileWriter:
 
     def write(self, flat: np.ndarray, lengths: np.ndarray) -> None:
         """Append lines already laid end to end (`lengths` says where each ends)."""
-        self._file.write(np.ascontiguousarray(flat, dtype=self.dtype).tobytes())
+        try:
+            self._file.write(np.ascontiguousarray(flat, dtype=self.dtype).tobytes())
+        except OSError as err:
+            raise self._named(err) from None
         self._lengths.append(np.asarray(lengths, dtype=np.int32))
 
     def close(self) -> np.ndarray:
         """Flush the ids; the lengths of every line written."""
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError as err:
+            raise self._named(err) from None
         return np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
+
+    def discard(self) -> None:
+        """Close the file without a word (the encoding failed; its folder is removed)."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
+
+    def _named(self, err: OSError) -> OSError:
+        """A buffered write names no file: this one does."""
+        return err if err.filename else OSError(err.errno, err.strerror or str(err), str(self.path))

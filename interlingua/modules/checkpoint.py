@@ -26,6 +26,7 @@ from interlingua.atomic_files import atomic_output, output_target
 from interlingua.config import ExperimentConfig, parse_config
 from interlingua.data.vocab import Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError, InterlinguaError
+from interlingua.memory import memory_for
 from interlingua.modules.model import TranslationNetwork
 
 FORMAT = "interlingua-checkpoint"
@@ -303,8 +304,9 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     try:
         cfg = ckpt.experiment_config()
         vocabs = ckpt.load_vocabs()
-        model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
-                                 ckpt.encoder_langs, ckpt.decoder_langs)
+        with memory_for(f"the model of {path}"):
+            model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
+                                     ckpt.encoder_langs, ckpt.decoder_langs)
         model.load_state_dict(ckpt.weights)
         check_finite(ckpt.weights, path)
         ckpt.weights = {}
@@ -312,7 +314,8 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
-    model.to(device).eval()
+    with memory_for(f"the model of {path}", device):
+        model.to(device).eval()
     return LoadedCheckpoint(model, vocabs, cfg, list(ckpt.directions), ckpt.metadata(), Path(path),
                        int(step) if isinstance(step, int) else None, summary)
 

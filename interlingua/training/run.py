@@ -32,6 +32,7 @@ from interlingua.data.prepare import PreparedData, direction_pairs, prepare
 from interlingua.data.vocab import decoder_start, source_prefix
 from interlingua.distributed import Distributed
 from interlingua.errors import ConfigError, DataError
+from interlingua.memory import memory_for
 from interlingua.modules.checkpoint import restrict_to_vocabs
 from interlingua.modules.model import TranslationNetwork
 from interlingua.runtime import Runtime
@@ -166,8 +167,9 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
 
     directions = build_directions(cfg.directions, data.languages)
     zero_shot = zero_shot_directions(directions, data.languages)
-    model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in data.vocabs.items()},
-                             sorted({s for s, _ in directions}), sorted({t for _, t in directions}))
+    with memory_for("the model (the config's model section)"):
+        model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in data.vocabs.items()},
+                                 sorted({s for s, _ in directions}), sorted({t for _, t in directions}))
     if init_from is not None and resume_from is None:
         assert init is not None
         load_init_weights(model, init_from, tc.trainable, Path(init))
@@ -175,7 +177,8 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
         model.freeze_translation()
     model.check_agreement(tc.agreement, directions)
     restrict_to_vocabs(model, data.vocabs)
-    model.to(runtime.device)
+    with memory_for("the model (the config's model section)", runtime.device):
+        model.to(runtime.device)
 
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = (torch.optim.SGD(trained, lr=tc.lr) if tc.optimizer == "sgd"

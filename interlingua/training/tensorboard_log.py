@@ -13,6 +13,7 @@ records from metrics.jsonl.
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,18 @@ def require_tensorboard() -> None:
                           'pip install "interlingua[tensorboard]" (or set train.tensorboard: false)') from None
 
 
+def _check_writable(folder: Path) -> None:
+    """Refuse a folder the event files cannot be written into, naming it, before the writer starts: its
+    own thread would fail in the background and print that thread's traceback before the error."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise OSError(err.errno, f"cannot write TensorBoard's event files into it ({err.strerror}; "
+                                 f"train.tensorboard: true)", str(folder)) from None
+
+
 class TensorBoardLog:
     """The run's event files; `write` takes metrics.jsonl records."""
 
@@ -50,6 +63,7 @@ class TensorBoardLog:
                 path.unlink()
             earlier = []
         _wait_for_a_later_second(earlier)
+        _check_writable(self.folder)
         self.writer = SummaryWriter(str(self.folder), purge_step=step if earlier else None)
         for record in metrics.records():
             if record["step"] == step or not earlier and record["step"] < step:
