@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 from pathlib import Path
-from typing import TypeVar
 
+from interlingua import arguments
 from interlingua.errors import InterlinguaError
 from interlingua.textio import decode_lines
 
@@ -25,54 +24,41 @@ def _read_lines(path: str | None) -> list[str]:
     return decode_lines(p.read_bytes(), str(p))
 
 
-Number = TypeVar("Number", int, float)
-
 EXPORT_QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
                         "bfloat16", "float32")
 """`export ctranslate2 --quantization`: none, or a weight type CTranslate2's converter takes."""
 
 
-def _number(text: str, kind: type[Number], low: float, strict: bool) -> Number:
-    """Parse `text` as `kind` and insist that it is >= low (> low when strict), finite."""
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected {'a whole number' if kind is int else 'a number'}, got '{text}'"
-        ) from None
-    if not math.isfinite(value) or value < low or (strict and value == low):
-        raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {text}")
-    return value
-
+# The argparse types: each a bound of `interlingua.arguments`, which the Python API checks its arguments with.
 
 def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (beam sizes, batch sizes, counts)."""
-    return _number(text, int, 1, strict=False)
+    """argparse type: a whole number >= 1 (batch sizes, counts)."""
+    return int(arguments.COUNT.parse(text))
 
 
 def beam_size(text: str) -> int:
     """argparse type: a beam size, 1 (greedy search) to `MAX_BEAM`."""
-    from interlingua.modules.search import MAX_BEAM
-    beam = _number(text, int, 1, strict=False)
-    if beam > MAX_BEAM:
-        raise argparse.ArgumentTypeError(f"must be <= {MAX_BEAM} (larger beams cost time and memory and do not "
-                                         f"translate better), got {text}")
-    return beam
+    return int(arguments.BEAM.parse(text))
+
+
+def output_length(text: str) -> int:
+    """argparse type: the most output subwords of a sentence, 1 to `MAX_OUTPUT_LEN`."""
+    return int(arguments.MAX_LEN.parse(text))
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: a whole number >= 0 (seeds)."""
-    return _number(text, int, 0, strict=False)
+    return int(arguments.NON_NEGATIVE_INT.parse(text))
 
 
 def non_negative_float(text: str) -> float:
     """argparse type: a finite number >= 0 (length penalty)."""
-    return _number(text, float, 0.0, strict=False)
+    return arguments.NON_NEGATIVE.parse(text)
 
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (time budgets)."""
-    return _number(text, float, 0.0, strict=True)
+    return arguments.POSITIVE.parse(text)
 
 
 def _use_threads(threads: int | None) -> None:
@@ -153,7 +139,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 def _add_precision(parser: argparse.ArgumentParser) -> None:
     """The one `--precision` option of the commands that translate or embed with a trained model."""
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16", "int8", "auto"],
+    parser.add_argument("--precision", default="fp32", choices=arguments.PRECISIONS,
                         help="fp32 (default); bf16: autocast, faster on CPUs with AMX / AVX512-BF16 and on GPUs, "
                              "outputs may differ in places; fp16: CUDA GPUs; int8: CPUs, the big linear layers in "
                              "int8 (weights per channel, inputs per row), outputs may differ in places; auto: bf16 / "
@@ -329,10 +315,7 @@ def cmd_experiment(args: argparse.Namespace) -> None:
 
 def port_number(text: str) -> int:
     """argparse type: a TCP port, 0 (any free port) to 65535."""
-    port = _number(text, int, 0, strict=False)
-    if port > 65535:
-        raise argparse.ArgumentTypeError(f"must be <= 65535, got {text}")
-    return port
+    return int(arguments.PORT.parse(text))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -453,14 +436,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tgt", required=True)
     t.add_argument("--pivot", default=None, help="translate through this language (src -> pivot -> tgt); "
                    "a pivot equal to --src or --tgt means the direct translation (a note says so)")
-    t.add_argument("--beam", type=beam_size, default=5, help="beam size (1: greedy search; at most 64)")
+    t.add_argument("--beam", type=beam_size, default=5,
+                   help=f"beam size (1: greedy search; at most {arguments.MAX_BEAM})")
     t.add_argument("--length-penalty", type=non_negative_float, default=1.0,
                    help="beam search ranks log p(y) / length**X (0: by log-probability alone)")
-    t.add_argument("--beam-stop", choices=("all", "top"), default="all",
+    t.add_argument("--beam-stop", choices=arguments.BEAM_STOPS, default="all",
                    help="when beam search is done with a sentence: all (default: once it has --beam finished "
                         "hypotheses) or top (also once a step's best candidate is finished; faster, OpenNMT-py's rule)")
-    t.add_argument("--max-len", type=positive_int, default=None,
-                   help="at most this many output subwords (default: twice each sentence's own source length + 10)")
+    t.add_argument("--max-len", type=output_length, default=None,
+                   help=f"at most this many output subwords, up to {arguments.MAX_OUTPUT_LEN} (default: twice each "
+                        "sentence's own source length + 10)")
     t.add_argument("--batch-size", type=positive_int, default=64)
     t.add_argument("--threads", type=positive_int, default=None)
     t.add_argument("-i", "--input", default=None)
@@ -490,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("embed", help="sentence vectors (.npy) for lines from stdin (or -i)")
     e.add_argument("--model", required=True)
     e.add_argument("--lang", required=True)
-    e.add_argument("--pooling", choices=["mean", "heads"], default="mean")
+    e.add_argument("--pooling", choices=arguments.POOLINGS, default="mean")
     e.add_argument("--batch-size", type=positive_int, default=64)
     e.add_argument("-i", "--input", default=None,
                    help="one sentence a line (with --documents: one document a line); "
@@ -501,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="document vectors (paper 003): the whole line as one sequence (--unit document, DV, at most "
                         "2,000 subwords) or the mean of its sentences "
                         "(--unit sentences, SV, at most 500 subwords each)")
-    e.add_argument("--unit", choices=["document", "sentences"], default="document")
+    e.add_argument("--unit", choices=arguments.DOCUMENT_UNITS, default="document")
     e.add_argument("--other", default=None, metavar="LANG",
                    help="with --documents: also the vectors of the documents translated into LANG (greedy, sentence by "
                         "sentence) and both sides concatenated (a:b) and summed (a+b), into an .npz (-o)")

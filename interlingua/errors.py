@@ -24,3 +24,12 @@ class LanguageError(InterlinguaError):
 class TargetMismatchError(LanguageError):
     """A representation asked to be written in another target than the one it was encoded for (a model
     that puts the target's tag before the source encodes each text once per target)."""
+
+
+class ArgumentError(InterlinguaError, ValueError):
+    """An argument of the Python API or the command line is out of its range or not one of its choices
+    (`interlingua.arguments`: the one definition of those bounds)."""
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument of the Python API is of the wrong type (a float for a whole number, None for a language)."""

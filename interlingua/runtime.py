@@ -23,13 +23,13 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from interlingua.arguments import PRECISIONS
 from interlingua.errors import ConfigError
 from interlingua.precision import DEFAULT_WORKLOAD, resolve_precision
 
 log = logging.getLogger(__name__)
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 
 
 def _mps_available() -> bool:

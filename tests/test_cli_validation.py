@@ -1,10 +1,12 @@
 """Every numeric option of the command line is range-checked by the parser (usage error, exit 2,
-the option named), and `embed` gives one vector per input line, empty lines included."""
+the option named), the Python API refuses the same values in the same words (`interlingua.arguments`
+holds both's bounds), and `embed` gives one vector per input line, empty lines included."""
 from __future__ import annotations
 
 import argparse
 import io
 import logging
+import re
 import sys
 
 import numpy as np
@@ -17,10 +19,12 @@ from interlingua.cli import (
     main,
     non_negative_float,
     non_negative_int,
+    output_length,
     port_number,
     positive_float,
     positive_int,
 )
+from interlingua.errors import ArgumentError, ArgumentTypeError
 
 REQUIRED = {
     "translate": ["--model", "m.pt", "--src", "en", "--tgt", "de"],
@@ -36,7 +40,7 @@ REQUIRED = {
 # (command, option, range-checking type): every numeric option the parser has
 NUMERIC = [
     ("translate", "--beam", beam_size), ("translate", "--length-penalty", non_negative_float),
-    ("translate", "--max-len", positive_int), ("translate", "--batch-size", positive_int),
+    ("translate", "--max-len", output_length), ("translate", "--batch-size", positive_int),
     ("translate", "--threads", positive_int),
     ("embed", "--batch-size", positive_int),
     ("evaluate", "--beam", beam_size), ("evaluate", "--batch-size", positive_int),
@@ -60,9 +64,11 @@ NUMERIC = [
     ("serve", "--keep-alive-timeout", positive_float), ("serve", "--max-connections", positive_int),
 ]
 BAD = {positive_int: ["0", "-3", "2.5", "two", ""], beam_size: ["0", "65", "1000", "2.5", "wide"],
+       output_length: ["0", "16385", "1000000000", "2.5", "long"],
        non_negative_int: ["-1", "2.5", "x"], non_negative_float: ["-0.5", "nan", "inf", "x"],
        positive_float: ["0", "-1", "nan", "inf", "soon"], port_number: ["-1", "65536", "80.5", "http"]}
-GOOD = {positive_int: ("1", 1), beam_size: ("64", 64), non_negative_int: ("0", 0), non_negative_float: ("0", 0.0),
+GOOD = {positive_int: ("1", 1), beam_size: ("64", 64), output_length: ("16384", 16384), non_negative_int: ("0", 0),
+        non_negative_float: ("0", 0.0),
         positive_float: ("0.5", 0.5),
         port_number: ("0", 0)}
 
@@ -77,7 +83,7 @@ def test_every_numeric_option_is_listed_and_range_checked():
     for command, sub in _subparsers(build_parser()).items():
         for action in sub._actions:
             numeric = action.type in (int, float, positive_int, non_negative_int, non_negative_float, positive_float,
-                                      beam_size, port_number) or \
+                                      beam_size, output_length, port_number) or \
                 (isinstance(action.default, (int, float)) and not isinstance(action.default, bool))
             if numeric and action.option_strings:
                 found.add((command, action.option_strings[-1], action.type))
@@ -107,14 +113,72 @@ def test_messages_say_what_is_expected(capsys):
         assert needle in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kwargs, needle", [({"beam": 0}, "beam must"), ({"beam": 65}, "beam must be from 1 to 64"),
-                                            ({"batch_size": 0}, "batch_size"),
-                                            ({"max_len": 0}, "max_len"), ({"length_penalty": -1.0}, "length_penalty")])
-def test_the_library_checks_the_same_ranges(tmp_path, kwargs, needle):
-    from interlingua.inference.api import load
-    tr = load(random_checkpoint(tmp_path / "random.pt"))
-    with pytest.raises(ValueError, match=needle):
-        tr.translate(["a dog ."], "en", "de", **kwargs)
+# `interlingua translate`'s options and `Model.translate`'s arguments: the option, the argument, and
+# values the parser reads as numbers of the right kind but refuses
+TRANSLATE_OPTIONS = [("--beam", "beam", int, ["0", "65", "1000"]),
+                     ("--max-len", "max_len", int, ["0", "-2", "16385", "100000", "1000000000"]),
+                     ("--batch-size", "batch_size", int, ["0", "-1"]),
+                     ("--length-penalty", "length_penalty", float, ["-0.5", "nan", "inf", "-inf"])]
+
+
+def _usage_error(argv: list[str], option: str, capsys) -> str:
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    return err.split(f"argument {option}: ", 1)[1].strip()
+
+
+@pytest.mark.parametrize("option, name, kind, values", TRANSLATE_OPTIONS, ids=[o for o, *_ in TRANSLATE_OPTIONS])
+def test_the_python_api_refuses_what_the_cli_refuses_in_the_same_words(trained_model, option, name, kind, values,
+                                                                       capsys):
+    import interlingua
+    model = interlingua.load(trained_model, "cpu")
+    for text in values:
+        cli_says = _usage_error(["translate", *REQUIRED["translate"], f"{option}={text}"], option, capsys)
+        with pytest.raises(ArgumentError) as info:
+            model.translate(["a dog runs ."], "en", "de", **{name: kind(text)})
+        assert str(info.value) == f"{name}: {cli_says}", text
+        with pytest.raises(ArgumentError, match=f"^{name}: "):  # the same check before the representation is used
+            model.generate(model.represent(["a dog runs ."], "en"), "de", **{name: kind(text)})
+
+
+@pytest.mark.parametrize("value", [2.5, 3.0, "5", None, True, [2]])
+def test_a_beam_of_another_type_is_refused_naming_beam(trained_model, value):
+    import interlingua
+    model = interlingua.load(trained_model, "cpu")
+    with pytest.raises(ArgumentTypeError, match=r"^beam: expected a whole number, got "):
+        model.translate(["a dog runs ."], "en", "de", beam=value)
+    with pytest.raises(TypeError, match="^max_len: expected a whole number"):
+        model.translate(["a dog runs ."], "en", "de", max_len=float(10**9))
+    with pytest.raises(TypeError, match="^length_penalty: expected a number, got '1'"):
+        model.translate(["a dog runs ."], "en", "de", length_penalty="1")
+
+
+def test_choices_and_languages_are_checked_alike(trained_model, capsys):
+    import interlingua
+    model = interlingua.load(trained_model, "cpu")
+    for option, argv, call in (
+            ("--beam-stop", ["translate", *REQUIRED["translate"], "--beam-stop", "first"],
+             lambda: model.translate(["a"], "en", "de", beam=2, beam_stop="first")),
+            ("--pooling", ["embed", *REQUIRED["embed"], "--pooling", "first"],
+             lambda: model.encode(["a"], "en", pooling="first")),
+            ("--precision", ["translate", *REQUIRED["translate"], "--precision", "first"],
+             lambda: interlingua.load(trained_model, "cpu", precision="first"))):
+        cli_says = _usage_error(argv, option, capsys)
+        with pytest.raises(ArgumentError) as info:
+            call()
+        name = option.lstrip("-").replace("-", "_")
+        assert str(info.value).startswith(f"{name}: invalid choice: 'first'"), str(info.value)
+        assert cli_says.startswith("invalid choice: 'first'")
+        choices = [w for w in re.findall(r"\w+", cli_says.split("(", 1)[1]) if w not in ("choose", "from")]
+        assert choices and all(f"'{c}'" in str(info.value) for c in choices), (cli_says, str(info.value))
+    for name, args in (("src", (None, "de")), ("tgt", ("en", 5))):
+        with pytest.raises(ArgumentTypeError, match=f"^{name}: expected a language code"):
+            model.translate(["a"], *args)
+    with pytest.raises(ArgumentTypeError, match="^pivot: expected a language code"):
+        model.translate(["a"], "en", "de", pivot=b"fr")
+    with pytest.raises(ArgumentTypeError, match="^device: expected a device name"):
+        interlingua.load(trained_model, 0)
 
 
 # ---- empty lines through `embed` -------------------------------------------------------------

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,12 +31,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from interlingua.arguments import COUNT, POOLINGS, PRECISIONS, check_choice, check_language, check_search
 from interlingua.config import ExperimentConfig, PreprocessConfig
 from interlingua.data.directions import Direction
 from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
 from interlingua.data.shortlist import DirectionTable, Shortlist
 from interlingua.data.vocab import Vocab, source_prefix
-from interlingua.errors import ConfigError, InterlinguaError, LanguageError
+from interlingua.errors import ArgumentTypeError, ConfigError, InterlinguaError, LanguageError
 from interlingua.inference.decoding_probe import decoding_bf16_speedup
 from interlingua.inference.int8_probe import auto_int8
 from interlingua.inference.representation import Representation, generate_text, represent_ids
@@ -45,7 +45,6 @@ from interlingua.modules.base import BridgeOutput, Decoder, Encoder
 from interlingua.modules.checkpoint import LoadedCheckpoint, load_checkpoint
 from interlingua.modules.int8 import is_quantized, quantize_network
 from interlingua.modules.model import TranslationNetwork
-from interlingua.modules.search import BEAM_STOPS, MAX_BEAM
 from interlingua.precision import model_workload
 from interlingua.runtime import Runtime, resolve_device, resolve_device_precision
 
@@ -136,20 +135,6 @@ def load(path: str | Path, device: str | torch.device = "auto", precision: str =
     return Model.load(path, device, precision)
 
 
-def _check_search(beam: int, length_penalty: float, max_len: int | None, batch_size: int, beam_stop: str) -> None:
-    """The search settings `translate` and `generate` take, checked before any work."""
-    if not 1 <= beam <= MAX_BEAM:
-        raise ValueError(f"beam must be from 1 to {MAX_BEAM}, got {beam}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if max_len is not None and max_len < 1:
-        raise ValueError(f"max_len must be at least 1 (or None for the default), got {max_len}")
-    if length_penalty < 0 or not math.isfinite(length_penalty):
-        raise ValueError(f"length_penalty must be a finite number >= 0, got {length_penalty}")
-    if beam_stop not in BEAM_STOPS:
-        raise ValueError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
-
-
 class Model:
     """A trained (or freshly initialised) translation model with its vocabularies, for inference."""
 
@@ -176,6 +161,11 @@ class Model:
         (`interlingua.inference.int8_probe`, cached likewise)."""
         dev = device if isinstance(device, torch.device) else resolve_device(device)
         loaded = load_checkpoint(path, dev)
+        if not isinstance(path, (str, Path)):
+            raise ArgumentTypeError(f"path: expected a checkpoint file or model folder (a str or Path), got {path!r}")
+        if not isinstance(device, (str, torch.device)):
+            raise ArgumentTypeError(f"device: expected a device name or torch.device, got {device!r}")
+        check_choice("precision", precision, PRECISIONS)  # before a possibly long load
         if precision != "auto":
             return cls(loaded, resolve_device_precision(precision, dev))
         first = loaded.network.encoder_langs[0]
@@ -296,7 +286,9 @@ class Model:
     def check_source(self, lang: str) -> None:
         """Raise `LanguageError` naming `lang` and the source languages where the model has no encoder
         for it: the check every method that reads `lang` text makes first, for callers that want it
-        before any work (a service's request, an evaluation's language list)."""
+        before any work (a service's request, an evaluation's language list). A `lang` that is no
+        string is an `ArgumentTypeError`."""
+        check_language("lang", lang)
         self._network.encoder_for(lang)
 
     def check_target(self, lang: str) -> None:
@@ -309,6 +301,7 @@ class Model:
         position table ends somewhere); None where it reads any length. Sentences are cut well below it
         (`preprocess.max_len`); this bounds what longer inputs, whole documents, may keep."""
         return self._network.encoder_for(lang).max_length
+        check_language("lang", lang)
 
     @property
     def bridge_attention(self) -> bool:
@@ -363,7 +356,9 @@ class Model:
         finished hypotheses; `top`, also once the best candidate of a step is finished (OpenNMT-py's
         rule: faster, and on Multi30k dev 0.2-0.4 BLEU lower with length_penalty 1).
         """
-        _check_search(beam, length_penalty, max_len, batch_size, beam_stop)
+        check_search(beam, length_penalty, max_len, batch_size, beam_stop)
+        for name, lang in (("src", src), ("tgt", tgt), *((("pivot", pivot),) if pivot is not None else ())):
+            check_language(name, lang)
         settings: dict[str, Any] = dict(beam=beam, length_penalty=length_penalty, max_len=max_len,
                                         batch_size=batch_size, progress=progress, beam_stop=beam_stop)
         if pivot is not None:
@@ -393,8 +388,7 @@ class Model:
         give it as `tgt` (the representation then refuses any other). Elsewhere `tgt` is optional and
         the representation serves every target. An empty text gets an empty memory (and "" from
         `generate`)."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        COUNT.check("batch_size", batch_size)
         self.check_source(lang)
         if tgt is not None:
             self.check_target(tgt)
@@ -416,7 +410,8 @@ class Model:
         the same search and settings as `translate` (which is `represent` then this): the same output,
         byte for byte, where `batch_size` is the one `represent` ran with. A representation of a
         `target_in_source` model made for another target raises `TargetMismatchError`."""
-        _check_search(beam, length_penalty, max_len, batch_size, beam_stop)
+        check_search(beam, length_penalty, max_len, batch_size, beam_stop)
+        check_language("tgt", tgt)
         self.check_target(tgt)
         with self._runtime.autocast():
             return generate_text(self._network, self._vocabs, representation, tgt, batch_size=batch_size, beam=beam,
@@ -473,10 +468,8 @@ class Model:
         An empty sentence (nothing left after normalisation, e.g. a blank line) gets a vector of
         zeros, the way `translate` gives it an empty translation, and a warning is logged; a zero
         vector has no direction, so drop such rows before cosine similarities."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if pooling not in ("mean", "heads"):
-            raise InterlinguaError(f"unknown pooling '{pooling}' (use 'mean' or 'heads')")
+        COUNT.check("batch_size", batch_size)
+        check_choice("pooling", pooling, POOLINGS)
         bridge = self._network.bridge
         if pooling == "heads" and bridge.heads is None:
             raise InterlinguaError("pooling='heads' needs an attention-bridge model; "
@@ -518,8 +511,7 @@ class Model:
         bridge reads). Only the text's own tokens (`token_ids`): a shared model's language tag is dropped.
         d is the widest layer's width; a narrower layer (a BiLSTM's embeddings) is zero-padded, which
         changes no linear probe, correlation or cosine. An empty text gets (layers + 1, 0, d)."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        COUNT.check("batch_size", batch_size)
         encoder = self._network.encoder_for(lang)
         seqs = self.token_ids(texts, lang)
         prefix = self._source_prefix(lang)
@@ -567,13 +559,13 @@ class Model:
         """Encoder layers whose self-attention `attention_maps` shows (0 for a BiLSTM encoder)."""
         return self._network.encoder_for(self.languages.sources[0]).self_attention_layers
 
+        COUNT.check("batch_size", batch_size)
     def attention_maps(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[AttentionMaps]:
         """Everything attention shows of each text, in order: the bridge's heads over its tokens (the
         same A as `attention`) where the model has an attention bridge, and every encoder layer's
         self-attention where the encoder has one (a Transformer). An empty text gets no tokens.
         A model with neither (a BiLSTM without a bridge) raises `InterlinguaError`."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        COUNT.check("batch_size", batch_size)
         self.check_source(lang)
         self.check_attention()
         bridge, layers = self.bridge_attention, self.self_attention_layers

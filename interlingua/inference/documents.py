@@ -21,6 +21,7 @@ from typing import Literal
 
 import numpy as np
 
+from interlingua.arguments import COUNT, DOCUMENT_UNITS, check_choice
 from interlingua.data.document_text import (
     DOCUMENT_TOKENS,
     SENTENCE_TOKENS,
@@ -74,10 +75,8 @@ def embed_documents(model: Model, docs: Sequence[str], lang: str, unit: Unit = "
     `other`'s side and both combined. `translations` (per document, its sentences in `other`)
     saves translating again. Empty documents get zero vectors and a warning naming them."""
     check_input_texts(docs, "docs")
-    if unit not in ("document", "sentences"):
-        raise InterlinguaError(f"unknown document unit '{unit}' (use 'document' or 'sentences')")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    check_choice("unit", unit, DOCUMENT_UNITS)
+    COUNT.check("batch_size", batch_size)
     model.check_source(lang)
     if other is not None:
         if other == lang:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from interlingua.arguments import BEAM_STOPS
 from interlingua.data.inputs import length_sorted_batches
 from interlingua.data.shortlist import DirectionTable
 from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
@@ -68,12 +69,6 @@ def beam_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | tor
     """Beam search: the best-scoring hypothesis of each sentence (see `beam_search_nbest`)."""
     return [nbest[0][1] if nbest else []
             for nbest in beam_search_nbest(decoder, state, max_len, beam_size, length_penalty, start, stop)]
-
-
-BEAM_STOPS = ("all", "top")
-MAX_BEAM = 64
-"""The largest beam the library and the CLI take. Beyond a few dozen hypotheses BLEU stops improving (it
-often falls) while time and memory grow linearly: a beam of 1000 took 17 s and 1.35 GB for 16 sentences."""
 
 
 def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor, beam_size: int,
