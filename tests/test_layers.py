@@ -2,8 +2,8 @@
 
 Every module of `interlingua/` is parsed (nothing is imported) and each `interlingua.*` import,
 inside functions too, must go to its own layer or a lower one. training and inference stand side
-by side and import neither each other. config, errors, workers, figures, textio, atomic_files, memory,
-precision, runtime and distributed are base utilities that every layer may import; they import only each other.
+by side and import neither each other. config, errors, arguments, workers, figures, textio, atomic_files,
+memory, precision, runtime and distributed are base utilities that every layer may import; they import only each other.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "interlingua"
 
-BASE = {"interlingua.config", "interlingua.errors", "interlingua.workers", "interlingua.figures", "interlingua.textio",
-        "interlingua.atomic_files", "interlingua.memory", "interlingua.precision", "interlingua.runtime",
-        "interlingua.distributed"}
+BASE = {"interlingua.config", "interlingua.errors", "interlingua.arguments", "interlingua.workers",
+        "interlingua.figures", "interlingua.textio", "interlingua.atomic_files", "interlingua.memory",
+        "interlingua.precision", "interlingua.runtime", "interlingua.distributed"}
 TOP = {"interlingua", "interlingua.cli", "interlingua.demo", "interlingua.experiment"}
 RANK = {"base": 0, "data": 1, "modules": 2, "training": 3, "inference": 3, "evaluation": 4, "serving": 5, "top": 6}
 SIDE_BY_SIDE = {("training", "inference"), ("inference", "training")}
