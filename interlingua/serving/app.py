@@ -364,8 +364,8 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
         """The languages the model reads and writes, its trained directions and its zero-shot ones."""
         langs = check.languages
         return LanguagesResponse(languages=list(langs.sources), targets=list(langs.targets),
-                                 trained=[(s, t) for s, t in langs.trained],
-                                 zero_shot=[(s, t) for s, t in langs.zero_shot])
+                                 trained=[[s, t] for s, t in langs.trained],
+                                 zero_shot=[[s, t] for s, t in langs.zero_shot])
 
     @app.get("/directions", response_model=DirectionsResponse)
     async def directions() -> DirectionsResponse:

@@ -112,11 +112,27 @@ def _library_error(_: Request, exc: InterlinguaError) -> JSONResponse:
     return error_response(422, str(exc), None)
 
 
+def _unreadable_body(cause: BaseException | None) -> str:
+    """Why FastAPI could not read a body as JSON, where its JSON parser raised something other than a
+    syntax error (FastAPI's own message says only "There was an error parsing the body")."""
+    if isinstance(cause, UnicodeDecodeError):  # JSON is UTF-8 (or UTF-16/32, told by its first bytes)
+        return (f"the request body is not valid JSON: its bytes are not {cause.encoding.upper()} text (byte "
+                f"0x{cause.object[cause.start]:02x} at offset {cause.start})")
+    if isinstance(cause, RecursionError):
+        return "the request body is not JSON the service reads: its arrays or objects are nested too deeply"
+    if isinstance(cause, ValueError):  # the one other: an integer of more digits than Python converts (4,300)
+        return "the request body is not JSON the service reads: a number in it has too many digits"
+    return "the request body could not be read as JSON"
+
+
 def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-    """404 (no such endpoint), 405 (wrong method) and the like, in the same shape as the rest."""
+    """404 (no such endpoint), 405 (wrong method) and the like, in the same shape as the rest. A 400 that
+    names no field is FastAPI's for a body it could not parse: the body is blamed, with the reason."""
     headers = getattr(exc, "headers", None)
-    return error_response(exc.status_code, str(exc.detail), getattr(exc, "field", None),
-                          dict(headers) if headers else None)
+    field, message = getattr(exc, "field", None), str(exc.detail)
+    if exc.status_code == 400 and field is None:
+        field, message = "body", _unreadable_body(exc.__cause__)
+    return error_response(exc.status_code, message, field, dict(headers) if headers else None)
 
 
 def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

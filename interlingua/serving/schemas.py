@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from interlingua.data.inputs import text_problem
@@ -32,6 +32,17 @@ def _valid_unicode(value: str) -> str:
 Str = Annotated[str, AfterValidator(_valid_unicode)]
 """Every string of a request (a text, a language code, a model name): valid Unicode, or a 422 naming
 the field (and the item of a list: `body.tgts.1`)."""
+
+
+def _whole(value: object) -> object:
+    """JSON has one kind of number, and JSON Schema's `integer` is any number without a fraction: `2.0`
+    (as encoders that write every number as a float send it) is the integer 2. A fraction, a string
+    ("2") and a boolean stay refused by the strict `int` after this."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Int = Annotated[int, BeforeValidator(_whole)]
+"""A whole number of a request: `2` or `2.0`."""
 
 
 def _unchecked_strings(schema: object) -> bool:
@@ -68,7 +79,7 @@ class TranslateRequest(_Request):
         None, description="Several target languages instead of `tgt`: each text is encoded once and written out "
                           "in every one of them; the answer holds one result per target, in this order.",
         examples=[["de", "fr"]])
-    beam: int = Field(1, ge=1, le=10, description="Beam size; 1 is greedy search.")
+    beam: Int = Field(1, ge=1, le=10, description="Beam size; 1 is greedy search.")
     beam_stop: Literal["all", "top"] = Field(
         "all", description="When beam search is done with a sentence: all (once it has `beam` finished hypotheses) or "
                            "top (also once a step's best candidate is finished: faster, slightly lower BLEU).")
@@ -145,11 +156,16 @@ class HealthResponse(BaseModel):
     languages: list[str]
 
 
+LanguagePair = Annotated[list[str], Field(min_length=2, max_length=2)]
+"""A direction, [source, target]: a two-item array, not a tuple, whose JSON Schema (`prefixItems`) not every
+OpenAPI tool reads."""
+
+
 class LanguagesResponse(BaseModel):
     languages: list[str] = Field(description="Languages the model reads (translate from, embed).")
     targets: list[str] = Field(description="Languages the model writes (translate into).")
-    trained: list[tuple[str, str]]
-    zero_shot: list[tuple[str, str]]
+    trained: list[LanguagePair] = Field(description="The directions the model was trained on.")
+    zero_shot: list[LanguagePair] = Field(description="The directions between its languages it never trained.")
 
 
 class DirectionInfo(BaseModel):
@@ -184,7 +200,7 @@ class ModelInfoResponse(BaseModel):
 class AttentionRequest(_Request):
     text: Str = Field(description="One sentence (not empty).", examples=["A man is riding a bicycle."])
     lang: Str = Field(description="Its language (GET /languages).", examples=["en"])
-    layer: int | None = Field(None, ge=1, description="Encoder layer whose self-attention to return, 1 the first; "
+    layer: Int | None = Field(None, ge=1, description="Encoder layer whose self-attention to return, 1 the first; "
                                                       "default the last. Only for encoders with self-attention "
                                                       "(GET /model: self_attention_layers).")
 
