@@ -207,6 +207,28 @@ def cmd_translate(args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
+def cmd_synthesize(args: argparse.Namespace) -> None:
+    from interlingua.inference.api import load
+    from interlingua.inference.synthesize import synthesize
+    out = Path(args.out)
+    if (out / "corpus.yaml").exists() and not args.force:
+        raise InterlinguaError(f"{out} already holds a corpus (corpus.yaml); choose another --out or add --force")
+    _use_threads(args.threads)
+    model = load(args.model, args.device, args.precision)
+    directions = [_direction(d) for d in args.directions] if args.directions else None
+    made = synthesize(model, args.corpus or model.config.corpus, out, args.pivot, directions, beam=args.beam,
+                      batch_size=args.batch_size, max_lines=args.max_lines)
+    print(f"wrote {made.corpus}: " + ", ".join(f"{d} {n:,} synthetic pairs" for d, n in made.pairs.items())
+          + f"; train on it with `corpus: {made.corpus}` (no real pair of two languages besides {args.pivot})")
+
+
+def _direction(text: str) -> tuple[str, str]:
+    parts = text.split("-")
+    if len(parts) != 2 or not all(parts):
+        raise InterlinguaError(f"direction '{text}': expected SRC-TGT, e.g. de-fr")
+    return parts[0], parts[1]
+
+
 def cmd_shortlist(args: argparse.Namespace) -> None:
     from interlingua.inference.api import load
     from interlingua.inference.shortlist_build import build_shortlist
@@ -471,6 +493,25 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--max-pairs", type=positive_int, default=None, help="count at most this many pairs per direction")
     _add_force(sl, "--out")
     sl.set_defaults(func=cmd_shortlist)
+
+    sy = sub.add_parser("synthesize", help="pivot-based synthetic pairs as files, and a corpus YAML that `train` "
+                                           "reads (the offline form of train.synthetic)")
+    sy.add_argument("model", metavar="MODEL", help="a .pt checkpoint or a model folder")
+    sy.add_argument("--out", required=True, help="the folder to write the pair files and corpus.yaml into")
+    sy.add_argument("--corpus", default=None, help="corpus YAML whose train split is read "
+                                                   "(default: the corpus the model was trained on)")
+    sy.add_argument("--pivot", default="en", help="the language whose side is translated (default en)")
+    sy.add_argument("--directions", nargs="+", default=None, metavar="SRC-TGT",
+                    help="directions to make pairs for, e.g. de-fr fr-de (default: the model's zero-shot directions "
+                         "it can make through the pivot)")
+    sy.add_argument("--beam", type=beam_size, default=1, help="beam size of the made side (1: greedy)")
+    sy.add_argument("--batch-size", type=positive_int, default=64)
+    sy.add_argument("--max-lines", type=positive_int, default=None, help="at most this many pairs per direction")
+    sy.add_argument("--threads", type=positive_int, default=None)
+    _add_force(sy, "--out")
+    _add_device(sy)
+    _add_precision(sy)
+    sy.set_defaults(func=cmd_synthesize)
 
     e = sub.add_parser("embed", help="sentence vectors (.npy) for lines from stdin (or -i)")
     e.add_argument("--model", required=True)

@@ -292,6 +292,52 @@ class AgreementConfig(_Strict):
     """Stop the gradient on the target side: only the source sentence's encoder is pulled."""
 
 
+class SyntheticConfig(_Strict):
+    """`train.synthetic`: sentence pairs made during training for directions that have no parallel data,
+    by the model being trained (greedy, or sampled; no gradient reaches the made side).
+
+    `pivot` (pivot-based synthetic data, Chen et al. 2017; Lakew et al. 2017): a step's batch of a pair
+    (x, e) with e in the `pivot` language (either way round) is, with probability `rate`, also given a
+    batch x -> y', where y' is e translated into a language Y by the model's own supervised e -> Y and
+    x -> Y is a direction that gets synthetic pairs; with `reverse`, also y' -> x. Only the pivot side is
+    ever translated: the two real sides of one multi-way line are never paired.
+    `backtranslation` (random online back-translation, Zhang et al. 2020): a batch of a pair (x -> y),
+    y in language t, is also given a batch x' -> y, where x' is y translated into a language t' (neither
+    x's nor t) such that t' -> t gets synthetic pairs. Made pairs train like another direction's batch
+    of the step (each weighted on its own mean over its target tokens); they are made again every step,
+    by the model as it is then (so a resumed run makes the same ones)."""
+
+    modes: list[Literal["pivot", "backtranslation"]] = Field(default_factory=list)
+    """Empty: off. Both modes may be combined."""
+    rate: float = Field(0.5, ge=0, le=1)
+    """Probability that a batch is given a synthetic batch (drawn per batch and mode, from the run's seed
+    and the step, so every process and a resumed run draw the same)."""
+    start_step: int = Field(0, ge=0)
+    """No synthetic pairs before this step (the supervised directions must be good enough to make them)."""
+    start_minutes: float | None = Field(None, ge=0)
+    """No synthetic pairs before this many minutes of training either (for runs with `max_minutes`)."""
+    pivot: str = "en"
+    """The language `pivot` mode translates from."""
+    directions: list[tuple[str, str]] | None = None
+    """The directions that are given synthetic pairs; None: every zero-shot direction of the run. A
+    direction with real parallel data is given them only when named here."""
+    reverse: bool = True
+    """`pivot` mode: also train y' -> x (back-translation through the pivot) where that direction gets
+    synthetic pairs."""
+    decoding: Literal["greedy", "sample"] = "greedy"
+    """How the synthetic side is made: the most probable subword at each step, or one drawn from the
+    model's distribution (a seeded generator: the same draws after a resume)."""
+    max_len: int | None = Field(None, ge=1)
+    """The most subwords of a made sentence; None: twice its source's length + 10, at most preprocess.max_len."""
+    language_filter: bool = False
+    """Drop made sentences that a language identifier places in another of the run's languages (or that
+    are empty); the off-target rate is logged either way."""
+    max_time_share: float | None = Field(None, gt=0, le=1)
+    """Make no synthetic pairs in a step while the current log window has spent more than this share of
+    its time making them. The steps that get pairs then depend on timing, so a resumed run is not
+    bit-identical to an uninterrupted one. None: no limit."""
+
+
 class TrainConfig(_Strict):
     optimizer: Literal["sgd", "adam"] = "adam"
     lr: float = Field(4e-4, gt=0)
@@ -323,6 +369,11 @@ class TrainConfig(_Strict):
     trained directions (training to convergence, with `max_steps` / `max_minutes` as the outer bound);
     `--resume` after such a stop refuses to go on unless `patience` is raised. None: no such stop."""
     clip_norm: float = Field(5.0, gt=0)
+    max_nonfinite_steps: int = Field(5, ge=1)
+    """A step whose loss or gradient is not finite (NaN, inf) makes no update and is counted as skipped
+    (`skipped_steps` in metrics.jsonl); this many such steps in a row stop the run with an error, its
+    checkpoints left as they were (the weights never took a non-finite update). With fp16's gradient
+    scaler, which skips such steps itself while it settles its scale, the count is not kept."""
     penalty_weight: float = Field(1.0, ge=0)
     """lambda in CE + lambda * ||A A^T - I||_F^2; 0 turns the penalty off."""
     label_smoothing: float = Field(0.0, ge=0, lt=1)
@@ -355,6 +406,7 @@ class TrainConfig(_Strict):
     losses (paper 003: cost(a->b) + cost(b->a)); every trained direction's reverse must be trained.
     An epoch is then one pass over each pair. False: one direction a step, in rotation."""
     agreement: AgreementConfig = Field(default_factory=AgreementConfig)
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     trainable: Literal["all", "bridge"] = "all"
     """`bridge`: train the bridge only, on top of the frozen translation model given with `train
     --init` (paper 003's NTDV layers): every encoder and decoder parameter keeps its value and its

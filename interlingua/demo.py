@@ -19,6 +19,7 @@ from interlingua.config import parse_config
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.data.download import get_multi30k
 from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
+from interlingua.evaluation.pivot_comparison import compare_with_pivot
 from interlingua.evaluation.sentence.retrieval import retrieval_accuracy
 from interlingua.inference.api import load
 from interlingua.training.trainer import train
@@ -29,7 +30,7 @@ DEMO_CONFIG: dict[str, Any] = {
     # Small enough to learn something real in minutes on 2 CPU cores: three languages,
     # one-layer BiLSTM/LSTM of 256, k = 10 bridge heads, 2k BPE per language.
     "name": "demo_m2m_mono",
-    "preprocess": {"lowercase": True, "vocab_size": 2000, "max_len": 50, "max_valid_sentences": 200},
+    "preprocess": {"lowercase": False, "vocab_size": 2000, "max_len": 50, "max_valid_sentences": 200},
     "directions": {"mode": "many2many", "languages": ["de", "en", "fr"], "monolingual": True,
                    "held_out": [["de", "fr"], ["fr", "de"]]},
     "model": {"embed_dim": 256, "encoder": {"layers": 1, "hidden": 256},
@@ -93,14 +94,20 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
     matrix = bleu_matrix(model, corpus_yaml, "test_2016_flickr", beam_size=1, progress=False,
                          max_sentences=test_sentences)
     files = write_matrix(matrix, work / "eval", "bleu_test_2016_flickr", title="demo model")
-    print(matrix.to_markdown("demo model").split("## chrF")[0])
+    cased = not model.config.preprocess.lowercase  # score the text as the model was trained to write it
+    print(matrix.to_markdown("demo model", cased=cased).split("## chrF")[0])
     print(f"  written: {', '.join(str(f) for f in files)}")
     zero_shot = list(model.languages.zero_shot)
-    pivoted = bleu_matrix(model, corpus_yaml, "test_2016_flickr", beam_size=1, progress=False, pivot="en",
-                          pairs=zero_shot, max_sentences=test_sentences) if zero_shot else None
-    for s, t in zero_shot:
-        assert pivoted is not None
-        print(f"  zero-shot {s}->{t}: BLEU {matrix.bleu[s][t]:.1f} direct, {pivoted.bleu[s][t]:.1f} through en")
+    comparison = None
+    if zero_shot:
+        pivoted = bleu_matrix(model, corpus_yaml, "test_2016_flickr", beam_size=1, progress=False, pivot="en",
+                              pairs=zero_shot, max_sentences=test_sentences)
+        comparison = compare_with_pivot(matrix, pivoted, cased)
+        made = set(model.languages.zero_resource)
+        print(f"  zero-shot against through English ({comparison.metric}; "
+              + ("trained on synthetic pairs made through English, never on a real de-fr pair)" if made
+                 else "never trained)"))
+        print("\n".join(comparison.lines()))
 
     print("== 5/5 sentence vectors: cosine similarity of one caption across languages, and retrieval")
     sent = {lang: test[lang][7] for lang in langs}
@@ -128,6 +135,7 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
           "(cosine nearest neighbour), src -> tgt accuracy:")
     for (s, t), pct in sorted(acc.items()):
         print(f"    {s}->{t}: {pct:.1f}%")
-    return {"bleu": matrix.bleu, "retrieval": {f"{s}-{t}": a for (s, t), a in acc.items()}, "steps": result.steps,
-            "pivot_bleu": pivoted.bleu if pivoted is not None else {}, "similarity": {"translations_min": nearest,
-                                                                                    "unrelated": unrelated}}
+    return {"bleu": matrix.bleu_cased if cased else matrix.bleu, "cased": cased, "steps": result.steps,
+            "zero_shot_vs_pivot": comparison.to_json() if comparison is not None else {},
+            "retrieval": {f"{s}-{t}": a for (s, t), a in acc.items()},
+            "similarity": {"translations_min": nearest, "unrelated": unrelated}}

@@ -26,6 +26,11 @@ class TargetMismatchError(LanguageError):
     that puts the target's tag before the source encodes each text once per target)."""
 
 
+class TrainingDiverged(InterlinguaError):
+    """The training loss stayed non-finite for `train.max_nonfinite_steps` steps in a row; the run's last
+    checkpoints (written before, from finite weights) are kept."""
+
+
 class ArgumentError(InterlinguaError, ValueError):
     """An argument of the Python API or the command line is out of its range or not one of its choices
     (`interlingua.arguments`: the one definition of those bounds)."""

@@ -119,8 +119,13 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys):
     assert "de->fr*" in text and "fr->de*" in text  # the zero-shot directions are shown and marked
     assert "== 5/5 sentence vectors" in text and "de->en:" in text
     assert set(out["bleu"]) == {"de", "en", "fr"} and out["steps"] == 3
-    assert "zero-shot de->fr: BLEU" in text and "through en" in text  # zero-shot beside pivot
-    assert "unrelated caption" in text and set(out["pivot_bleu"]["de"]) == {"fr"}
+    # zero-shot beside pivot, per direction, with the verdict
+    assert "de->fr:" in text and "through en" in text and "verdict: zero-shot is" in text
+    assert set(out["zero_shot_vs_pivot"]["directions"]) == {"de-fr", "fr-de"}
+    assert "unrelated caption" in text
+    # the demo trains cased and prints the BLEU that matches: cased, and no lowercased table beside it
+    assert out["cased"] and "BLEU (cased)" in text and "BLEU (lowercased)" not in text
+    assert out["zero_shot_vs_pivot"]["metric"] == "BLEU (cased)"
     records = [json.loads(line) for line in (tmp_path / "demo" / "model" / "metrics.jsonl").read_text().splitlines()]
     assert any("agreement" in r for r in records if r["type"] == "train")  # on by default
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from interlingua.config import DirectionsConfig
+from interlingua.config import DirectionsConfig, SyntheticConfig
 from interlingua.errors import ConfigError
 
 Direction = tuple[str, str]
@@ -62,6 +62,35 @@ def zero_shot_directions(trained: list[Direction], languages: list[str]) -> list
     dec = {t for _, t in trained}
     return [(a, b) for a in sorted(languages) for b in sorted(languages)
             if a != b and a in enc and b in dec and (a, b) not in trained]
+
+
+def synthetic_directions(configured: list[tuple[str, str]] | None, zero_shot: list[Direction]) -> list[Direction]:
+    """The directions `train.synthetic` makes pairs for: those configured, or every zero-shot direction."""
+    return sorted(zero_shot if configured is None else {(s, t) for s, t in configured})
+
+
+def check_synthetic(cfg: SyntheticConfig, trained: list[Direction], zero_shot: list[Direction]) -> None:
+    """Refuse a `train.synthetic` the run cannot make pairs for, before the first step: a pivot that is not
+    one of its languages, a direction no encoder and decoder of the model can train, a language filter
+    that does not know its languages."""
+    if not cfg.modes:
+        return
+    sources, targets = sorted({s for s, _ in trained}), sorted({t for _, t in trained})
+    languages = sorted(set(sources) | set(targets))
+    if "pivot" in cfg.modes and cfg.pivot not in languages:
+        raise ConfigError(f"invalid config train.synthetic.pivot: '{cfg.pivot}' is not one of the run's languages "
+                          f"({', '.join(languages)})")
+    bad = [f"{s}->{t}" for s, t in synthetic_directions(cfg.directions, zero_shot)
+           if s == t or s not in sources or t not in targets]
+    if bad:
+        raise ConfigError(f"invalid config train.synthetic.directions: {', '.join(bad)} cannot be trained by this "
+                          f"model (a direction needs a source language with an encoder, {', '.join(sources)}, and "
+                          f"another target language with a decoder, {', '.join(targets)})")
+    if cfg.language_filter:
+        from interlingua.data.language_id import supported  # loads langid's model: only when asked for
+        if not supported(languages):
+            raise ConfigError("invalid config train.synthetic.language_filter: the language identifier does not "
+                              f"know all of {', '.join(languages)}")
 
 
 def pair_shares(directions: list[Direction], pair_lines: str) -> dict[Direction, tuple[int, int]]:

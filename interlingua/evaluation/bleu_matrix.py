@@ -67,12 +67,15 @@ class MatrixResult:
                   if ((s, t) in zs) == zero_shot and v is not None and (where is None or where(s, t))]
         return sum(values) / len(values) if values else None
 
-    def to_markdown(self, title: str = "") -> str:
+    def to_markdown(self, title: str = "", cased: bool | None = None) -> str:
+        """The tables as markdown; `cased` True or False keeps only that BLEU (the one that matches how the
+        model was trained: a lowercased model's cased BLEU says nothing of it), None both."""
         zs = set(self.zero_shot)
         out = [f"# {title or 'BLEU matrix'}", "",
                f"Split `{self.split}`, beam {self.beam_size}{', pivot ' + self.pivot if self.pivot else ''}. "
                f"{self.signature}. Rows: source, columns: target; *italic* = zero-shot (direction never trained).", ""]
-        tables = [("BLEU (lowercased)", self.bleu), ("BLEU (cased)", self.bleu_cased), ("chrF", self.chrf),
+        tables = [("BLEU (lowercased)", self.bleu if cased is not True else {}),
+                  ("BLEU (cased)", self.bleu_cased if cased is not False else {}), ("chrF", self.chrf),
                   ("Off-target rate (%)", self.off_target)]
         for name, table in ((n, t) for n, t in tables if t):
             out += [f"## {name}", "", "| src \\ tgt | " + " | ".join(self.languages) + " |",
@@ -188,13 +191,24 @@ def evaluate_bleu(checkpoint: str | Path, corpus: str | Path | None = None, spli
     (default: `<checkpoint folder>/eval`)."""
     checkpoint = Path(checkpoint)
     model = load(checkpoint, device, precision)
-    res = bleu_matrix(model, corpus or model.config.corpus, split=split, beam_size=beam_size,
+    corpus = corpus or model.config.corpus
+    res = bleu_matrix(model, corpus, split=split, beam_size=beam_size,
                       batch_size=batch_size, pivot=pivot, max_sentences=max_sentences)
     out = Path(out_dir or checkpoint.parent / "eval")
     stem = f"bleu_{split}_beam{beam_size}" + (f"_pivot-{pivot}" if pivot else "")
     title = f"{checkpoint.name} on {split}"
     files = write_matrix(res, out, stem, title=title)
-    return Report(res.to_markdown(title), res.to_json(), files, result=res)
+    markdown, data = res.to_markdown(title), res.to_json()
+    if pivot and res.zero_shot:  # the zero-shot directions also directly: the comparison that matters
+        from interlingua.evaluation.pivot_comparison import compare_with_pivot  # it builds on this module
+        direct = bleu_matrix(model, corpus, split=split, beam_size=beam_size, batch_size=batch_size,
+                             max_sentences=max_sentences, pairs=list(res.zero_shot))
+        comparison = compare_with_pivot(direct, res, cased=not model.config.preprocess.lowercase)
+        markdown += "\n" + comparison.to_markdown()
+        data["zero_shot_vs_pivot"] = comparison.to_json()
+        write_text_atomic(out / f"{stem}.md", markdown)
+        write_text_atomic(out / f"{stem}.json", json.dumps(data, indent=1))
+    return Report(markdown, data, files, result=res)
 
 
 def report_bleu(model: str, corpus: str | None, split: str, beam: int, pivot: str | None, batch_size: int,

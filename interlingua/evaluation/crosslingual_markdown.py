@@ -106,6 +106,7 @@ def markdown(report: CrosslingualReport) -> str:
         "## Margin: cos(translation) - cos(nearest other sentence) (centred)", "",
         *matrix_lines(report, lambda r: f"{_fmt(r['margin'], 3)} ({_fmt(r['margin_centered'], 3)})"), "",
         "## Per pair", "", *pair_lines(report), "",
+        *([report.pivot_comparison().to_markdown()] if report.beam is not None else []),
         "Seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in report.seconds.items()), ""])
 
 

@@ -27,6 +27,7 @@ from interlingua.errors import DataError, LanguageError
 from interlingua.evaluation.bleu_matrix import load_split_texts
 from interlingua.evaluation.crosslingual_scores import MIN_SENTENCES, RETRIEVAL_KEYS, language_probe, pair_vector_scores
 from interlingua.evaluation.crosslingual_translation import SCORES, translated_directions, translation_scores
+from interlingua.evaluation.pivot_comparison import DirectVsPivot, PivotComparison
 from interlingua.evaluation.registry import Report
 from interlingua.inference.api import Languages, Model, load
 
@@ -58,6 +59,16 @@ class CrosslingualReport:
     """The preferred pivot language (each pair's `pivot` says which one its zero-shot direction went through)."""
     lid_ceiling: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    cased: bool = False
+    """Whether the model was trained on cased text: its zero-shot-against-pivot verdict reads cased BLEU."""
+
+    def pivot_comparison(self) -> PivotComparison:
+        """Each zero-shot direction that was also translated through a pivot: direct, pivot, difference."""
+        key = "bleu_cased" if self.cased else "bleu"
+        rows = tuple(DirectVsPivot(r["src"], r["tgt"], r[key], r[f"pivot_{key}"], r["pivot"])
+                     for r in self.pairs.values()
+                     if r["kind"] == "zero-shot" and r[key] is not None and r[f"pivot_{key}"] is not None)
+        return PivotComparison(rows, "BLEU (cased)" if self.cased else "BLEU (lowercased)")
 
     def pair(self, src: str, tgt: str) -> dict:
         return self.pairs[f"{src}-{tgt}"]
@@ -216,7 +227,7 @@ def evaluate_crosslingual(model_or_path: Model | str | Path, corpus: str | Path 
     lap("total", start)
     return CrosslingualReport(name or default_name, str(corpus), split, langs, len(texts[langs[0]]),
                               summarize(pairs, probe), pairs, probe, beam if bleu else None, pivot if bleu else None,
-                              ceiling, seconds)
+                              ceiling, seconds, cased=not model.config.preprocess.lowercase)
 
 
 def write_crosslingual(report: CrosslingualReport, out_dir: str | Path, stem: str | None = None) -> list[Path]:

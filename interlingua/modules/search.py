@@ -41,9 +41,10 @@ def _limits(max_len: int | Sequence[int] | torch.Tensor, batch: int, device: tor
 
 
 def greedy_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor,
-                  start: int = BOS) -> list[list[int]]:
+                  start: int = BOS, sample: torch.Generator | None = None) -> list[list[int]]:
     """Most probable token at every step (the first input is `start`); finished sentences leave the
-    batch. `max_len`: the most output tokens, for all sentences or per sentence."""
+    batch. `max_len`: the most output tokens, for all sentences or per sentence. `sample`: draw each
+    token from the model's distribution with this generator instead (sampled back-translation)."""
     batch, device = decoder.batch_size(state), _device(decoder)
     limits = _limits(max_len, batch, device)
     prev = torch.full((batch,), start, dtype=torch.long, device=device)
@@ -52,7 +53,8 @@ def greedy_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | t
     tokens = torch.full((batch, steps), EOS, dtype=torch.long, device=device)  # one column per step
     for step in range(steps):
         logp, state = decoder.step(prev, state)
-        tok = logp.argmax(-1)
+        tok = (logp.argmax(-1) if sample is None
+               else torch.multinomial(logp.float().exp(), 1, generator=sample).squeeze(1))
         tokens[active, step] = tok
         done = (tok == EOS) | (limits[active] <= step + 1)
         if done.all():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +24,77 @@ from interlingua.figures import plot_training_curves
 log = logging.getLogger(__name__)
 
 
-def empty_window() -> dict[str, Any]:
-    """Running sums of the steps since the last train record."""
-    return {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0, "tokens": 0, "time": 0.0, "agr": 0.0, "agr_n": 0}
+@dataclass
+class SyntheticStats:
+    """A step's synthetic pairs (`train.synthetic`), summed over the processes: pairs per direction
+    ("de->fr"), how many made sentences the language identifier checked and placed in another language,
+    the NLL of the made pairs and its target tokens, and the seconds spent making them."""
+
+    pairs: dict[str, int] = field(default_factory=dict)
+    checked: int = 0
+    off_target: int = 0
+    nll: float = 0.0
+    target_tokens: int = 0
+    seconds: float = 0.0
+
+
+def empty_window(streak: int = 0) -> dict[str, Any]:
+    """Running sums of the steps since the last train record; `streak` (the non-finite steps in a row
+    before it) goes on across windows."""
+    return {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0, "tokens": 0, "time": 0.0, "agr": 0.0, "agr_n": 0,
+            "syn": {}, "syn_checked": 0, "syn_off": 0, "syn_nll": 0.0, "syn_tok": 0, "syn_time": 0.0,
+            "skipped": 0, "streak": streak}
 
 
 def add_step(window: dict[str, Any], nll: float, target_tokens: int, penalty: float, tokens: int,
-             seconds: float, agreement: float = 0.0, agreed: int = 0) -> dict[str, Any]:
+             seconds: float, agreement: float = 0.0, agreed: int = 0,
+             synthetic: SyntheticStats | None = None, skipped: bool = False) -> dict[str, Any]:
     """The window with one more step in it (a new dict: the old one stays valid for a rewind);
-    `agreement` is the step's summed agreement loss over its `agreed` sentences."""
-    return {"nll": window["nll"] + nll, "tok": window["tok"] + target_tokens, "pen": window["pen"] + penalty,
-            "n": window["n"] + 1, "tokens": window["tokens"] + tokens, "time": window["time"] + seconds,
-            "agr": window.get("agr", 0.0) + agreement, "agr_n": window.get("agr_n", 0) + agreed}
+    `agreement` is the step's summed agreement loss over its `agreed` sentences. A non-finite loss
+    (or a `skipped` step: its update was not made) is counted as skipped, not added to the sums."""
+    w = {**empty_window(), **window}
+    if skipped or not math.isfinite(nll):
+        return {**w, "n": w["n"] + 1, "tokens": w["tokens"] + tokens, "time": w["time"] + seconds,
+                "skipped": w["skipped"] + 1, "streak": w["streak"] + 1}
+    out = {**w, "nll": w["nll"] + nll, "tok": w["tok"] + target_tokens, "pen": w["pen"] + penalty,
+           "n": w["n"] + 1, "tokens": w["tokens"] + tokens, "time": w["time"] + seconds,
+           "agr": w["agr"] + agreement, "agr_n": w["agr_n"] + agreed, "streak": 0}
+    if synthetic is not None:
+        pairs = dict(w["syn"])
+        for name, count in synthetic.pairs.items():
+            pairs[name] = pairs.get(name, 0) + count
+        out.update(syn=pairs, syn_checked=w["syn_checked"] + synthetic.checked,
+                   syn_off=w["syn_off"] + synthetic.off_target, syn_nll=w["syn_nll"] + synthetic.nll,
+                   syn_tok=w["syn_tok"] + synthetic.target_tokens, syn_time=w["syn_time"] + synthetic.seconds)
+    return out
 
 
 def train_record(step: int, window: dict[str, Any], lr: float, elapsed: float) -> dict[str, Any]:
-    """A train line of metrics.jsonl; `agreement` (mean loss per sentence) only where it was computed."""
-    rec = {"type": "train", "step": step, "loss": window["nll"] / max(window["tok"], 1),
-           "penalty": window["pen"] / window["n"], "tokens_per_s": window["tokens"] / max(window["time"], 1e-9),
-           "lr": lr, "elapsed_s": round(elapsed, 2)}
-    if window.get("agr_n"):
-        rec["agreement"] = window["agr"] / window["agr_n"]
+    """A train line of metrics.jsonl; `agreement` (mean loss per sentence) only where it was computed, the
+    synthetic pairs' figures (pairs per step and direction, their loss, off-target rate, share of the
+    time spent making them) only where pairs were made, `skipped_steps` only where a loss was not finite."""
+    w = {**empty_window(), **window}
+    trained = max(w["n"] - w["skipped"], 1)
+    rec: dict[str, Any] = {"type": "train", "step": step, "loss": w["nll"] / max(w["tok"], 1) if w["tok"] else
+                           (float("nan") if w["skipped"] else 0.0),
+                           "penalty": w["pen"] / trained, "tokens_per_s": w["tokens"] / max(w["time"], 1e-9),
+                           "lr": lr, "elapsed_s": round(elapsed, 2)}
+    if w["agr_n"]:
+        rec["agreement"] = w["agr"] / w["agr_n"]
+    if w["syn"]:
+        rec["synthetic_pairs"] = {name: count / w["n"] for name, count in sorted(w["syn"].items())}
+        rec["synthetic_loss"] = w["syn_nll"] / max(w["syn_tok"], 1)
+        rec["synthetic_time_share"] = w["syn_time"] / max(w["time"], 1e-9)
+        if w["syn_checked"]:
+            rec["synthetic_off_target"] = w["syn_off"] / w["syn_checked"]
+    if w["skipped"]:
+        rec["skipped_steps"] = w["skipped"]
     return rec
+
+
+def synthetic_time_share(window: dict[str, Any]) -> float:
+    """The share of the window's time spent making synthetic pairs (`train.synthetic.max_time_share`)."""
+    return float(window.get("syn_time", 0.0)) / max(float(window.get("time", 0.0)), 1e-9)
 
 
 class MetricsLog:

@@ -25,7 +25,9 @@ from interlingua.data.directions import (
     Direction,
     DirectionScheduler,
     build_directions,
+    check_synthetic,
     pair_shares,
+    synthetic_directions,
     zero_shot_directions,
 )
 from interlingua.data.prepare import PreparedData, direction_pairs, prepare
@@ -111,7 +113,15 @@ class Run:
     def validate(self, step: int) -> dict[str, Any]:
         """One validation record: dev loss, BLEU and chrF per direction, mean BLEU of the trained ones."""
         return validate(self.model, self.devsets, self.data.vocabs, self.zero_shot, step, self.runtime.autocast,
-                        beam=self.cfg.train.valid_beam, max_len=2 * self.cfg.preprocess.max_len)
+                        beam=self.cfg.train.valid_beam, max_len=2 * self.cfg.preprocess.max_len,
+                        zero_resource=self.zero_resource)
+
+    @property
+    def zero_resource(self) -> list[Direction]:
+        """The zero-shot directions this run trains on synthetic pairs (`train.synthetic`): no real parallel data."""
+        syn = self.cfg.train.synthetic
+        return ([d for d in synthetic_directions(syn.directions, self.zero_shot) if d in self.zero_shot]
+                if syn.modes else [])
 
     def close(self) -> None:
         """Give back the work_dir lock (the loop does it when it ends)."""
@@ -176,6 +186,7 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
     if tc.trainable == "bridge":
         model.freeze_translation()
     model.check_agreement(tc.agreement, directions)
+    check_synthetic(tc.synthetic, directions, zero_shot)
     restrict_to_vocabs(model, data.vocabs)
     with memory_for("the model (the config's model section)", runtime.device):
         model.to(runtime.device)

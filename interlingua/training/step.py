@@ -7,7 +7,7 @@ for any number of processes: a run resumes with more or fewer of them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,31 @@ class MicroBatch:
     gradients add up to those of the whole batch's mean loss: the part's share of the batch's
     target tokens, times the number of processes (DDP averages over them); 1 for a whole batch,
     0 for a filler (a process whose part came out empty still joins the gradient exchange)."""
+    synthetic: bool = False
+    """Made by the model (`train.synthetic`): its loss is logged apart from the real pairs'."""
+
+
+@dataclass
+class StepSums:
+    """A step's loss terms summed over its passes (on one process, or over all of them)."""
+
+    nll: float = 0.0
+    target_tokens: float = 0.0
+    penalty: float = 0.0
+    """The penalty summed over the sentences."""
+    sentences: float = 0.0
+    agreement: float = 0.0
+    agreed: float = 0.0
+    """Sentences the agreement loss was computed for."""
+    synthetic_nll: float = 0.0
+    synthetic_tokens: float = 0.0
+
+    def values(self) -> list[float]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+    @classmethod
+    def of(cls, values: list[float]) -> StepSums:
+        return cls(*values[:len(fields(cls))])
 
 
 StepPart = tuple[Direction, np.ndarray]
@@ -74,25 +99,29 @@ def micro_batches(run: Run, step: list[StepPart]) -> tuple[list[MicroBatch], int
     return micro, sum(run.batches[d].tokens(idx) for d, idx in step) * len(sides)
 
 
-def forward_backward(run: Run, micro: list[MicroBatch]) -> list[float]:
+def forward_backward(run: Run, micro: list[MicroBatch]) -> StepSums:
     """Gradients of the step's loss from this process's passes (DDP exchanges them after the
-    last one only); returns this process's NLL sum, target tokens, penalty sum, sentences, agreement
-    loss sum and the sentences it was computed for."""
+    last one only), and this process's sums of the step's loss terms."""
     terms = run.loss_terms()
     trained = run.trained if run.trained is not None else run.model
-    nll = n_tgt = penalty = sentences = agreement = agreed = 0.0
+    sums = StepSums()
     for i, mb in enumerate(micro):
         with no_sync(trained, skip=i < len(micro) - 1):
             with run.runtime.autocast():
                 out = trained(mb.batch.to(run.runtime.device), **terms)
             loss = out.loss if mb.scale == 1.0 else out.loss * mb.scale
             (run.scaler.scale(loss) if run.scaler else loss).backward()
-        if mb.scale:
-            n = mb.batch.src.size(0)
-            nll, n_tgt = nll + out.nll_sum, n_tgt + out.n_tokens
-            penalty, sentences = penalty + out.penalty * n, sentences + n
-            agreement, agreed = agreement + out.agreement, agreed + out.agreement_sentences
-    return [nll, n_tgt, penalty, sentences, agreement, agreed]
+        if not mb.scale:
+            continue
+        if mb.synthetic:
+            sums.synthetic_nll += out.nll_sum
+            sums.synthetic_tokens += out.n_tokens
+            continue
+        n = mb.batch.src.size(0)
+        sums.nll, sums.target_tokens = sums.nll + out.nll_sum, sums.target_tokens + out.n_tokens
+        sums.penalty, sums.sentences = sums.penalty + out.penalty * n, sums.sentences + n
+        sums.agreement, sums.agreed = sums.agreement + out.agreement, sums.agreed + out.agreement_sentences
+    return sums
 
 
 @dataclass

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import time
 from dataclasses import dataclass, field
@@ -34,15 +35,16 @@ from interlingua.atomic_files import write_text_atomic
 from interlingua.config import ExperimentConfig, TrainConfig
 from interlingua.data.prepare import PreparedData, config_as_built
 from interlingua.distributed import process_group
-from interlingua.errors import ConfigError
+from interlingua.errors import ConfigError, TrainingDiverged
 from interlingua.training.checkpoints import CheckpointFiles, score
-from interlingua.training.metrics import add_step, empty_window, train_record
+from interlingua.training.metrics import add_step, empty_window, synthetic_time_share, train_record
 from interlingua.training.patience import patience_spent
 from interlingua.training.progress_bar import ProgressBar
 from interlingua.training.run import Run, build_run
 from interlingua.training.signals import StopSignals, TrainingInterrupted
 from interlingua.training.state import capture_state
-from interlingua.training.step import StepStart, forward_backward, micro_batches, step_parts
+from interlingua.training.step import StepStart, StepSums, forward_backward, micro_batches, step_parts
+from interlingua.training.synthetic import SyntheticPairs
 from interlingua.training.tensorboard_log import TensorBoardLog
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,8 @@ class Trainer:
         self._step_start: StepStart | None = None  # set while a step is in flight
         self._tokens, self._time = 0, 0.0
         self._trained_params: list[torch.nn.Parameter] = []
+        maker = SyntheticPairs(run)
+        self.synthetic: SyntheticPairs | None = maker if maker.active else None
 
     def train(self) -> TrainResult:
         """Run the loop to `max_steps` or the time budget; the work_dir's lock is given back at the end."""
@@ -131,32 +135,58 @@ class Trainer:
                            p.history, self._tokens / max(self._time, 1e-9), run.dist.is_main)
 
     def _step(self, signals: StopSignals) -> None:
-        """One optimizer step on the step's batch (`step_parts`); the progress moves on only once it is whole."""
-        run, p = self.run, self.progress
+        """One optimizer step on the step's batch (`step_parts`) and its synthetic pairs (`train.synthetic`);
+        the progress moves on only once it is whole. A step whose gradient is not finite makes no update."""
+        run, p, tc = self.run, self.progress, self.run.cfg.train
         t0 = time.perf_counter()
         self._step_start = StepStart.of(run)
         run.optimizer.zero_grad(set_to_none=True)
-        micro, ntok = micro_batches(run, step_parts(run))
+        parts = step_parts(run)
+        micro, ntok = micro_batches(run, parts)
+        made = None
+        jobs = self.synthetic.plan(parts, p.step, p.elapsed, synthetic_time_share(p.window)) if self.synthetic else []
+        if self.synthetic is not None and jobs:
+            extra, made = self.synthetic.make(parts, jobs, p.step)
+            micro = micro + extra
         sums = forward_backward(run, micro)
         if run.scaler:  # fp16: gradients unscaled before clipping
             run.scaler.unscale_(run.optimizer)
-        torch.nn.utils.clip_grad_norm_(self._trained_params, run.cfg.train.clip_norm)
+        # the gradients are the same on every process after DDP's exchange: so is this decision
+        norm = float(torch.nn.utils.clip_grad_norm_(self._trained_params, tc.clip_norm))
+        skipped = run.scaler is None and not math.isfinite(norm)
         with signals.updating_weights():  # signals wait until the step is committed
             if run.scaler:
                 run.scaler.step(run.optimizer)
                 run.scaler.update()
-            else:
+            elif not skipped:
                 run.optimizer.step()
             run.lr_scheduler.step()
             dt = time.perf_counter() - t0
             # the whole step's loss terms, and the mean time of the processes (the same on each:
             # a time budget then ends every process at the same step)
-            nll, n_tgt, penalty_sum, sentences, agreement_sum, agreed, dt = run.dist.sum([*sums, dt])
-            dt /= run.dist.world_size
-            window = add_step(p.window, nll, int(n_tgt), penalty_sum / max(sentences, 1), ntok, dt,
-                              agreement_sum, int(agreed))
+            total = run.dist.sum([*sums.values(), dt])
+            whole, dt = StepSums.of(total), total[-1] / run.dist.world_size
+            if made is not None:
+                made.nll, made.target_tokens = whole.synthetic_nll, int(whole.synthetic_tokens)
+            window = add_step(p.window, whole.nll, int(whole.target_tokens), whole.penalty / max(whole.sentences, 1),
+                              ntok, dt, whole.agreement, int(whole.agreed), made, skipped)
             p.step, p.elapsed, p.window, self._step_start = p.step + 1, p.elapsed + dt, window, None
         self._tokens, self._time = self._tokens + ntok, self._time + dt
+        if window["streak"] >= tc.max_nonfinite_steps:
+            self._diverged()
+
+    def _diverged(self) -> None:
+        """Stop a run whose loss stayed non-finite: a metrics.jsonl line says so, the checkpoints stay."""
+        run, p, tc = self.run, self.progress, self.run.cfg.train
+        self.log({"type": "stop", "step": p.step, "reason": "non-finite loss",
+                  "nonfinite_steps": p.window["streak"]})
+        last = run.work_dir / "last.pt"
+        kept = (f"{last} and best.pt are kept as they were (step {p.history[-1]['step']})" if p.history
+                and last.exists() else "no checkpoint was written before it")
+        raise TrainingDiverged(f"the training loss was not finite (NaN or inf) for {p.window['streak']} steps in a "
+                               f"row (train.max_nonfinite_steps {tc.max_nonfinite_steps}), up to step {p.step}: "
+                               f"training stopped; {kept}. Lower train.lr, raise train.clip_norm or check the "
+                               "data and precision")
 
     def _log_and_validate_owed(self, bar: ProgressBar) -> None:
         """The log line and validation owed at the current step, unless already done (state-driven,
@@ -166,7 +196,7 @@ class Trainer:
             rec = train_record(p.step, p.window, tc.lr * run.lr_factor(p.step - 1),
                                p.elapsed)  # the lr of the window's last update
             self.log(rec)
-            p.window = empty_window()
+            p.window = empty_window(p.window["streak"])
             bar.show(rec)
         if p.step and p.step % tc.valid_every == 0 and not p.validated:
             self.validate_and_save()
@@ -192,7 +222,8 @@ class Trainer:
         p.history, p.best_bleu = history, best_bleu
         if not run.dist.is_main:
             return
-        summary = " ".join(f"{n}={r['bleu']:.1f}{'*' if r['zero_shot'] else ''}" for n, r in rec["directions"].items())
+        summary = " ".join(f"{n}={r['bleu']:.1f}{'+' if r.get('zero_resource') else '*' if r['zero_shot'] else ''}"
+                           for n, r in rec["directions"].items())
         shown = "n/a" if mean is None else f"{mean:.2f}"
         ProgressBar.write(f"step {p.step}: dev mean BLEU {shown} {'(best)' if improved else ''} | {summary}")
         run.metrics.plot()

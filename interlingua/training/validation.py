@@ -8,7 +8,7 @@ out of the records; where no trained direction is left, the mean BLEU and loss a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,15 +120,17 @@ def check_dev_files(data: PreparedData, corpus_path: str | Path) -> None:
 
 def validate(model: TranslationNetwork, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
              zero_shot: list[Direction], step: int, autocast: Callable[[], AbstractContextManager], *,
-             beam: int, max_len: int) -> dict[str, Any]:
+             beam: int, max_len: int, zero_resource: Collection[Direction] = ()) -> dict[str, Any]:
     """The validation record of `step`: per-direction dev scores; the mean BLEU and mean loss of the
     trained directions (zero-shot ones are reported, never selected on; None where no trained
-    direction has dev sentences). Leaves the model in train mode."""
+    direction has dev sentences). `zero_resource`: the zero-shot directions trained on synthetic pairs
+    (`train.synthetic`), marked so. Leaves the model in train mode."""
     results = {}
     for d, dev in devsets.items():
         with autocast():
             r = evaluate_devset(model, dev, vocabs, beam=beam, max_len=max_len)
         r["zero_shot"] = d in zero_shot
+        r["zero_resource"] = d in zero_resource
         results[f"{d[0]}-{d[1]}"] = r
     supervised = [r for r in results.values() if not r["zero_shot"]]
     mean_bleu = float(np.mean([r["bleu"] for r in supervised])) if supervised else None

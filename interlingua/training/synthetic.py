@@ -1,0 +1,213 @@
+"""Synthetic sentence pairs made online, by the model being trained, for directions without parallel
+data (`train.synthetic`): pivot-based pairs and random online back-translation.
+
+Each step, `plan_synthetic` decides from (seed, step) alone which of the step's batches get a
+synthetic batch and in which language, so every process and a resumed run decide alike. Then
+`make_synthetic` translates this process's part of each chosen batch with the model as it is
+(eval mode, no gradient, the step's autocast), drops empty made sentences (and with
+`language_filter` those in another language), and returns one extra pass per part: a made batch
+trains like another direction's batch of the step, weighted on its own mean over its target tokens
+(summed over the processes). Greedy making draws nothing from the RNG; sampled making uses a
+generator seeded from (seed, step, rank), so exact resume holds either way.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from interlingua.config import SyntheticConfig
+from interlingua.data.batching import make_batch, pad_sources, shard
+from interlingua.data.directions import Direction, synthetic_directions
+from interlingua.data.language_id import identify, supported
+from interlingua.modules.search import greedy_search, output_limits
+from interlingua.training.metrics import SyntheticStats
+from interlingua.training.run import Run
+from interlingua.training.step import MicroBatch, StepPart
+
+PIVOT, BACKTRANSLATION = "pivot", "backtranslation"
+
+
+@dataclass(frozen=True)
+class SyntheticJob:
+    """One translation of a step: one side of step part `part`'s pairs is translated into `made_lang` and
+    paired with a side kept as it is (the other side in `pivot` mode, the same one in back-translation);
+    the pairs train kept -> made and / or made -> kept (`made_is_target`: one batch per entry)."""
+
+    part: int
+    mode: str
+    made_from_source: bool
+    """Whether the translated side is the part's source side (else its target side)."""
+    kept_is_source: bool
+    """Whether the side kept as it is is the part's source side (else its target side)."""
+    made_lang: str
+    made_is_target: tuple[bool, ...]
+
+    def direction(self, parts: list[StepPart], made_is_target: bool) -> Direction:
+        s, t = parts[self.part][0]
+        kept = s if self.kept_is_source else t
+        return (kept, self.made_lang) if made_is_target else (self.made_lang, kept)
+
+
+class SyntheticPairs:
+    """The run's synthetic-pair maker: which directions get pairs, and who can make them."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.cfg: SyntheticConfig = run.cfg.train.synthetic
+        self.directions = set(synthetic_directions(self.cfg.directions, run.zero_shot))
+        trained = set(run.directions)
+        self.trained = trained
+        self.sources = sorted(run.model.encoder_langs)
+        self.targets = set(run.model.decoder_langs)
+        languages = sorted(set(self.sources) | self.targets)
+        self.identify = supported(languages)
+        self.languages = languages
+
+    @property
+    def active(self) -> bool:
+        return bool(self.cfg.modes) and bool(self.directions)
+
+    def plan(self, parts: list[StepPart], step: int, elapsed: float = 0.0, time_share: float = 0.0
+             ) -> list[SyntheticJob]:
+        """The step's synthetic batches, from (seed, step) alone (the same on every process and after a
+        resume); none before `start_step`, nor before `start_minutes` of training (`elapsed` seconds)."""
+        cfg = self.cfg
+        if not self.active or step < cfg.start_step:
+            return []
+        if cfg.start_minutes is not None and elapsed < cfg.start_minutes * 60:
+            return []
+        if cfg.max_time_share is not None and time_share > cfg.max_time_share:
+            return []
+        rng = np.random.default_rng([self.run.cfg.train.seed, step, 0x5E7])
+        jobs = []
+        for i, ((s, t), _) in enumerate(parts):
+            for mode in cfg.modes:
+                draw, pick = rng.random(), rng.random()  # always two draws: the stream does not depend on choices
+                if s == t or draw >= cfg.rate:
+                    continue
+                options = self._options(mode, i, s, t)
+                if options:
+                    jobs.append(options[int(pick * len(options))])
+        return jobs
+
+    def _options(self, mode: str, part: int, s: str, t: str) -> list[SyntheticJob]:
+        """Every synthetic batch that part `part` (direction s -> t) could be given in `mode`."""
+        out: list[SyntheticJob] = []
+        if mode == PIVOT:
+            pivot = self.cfg.pivot
+            if pivot not in (s, t):
+                return []
+            x, from_source = (t, True) if s == pivot else (s, False)
+            for y in sorted(self.targets):  # made by the supervised pivot -> y
+                if y in (x, pivot) or (pivot, y) not in self.trained:
+                    continue
+                uses = ((True,) if (x, y) in self.directions and x in self.sources else ()) + (
+                    (False,) if self.cfg.reverse and (y, x) in self.directions and y in self.sources
+                    and x in self.targets else ())
+                if uses:
+                    out.append(SyntheticJob(part, mode, from_source, not from_source, y, uses))
+        else:  # back-translation: the target side translated into a third source language
+            for other in self.sources:
+                if other in (s, t) or (other, t) not in self.directions or other not in self.targets:
+                    continue
+                out.append(SyntheticJob(part, mode, False, False, other, (False,)))
+        return out
+
+    def make(self, parts: list[StepPart], jobs: list[SyntheticJob],
+             step: int) -> tuple[list[MicroBatch], SyntheticStats]:
+        """This process's passes of the step's synthetic batches, and what they were (summed over the processes)."""
+        run, tc = self.run, self.run.cfg.train
+        t0 = time.perf_counter()
+        world, n_parts = run.dist.world_size, run.dist.world_size * tc.accumulate
+        generator = None
+        if self.cfg.decoding == "sample":
+            generator = torch.Generator(device=run.runtime.device)
+            generator.manual_seed(int(np.random.default_rng([tc.seed, step, run.dist.rank, 0x5A]).integers(2**62)))
+        made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]] = []
+        checked = off = 0
+        was_training = run.model.training
+        run.model.eval()
+        try:
+            for job in jobs:
+                (s, t), idx = parts[job.part]
+                batches = run.batches[(s, t)]
+                from_lang = s if job.made_from_source else t
+                for m in range(tc.accumulate):
+                    mine = shard(idx, n_parts, m * world + run.dist.rank)
+                    source_side = [batches.src[i] for i in mine]
+                    target_side = [batches.tgt[i] for i in mine]
+                    from_seqs = source_side if job.made_from_source else target_side
+                    given = source_side if job.kept_is_source else target_side
+                    sentences = self._translate(from_seqs, from_lang, job.made_lang, generator) if mine.size else []
+                    keep = [i for i, h in enumerate(sentences) if len(h)]
+                    if self.identify and keep:
+                        vocab = run.data.vocabs[job.made_lang]
+                        found = identify([vocab.decode(sentences[i]) for i in keep], self.languages)
+                        wrong = {i for i, lang in zip(keep, found) if lang != job.made_lang}
+                        checked, off = checked + len(keep), off + len(wrong)
+                        if self.cfg.language_filter:
+                            keep = [i for i in keep if i not in wrong]
+                    kept_given = [given[i] for i in keep]
+                    kept_made = [np.asarray(sentences[i], dtype=np.int64) for i in keep]
+                    if not keep:  # a stand-in, so every process makes as many passes
+                        kept_given = (given or [np.asarray([], dtype=np.int64)])[:1]
+                        kept_made = [np.asarray([], dtype=np.int64)]
+                    made.append((job, kept_given, kept_made, not keep))
+        finally:
+            run.model.train(was_training)
+        micro, keys = self._passes(parts, made)
+        seconds = time.perf_counter() - t0
+        pairs: dict[str, int] = {}
+        for (job, use), (_, given, _, filler) in zip(keys, [m for m in made for _ in m[0].made_is_target]):
+            name = "{}->{}".format(*job.direction(parts, use))
+            pairs[name] = pairs.get(name, 0) + (0 if filler else len(given))
+        names = sorted(pairs)
+        summed = run.dist.sum([float(pairs[n]) for n in names] + [float(checked), float(off)])
+        stats = SyntheticStats({n: int(v) for n, v in zip(names, summed)}, int(summed[-2]), int(summed[-1]),
+                               seconds=seconds)
+        return micro, stats
+
+    def _passes(self, parts: list[StepPart], made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]]
+                ) -> tuple[list[MicroBatch], list[tuple[SyntheticJob, bool]]]:
+        """The made pairs as batches (one per job, part and use), each weighted by its share of the target tokens
+        of that job and use on every process; and the (job, use) of each."""
+        run = self.run
+        batches, tokens, keys = [], [], []
+        for job, given, sentences, filler in made:
+            for use in job.made_is_target:
+                src_lang, tgt_lang = job.direction(parts, use)
+                src, tgt = (given, sentences) if use else (sentences, given)
+                reverse = run.prefix(tgt_lang, src_lang) if run.cfg.train.agreement.weight > 0 else None
+                batch = make_batch(src, tgt, src_lang, tgt_lang, run.prefix(src_lang, tgt_lang), run.start(tgt_lang),
+                                   reverse)
+                batches.append((batch, filler))
+                tokens.append(0.0 if filler else float(sum(len(t) + 1 for t in tgt)))
+                keys.append((job, use))
+        order = list(dict.fromkeys(keys))  # the same on every process: the jobs are
+        mine = {k: sum(n for key, n in zip(keys, tokens) if key == k) for k in order}
+        whole = dict(zip(order, run.dist.sum([mine[k] for k in order])))
+        world = run.dist.world_size
+        micro = []
+        for (batch, filler), n, key in zip(batches, tokens, keys):
+            batch = replace(batch, filler=True) if filler else batch
+            micro.append(MicroBatch(batch, world * n / whole[key] if whole[key] else 0.0, synthetic=True))
+        return micro, keys
+
+    @torch.no_grad()
+    def _translate(self, seqs: list[np.ndarray], src_lang: str, tgt_lang: str,
+                   generator: torch.Generator | None) -> list[list[int]]:
+        """`seqs` translated by the model as it is (greedy, or sampled with `generator`), as target ids."""
+        run = self.run
+        model, device = run.model, run.runtime.device
+        ids, lengths = pad_sources(seqs, run.prefix(src_lang, tgt_lang))
+        with run.runtime.autocast():
+            bridged = model.run_encoder(ids.to(device), lengths.to(device), src_lang)
+            limit = output_limits(lengths.to(device), self.cfg.max_len, run.cfg.preprocess.max_len,
+                                  model.decoder_for(tgt_lang).max_length)
+            if self.cfg.max_len is not None:
+                limit = limit.clamp(max=run.cfg.preprocess.max_len)
+            decoder, state = model.start_decoding(bridged, tgt_lang)
+            return greedy_search(decoder, state, limit, run.start(tgt_lang), sample=generator)
