@@ -363,7 +363,12 @@ class TrainConfig(_Strict):
     processes x accumulate parts whose gradients add up to the whole batch's."""
     max_steps: int = Field(10_000, ge=1)
     max_minutes: float | None = Field(None, gt=0)
-    """Wall-clock budget; training stops (and saves) when it is spent."""
+    """Time budget; training stops (and saves) when it is spent (counted by `clock`)."""
+    clock: Literal["wall", "cpu"] = "wall"
+    """What a step's time is: wall-clock seconds, or this process's CPU seconds (all its threads), which
+    keep runs compared at equal time comparable on a machine that other work slows down (a one-thread
+    run on an idle core spends about as much of one as of the other). It counts for `max_minutes`, the
+    logged tokens/s and elapsed time, and `synthetic.max_time_share`."""
     patience: int | None = Field(None, ge=1)
     """Stop once this many validations in a row have not lowered the lowest mean dev loss of the
     trained directions (training to convergence, with `max_steps` / `max_minutes` as the outer bound);

@@ -120,7 +120,8 @@ class SyntheticPairs:
              step: int) -> tuple[list[MicroBatch], SyntheticStats]:
         """This process's passes of the step's synthetic batches, and what they were (summed over the processes)."""
         run, tc = self.run, self.run.cfg.train
-        t0 = time.perf_counter()
+        clock = time.process_time if tc.clock == "cpu" else time.perf_counter
+        t0 = clock()
         world, n_parts = run.dist.world_size, run.dist.world_size * tc.accumulate
         generator = None
         if self.cfg.decoding == "sample":
@@ -159,7 +160,7 @@ class SyntheticPairs:
         finally:
             run.model.train(was_training)
         micro, keys = self._passes(parts, made)
-        seconds = time.perf_counter() - t0
+        seconds = clock() - t0
         pairs: dict[str, int] = {}
         for (job, use), (_, given, _, filler) in zip(keys, [m for m in made for _ in m[0].made_is_target]):
             name = "{}->{}".format(*job.direction(parts, use))

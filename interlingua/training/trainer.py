@@ -25,6 +25,7 @@ import logging
 import math
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,11 @@ def train(cfg: ExperimentConfig, resume: bool = False, init: str | Path | None =
         if not dist.is_main:  # one log: rank 0's
             logging.getLogger("interlingua").setLevel(logging.WARNING)
         return Trainer(build_run(cfg, resume=resume, init=init, data=data, dist=dist, device=device)).train()
+
+
+def step_clock(kind: str) -> Callable[[], float]:
+    """The clock a step's time is read from (`train.clock`): wall-clock, or this process's CPU time."""
+    return time.process_time if kind == "cpu" else time.perf_counter
 
 
 def budget_spent(tc: TrainConfig, max_steps: int, step: int, elapsed: float) -> bool:
@@ -138,7 +144,8 @@ class Trainer:
         """One optimizer step on the step's batch (`step_parts`) and its synthetic pairs (`train.synthetic`);
         the progress moves on only once it is whole. A step whose gradient is not finite makes no update."""
         run, p, tc = self.run, self.progress, self.run.cfg.train
-        t0 = time.perf_counter()
+        clock = step_clock(tc.clock)
+        t0 = clock()
         self._step_start = StepStart.of(run)
         run.optimizer.zero_grad(set_to_none=True)
         parts = step_parts(run)
@@ -161,7 +168,7 @@ class Trainer:
             elif not skipped:
                 run.optimizer.step()
             run.lr_scheduler.step()
-            dt = time.perf_counter() - t0
+            dt = clock() - t0
             # the whole step's loss terms, and the mean time of the processes (the same on each:
             # a time budget then ends every process at the same step)
             total = run.dist.sum([*sums.values(), dt])
