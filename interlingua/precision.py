@@ -41,6 +41,9 @@ NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 MIN_BF16_SPEEDUP = 1.1
 """`auto` keeps bf16 only when its probe steps are at least this much faster than fp32 ones."""
 
+INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
+"""/proc/cpuinfo flags of int8 dot-product instructions (part of the cache key of int8's measurements)."""
+
 
 def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
     """The feature flags of the first CPU listed in a /proc/cpuinfo text ('flags' on x86)."""
@@ -98,6 +101,12 @@ def native_bf16_features() -> list[str]:
     if _torch_probe("_is_avx512_bf16_supported"):
         found.append("avx512_bf16")
     return found
+
+
+def int8_features() -> list[str]:
+    """The int8 dot-product instructions of this CPU (`INT8_FLAGS` found in /proc/cpuinfo)."""
+    flags = cpu_flags()
+    return [f for f in INT8_FLAGS if f in flags]
 
 
 def cpu_has_native_bf16() -> bool:

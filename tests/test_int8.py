@@ -5,13 +5,17 @@ The models are the kinds matrix's synthetic task (`test_kinds_matrix`: sentences
 translated reversed and word by word), trained for a few seconds: a BiLSTM + attention bridge + LSTM
 model and a Transformer (no bridge, tied decoder embeddings). Their layers are far below the size where
 int8 pays (`MIN_INT8_WEIGHTS`), so these tests quantize every layer (threshold 0): more int8 than any
-real model gets.
+real model gets. Which kernel runs a layer is measured on the machine (`int8.time_kernels`); here a
+stand-in measurement (`fake_times`) says which kernel is fastest where, torch._int_mm everywhere unless
+a test says otherwise, and each test has its own cache of measurements.
 """
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +44,33 @@ MIN_GREEDY_AGREEMENT = 0.9
 """Share of the 200 test sentences whose int8 translation (greedy, and beam 4) is the fp32 one, token for
 token, with every layer in int8: measured 0.965-0.99 on the two tiny models."""
 WORKING_KERNELS = [k for k in int8.KERNELS if kernel_works(k)]
+MEASURE = int8.time_kernels
+"""The real measurement (the tests' fixture replaces it by `fake_times`)."""
+
+
+def fake_times(kernel_for: Callable[[str], str | None]) -> Callable:
+    """A stand-in for `int8.time_kernels`: fp32 takes 1 ms at every layer shape, the kernel `kernel_for(shape)`
+    names 0.5 ms (None: none), every other kernel 2 ms. Its `calls` list the shapes of each measurement."""
+    calls: list[list[tuple[int, int]]] = []
+
+    def measure(shapes, kernels):
+        calls.append(sorted(shapes))
+        seconds = {}
+        for n_in, n_out in shapes:
+            label = int8.shape_label(n_in, n_out)
+            fastest = kernel_for(label)
+            seconds[label] = {"fp32": 1e-3, **{k: 5e-4 if k == fastest else 2e-3 for k in kernels}}
+        return int8.KernelTimes(seconds)
+
+    measure.calls = calls  # type: ignore[attr-defined]
+    return measure
 
 
 @pytest.fixture(autouse=True)
-def quantize_every_layer(monkeypatch):
+def quantize_every_layer(monkeypatch, tmp_path):
     monkeypatch.setattr(int8, "MIN_INT8_WEIGHTS", 0)
+    monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: "int_mm"))
 
 
 def train_kind(kind: str, corpus: Path, work: Path) -> Path:
@@ -137,7 +163,7 @@ def test_a_shortlist_reads_the_int8_output_layer_as_dequantized_weights():
 
 
 def test_every_kernel_that_works_here_gives_the_same_products():
-    assert WORKING_KERNELS and int8.choose_kernel() == WORKING_KERNELS[0]  # torch._int_mm at least works anywhere
+    assert "int_mm" in WORKING_KERNELS  # torch._int_mm at least works anywhere
     torch.manual_seed(0)
     linear = torch.nn.Linear(40, 70)
     x = torch.randn(6, 40)
@@ -156,6 +182,109 @@ def test_tied_output_layer_is_quantized_and_the_embedding_keeps_its_fp32_table(t
     assert quantize_network(fp32._network) > 0
     assert isinstance(decoder.generator, Int8Linear)
     assert decoder.embedding.embed.weight is table and table.dtype == torch.float32 and torch.equal(table, before)
+
+
+# --- the kernel, measured ------------------------------------------------------------------------------
+
+
+def test_the_measurement_times_every_kernel_against_fp32_and_gives_up_on_a_slow_one(monkeypatch):
+    t0 = time.perf_counter()
+    times = MEASURE([(128, 256), (64, 96)], WORKING_KERNELS)
+    assert time.perf_counter() - t0 < 30  # bounded (a fraction of a second on a quiet machine)
+    assert set(times.seconds) == {"64x96", "128x256"}
+    for row in times.seconds.values():
+        assert row["fp32"] > 0 and set(row) == {"fp32", *WORKING_KERNELS}
+        for k in WORKING_KERNELS:  # timed, or given up (slower than GIVE_UP_FACTOR x fp32) and said why
+            assert (row[k] or 0) > 0 or "fp32's time at " in times.given_up[k]
+    # a kernel far slower than fp32 is timed at its first shape (two calls) and no further
+    monkeypatch.setattr(int8, "GIVE_UP_FACTOR", 0.0)
+    times = MEASURE([(128, 256), (64, 96)], WORKING_KERNELS)
+    assert all(row[k] is None for row in times.seconds.values() for k in WORKING_KERNELS)
+    assert set(times.given_up) == set(WORKING_KERNELS)
+    refusal = int8.Int8Plan.from_times(times).refusal()
+    assert refusal is not None and "not timed there" in refusal and "\n" not in refusal
+
+
+def test_each_shape_gets_its_fastest_kernel_where_it_pays_and_fp32_elsewhere():
+    times = int8.KernelTimes({"512x2048": {"fp32": 1e-3, "onednn": 0.7, "int_mm": 5e-4},
+                              "512x512": {"fp32": 1e-3, "onednn": 6e-4, "int_mm": 8e-4},
+                              "64x64": {"fp32": 1e-3, "onednn": 9.5e-4, "int_mm": 2e-3},  # 1.05x: not enough
+                              "128x128": {"fp32": 1e-3, "onednn": None, "int_mm": None}})
+    plan = int8.Int8Plan.from_times(times)
+    assert plan.kernels == {"512x2048": "int_mm", "512x512": "onednn", "64x64": None, "128x128": None}
+    assert plan.kernel_for(512, 2048) == "int_mm" and plan.refusal() is None
+
+
+def test_the_kernel_measurement_is_cached_per_cpu_and_torch_version(tmp_path, monkeypatch):
+    measure = fake_times(lambda shape: "int_mm")
+    monkeypatch.setattr(int8, "time_kernels", measure)
+    assert int8.int8_plan([(32, 64), (64, 32)]).kernels == {"32x64": "int_mm", "64x32": "int_mm"}
+    again = int8.int8_plan([(64, 32), (32, 64)])
+    assert again.cached and again.kernels == {"32x64": "int_mm", "64x32": "int_mm"}
+    assert len(measure.calls) == 1
+    cache = json.loads((tmp_path / "cache" / "precision.json").read_text())
+    (key, entry), = cache.items()
+    assert f"torch {torch.__version__}" in key and f"threads {torch.get_num_threads()}" in key and "32x64" in key
+    assert entry["kernels"] == {"32x64": "int_mm", "64x32": "int_mm"} and entry["seconds"]["32x64"]["fp32"] == 1e-3
+    monkeypatch.setattr(torch, "__version__", "9.9.9")  # another torch: measured again
+    int8.int8_plan([(32, 64), (64, 32)])
+    assert len(measure.calls) == 2
+
+
+@pytest.mark.parametrize("kernel", WORKING_KERNELS)
+def test_the_kernel_measured_fastest_runs_every_layer(lstm_model, kernel, monkeypatch):
+    monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: kernel))
+    fp32 = interlingua.load(lstm_model, "cpu")
+    q = interlingua.load(lstm_model, "cpu", precision="int8")
+    layers = [m for m in q._network.modules() if isinstance(m, Int8Linear)]
+    assert layers and {m.kernel for m in layers} == {kernel}
+    assert not any(type(m) is torch.nn.Linear for m in q._network.modules())
+    assert isinstance(q._network.decoder_for("xb").lstm, LinearLSTM)
+    sources = split_text(fp32.config.corpus)[0][:40]
+    want, got = fp32.translate(sources, "xa", "xb"), q.translate(sources, "xa", "xb")
+    assert sum(a == b for a, b in zip(want, got)) / len(sources) >= MIN_GREEDY_AGREEMENT
+
+
+def test_layers_where_no_kernel_pays_stay_fp32_and_so_does_their_lstm(lstm_model, monkeypatch):
+    fp32 = interlingua.load(lstm_model, "cpu")
+    generator = fp32._network.decoder_for("xb").generator
+    output_shape = int8.shape_label(generator.in_features, generator.out_features)
+    monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: "int_mm" if shape == output_shape else None))
+    q = interlingua.load(lstm_model, "cpu", precision="int8")
+    decoder = q._network.decoder_for("xb")
+    assert isinstance(decoder.generator, Int8Linear) and decoder.generator.kernel == "int_mm"
+    assert isinstance(decoder.lstm, torch.nn.LSTM)  # its gates do not pay: nn.LSTM's fused fp32 kernel is kept
+    others = [m for m in q._network.modules() if isinstance(m, (torch.nn.Linear, Int8Linear)) and m is not
+              decoder.generator and (m.in_features, m.out_features) != (generator.in_features, generator.out_features)]
+    assert others and all(type(m) is torch.nn.Linear for m in others)
+    sources = split_text(fp32.config.corpus)[0][:20]
+    assert len(q.translate(sources, "xa", "xb")) == 20
+
+
+def test_int8_is_refused_in_one_line_where_no_kernel_pays(trained, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: None))
+    with pytest.raises(ConfigError) as refused:
+        interlingua.load(trained, "cpu", precision="int8")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("int8 refused on this CPU")
+    assert "torch._int_mm 2 ms (2.00x fp32's time)" in message and "fp32 1 ms" in message
+    assert message.endswith("use fp32")
+    (tmp_path / "in.xa").write_text("a b c\n")
+    assert main(["translate", "--model", str(trained), "--src", "xa", "--tgt", "xb", "--device", "cpu",
+                 "--precision", "int8", "-i", str(tmp_path / "in.xa"), "-o", str(tmp_path / "out.xb")]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {message}"]
+    assert not (tmp_path / "out.xb").exists()
+
+
+def test_auto_keeps_the_baseline_with_a_warning_where_no_kernel_pays(trained, monkeypatch, caplog):
+    monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: None))
+    monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: pytest.fail("the model timed in int8"))
+    caplog.set_level("INFO")
+    model = interlingua.load(trained, "cpu", precision="auto")
+    assert model.runtime.precision in ("fp32", "bf16") and not int8.is_quantized(model._network)
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and "int8 refused on this CPU" in r.message]
+    assert len(warned) == 1 and f"precision auto: {model.runtime.precision}, not int8" in warned[0].message
 
 
 # --- whole models --------------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ sentences together). int8 is chosen only where its dev BLEU is at most MAX_BLEU_
 fp32's. The decision, with the speed-up and both BLEU scores, is cached in precision.json beside the
 bf16 one (per CPU model, int8 flags, torch version, thread count and model workload).
 
+First, the model's layer shapes are timed with each int8 kernel against fp32 (`plan_network`, cached
+per machine): where no kernel pays at any of them, `auto` keeps the baseline with a warning that says
+what was measured (as `precision: int8` would be refused), before anything else is timed.
+
 Where no dev set can be read (the corpus file moved, no `val` split, no pair for a trained direction)
 `auto` never picks int8 and measures nothing (the dev set is looked for first); that is logged and
 not cached (the dev set may be there next time). Where nothing of the model can be quantized
@@ -33,10 +37,10 @@ from interlingua.data.inputs import tokenize_inputs
 from interlingua.errors import InterlinguaError
 from interlingua.inference.decoding_probe import decode_probe, probe_batch
 from interlingua.modules.checkpoint import LoadedCheckpoint
-from interlingua.modules.int8 import check_quantizable, quantize_network
+from interlingua.modules.int8 import check_quantizable, plan_network, quantize_network
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
-from interlingua.precision import _machine_key, _read_cache, _write_cache, cache_path, cpu_flags, measure_speedup
+from interlingua.precision import _machine_key, _read_cache, _write_cache, cache_path, int8_features, measure_speedup
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +50,6 @@ MAX_BLEU_DROP = 0.3
 """int8's dev BLEU may be at most this much below fp32's."""
 MIN_INT8_SPEEDUP = 1.1
 """int8 decoding must be at least this much faster than the baseline's (as bf16 must be than fp32)."""
-INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
-"""CPU flags of int8 dot-product instructions (part of the cache key)."""
 
 DevText = list[tuple[str, str, list[str], list[str]]]
 """(source language, target language, sources, references) per direction."""
@@ -110,11 +112,6 @@ def int8_speedup(baseline: TranslationNetwork, baseline_precision: str, int8: Tr
     return measure_speedup(run, steps, pair=("baseline", "int8"))
 
 
-def int8_features() -> list[str]:
-    flags = cpu_flags()
-    return [f for f in INT8_FLAGS if f in flags]
-
-
 def decide_int8(baseline: str, workload: str, speed: Callable[[], float], bleu: Callable[[], tuple[float, float, int]],
                 has_dev: Callable[[], bool] = lambda: True) -> bool:
     """Whether `auto` picks int8 over `baseline` for `workload`: the cached decision; else, where `has_dev()`
@@ -161,6 +158,14 @@ def auto_int8(loaded: LoadedCheckpoint, baseline: str, workload: str) -> LoadedC
         check_quantizable(network)
     except InterlinguaError as err:  # another device, nothing big enough to quantize
         log.info("precision auto: int8 not considered: %s", err)
+        return None
+    try:
+        refusal = plan_network(network).refusal()
+    except InterlinguaError as err:  # no int8 kernel works in this torch build
+        log.info("precision auto: int8 not considered: %s", err)
+        return None
+    if refusal is not None:
+        log.warning("precision auto: %s, not int8: %s", baseline, refusal)
         return None
     quantized: TranslationNetwork | None = None
 

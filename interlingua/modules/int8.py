@@ -8,13 +8,22 @@
 - its input is quantized at every call, symmetric, **one scale per row** (per token / per sentence
   state): a row's int8 values and scale depend on that row alone, the int32 sums of the product
   are exact, so a sentence's output never depends on what it is batched with;
-- the product runs in oneDNN's int8 linear (`torch.ops.onednn.qlinear_pointwise`, AMX / VNNI
-  kernels: input scale 1, fp32 output already multiplied by the weight scales), then the row
-  scales and the bias are applied in one `addcmul`. Where that op is missing or fails its check
-  (another build, another CPU), `torch._int_mm` computes the same int32 sums (slower here).
+- the product runs in one of two kernels computing the same int32 sums: oneDNN's int8 linear
+  (`torch.ops.onednn.qlinear_pointwise`, AMX / VNNI kernels: input scale 1, fp32 output already
+  multiplied by the weight scales) or `torch._int_mm`; then the row scales and the bias are applied
+  in one `addcmul`.
 
-Only layers that are big enough are quantized (`MIN_INT8_WEIGHTS`): below that size the per-call
-cost of quantizing the input and calling the kernel is more than fp32's whole product
+Which kernel, if any, a layer uses is measured on the machine, never assumed (`int8_plan`): their
+speeds differ by hundreds of times from one CPU to another (on an Intel Xeon with AMX oneDNN's was
+the faster; on an AMD EPYC with AVX512-VNNI it took 200-800x fp32's time while torch._int_mm ran
+1.1-2.4x faster than fp32 for layers of 128k weights and more). Each of the model's layer shapes is
+timed once in fp32 and with every kernel that works here, at the rows of a decoding step
+(`MEASURE_ROWS`), and the answer is cached in precision.json beside bf16's (per CPU model, int8
+flags, torch version and thread count). A layer gets the fastest kernel where it is at least
+`MIN_KERNEL_SPEEDUP` times as fast as fp32 and stays fp32 otherwise; where no layer gets one,
+`precision: int8` is refused with one line naming what was measured, so int8 is never slower than
+fp32. Only layers that are big enough are considered at all (`MIN_INT8_WEIGHTS`): below that size
+the per-call cost of quantizing the input and calling the kernel is more than fp32's whole product
 (`bench/int8_linear.py`; measured numbers in docs/ARCHITECTURE.md). The decoders' output layers
 (`generator`) are quantized like any other layer; where a Transformer decoder ties its output
 layer to the target embeddings, the embedding keeps its fp32 table (the int8 copy is the output
@@ -37,21 +46,49 @@ torch deprecation warning) silenced for that import alone.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import logging
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
 from torch import nn
 
 from interlingua.errors import ConfigError
+from interlingua.precision import _machine_key, _read_cache, _write_cache, cache_path, cpu_model, int8_features
 
 log = logging.getLogger(__name__)
 
 KERNELS = ("onednn", "int_mm")
-"""The int8 matrix products, fastest first: oneDNN's qlinear (prepacked weights), torch._int_mm."""
+"""The int8 matrix products: oneDNN's qlinear (prepacked weights), torch._int_mm. Which one a layer uses is
+measured here (`int8_plan`)."""
+
+KERNEL_NAMES = {"onednn": "oneDNN qlinear", "int_mm": "torch._int_mm"}
+
+MEASURE_ROWS = (64, 320)
+"""Rows at which each layer shape is timed (the times added up): one decoding step of a batch of 64, greedy
+and beam 5, the defaults of `translate`, where translation spends its time."""
+
+MIN_KERNEL_SPEEDUP = 1.1
+"""A layer runs in int8 only where its fastest kernel is at least this much faster than fp32 at its shape: the
+margin bf16 needs too (`MIN_BF16_SPEEDUP`), so that timing noise never picks a kernel that does not pay."""
+
+GIVE_UP_FACTOR = 10.0
+"""A kernel whose first two calls each take more than this many times fp32's at one shape is timed no
+further in that measurement: where it is slow it takes hundreds of milliseconds a call, and timing it at every
+shape would take seconds for an answer the first shape gave."""
+
+_ROUNDS = 5
+"""Interleaved rounds per shape and row count (the minimum per call is kept: it resists other processes' load)..."""
+_MIN_ROUNDS = 3
+_BUDGET_S = 0.1
+"""...or `_MIN_ROUNDS` where those took more than this many seconds (big output layers)."""
+_BLOCK_S = 2e-3
+"""Seconds a round times each variant for, in whole calls (at least one)."""
 
 MIN_INT8_WEIGHTS = 100_000
 """A linear layer is quantized only when it has at least this many weights (in x out). Measured on an
@@ -140,19 +177,189 @@ def kernel_works(kernel: str) -> bool:
     return bool(torch.equal(got, want) and torch.equal(one, want[:1]))
 
 
-def choose_kernel(kernel: str | None = None) -> str:
-    """`kernel` where given (checked), else the fastest one that works here (`KERNELS` in order)."""
-    if kernel is not None:
-        if kernel not in KERNELS:
-            raise ConfigError(f"unknown int8 kernel '{kernel}': use one of {', '.join(KERNELS)}")
-        if not kernel_works(kernel):
-            raise ConfigError(f"the int8 kernel '{kernel}' does not work in this torch build on this CPU")
-        return kernel
-    for name in KERNELS:
-        if kernel_works(name):
-            return name
-    raise ConfigError("precision int8: neither oneDNN's int8 linear nor torch._int_mm works in this torch build "
-                      f"(torch {torch.__version__}); use fp32")
+def check_kernel(kernel: str) -> str:
+    """`kernel`, checked: one of `KERNELS` that works in this torch build on this CPU."""
+    if kernel not in KERNELS:
+        raise ConfigError(f"unknown int8 kernel '{kernel}': use one of {', '.join(KERNELS)}")
+    if not kernel_works(kernel):
+        raise ConfigError(f"the int8 kernel '{kernel}' does not work in this torch build on this CPU")
+    return kernel
+
+
+def working_kernels() -> list[str]:
+    """The `KERNELS` that work here; `ConfigError` where none does."""
+    found = [k for k in KERNELS if kernel_works(k)]
+    if not found:
+        raise ConfigError("precision int8: neither oneDNN's int8 linear nor torch._int_mm works in this torch build "
+                          f"(torch {torch.__version__}); use fp32")
+    return found
+
+
+def shape_label(n_in: int, n_out: int) -> str:
+    """A layer shape as the measurements name it: 'in x out' weights."""
+    return f"{n_in}x{n_out}"
+
+
+@dataclass
+class KernelTimes:
+    """Seconds per call of fp32 and of each int8 kernel, per layer shape (`shape_label`), added up over
+    `MEASURE_ROWS`; None for a kernel not timed at that shape, with why in `given_up`."""
+
+    seconds: dict[str, dict[str, float | None]]
+    given_up: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "given_up": self.given_up}
+
+    @classmethod
+    def from_json(cls, data: Any) -> KernelTimes | None:
+        """The times of a cache entry; None for an entry of another form."""
+        if not isinstance(data, dict) or not isinstance(data.get("seconds"), dict):
+            return None
+        seconds: dict[str, dict[str, float | None]] = {}
+        for label, row in data["seconds"].items():
+            if not isinstance(row, dict) or not isinstance(row.get("fp32"), (int, float)):
+                return None
+            seconds[label] = {k: None if v is None else float(v) for k, v in row.items()}
+        given_up = data.get("given_up") or {}
+        return cls(seconds, {str(k): str(v) for k, v in given_up.items()} if isinstance(given_up, dict) else {})
+
+
+def _time_block(fn: Callable[[torch.Tensor], object], x: torch.Tensor, calls: int) -> float:
+    """Seconds per call of `calls` calls of fn(x)."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn(x)
+    return (time.perf_counter() - t0) / calls
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.3g} ms" if ms < 100 else f"{ms:,.0f} ms"
+
+
+@torch.inference_mode()
+def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> KernelTimes:
+    """Time `nn.Linear` (fp32) and `Int8Linear` with each of `kernels` at every (in, out) of `shapes`, for
+    `MEASURE_ROWS` rows of random inputs: a warm-up call each, then `_ROUNDS` interleaved rounds, the
+    fastest call kept. Shapes go smallest first; a kernel over `GIVE_UP_FACTOR` times fp32's at one shape
+    (two calls) is timed no further (`KernelTimes.given_up` says where and how slow)."""
+    gen = torch.Generator().manual_seed(0)
+    times = KernelTimes({})
+    for n_in, n_out in sorted(set(shapes), key=lambda s: (s[0] * s[1], s)):
+        linear = nn.Linear(n_in, n_out)
+        with torch.no_grad():
+            linear.weight.copy_(torch.randn(n_out, n_in, generator=gen) / n_in ** 0.5)
+        variants: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"fp32": linear}
+        for k in kernels:
+            if k not in times.given_up:
+                variants[k] = Int8Linear.from_linear(linear, k)
+        label = shape_label(n_in, n_out)
+        totals = {name: 0.0 for name in variants}
+        for rows in MEASURE_ROWS:
+            x = torch.randn(rows, n_in, generator=gen)
+            estimate: dict[str, float] = {}
+            for name, fn in list(variants.items()):
+                # the warm-up call (allocations, oneDNN's primitive for this shape), then one more
+                estimate[name] = min(_time_block(fn, x, 1), _time_block(fn, x, 1))
+                if name != "fp32" and estimate[name] > GIVE_UP_FACTOR * estimate["fp32"]:
+                    times.given_up[name] = (f"{estimate[name] / estimate['fp32']:,.0f}x fp32's time at {rows}x{label}, "
+                                            f"{_ms(estimate[name])} against {_ms(estimate['fp32'])}")
+                    del variants[name], totals[name]
+            calls = {name: max(1, min(100, int(_BLOCK_S / max(estimate[name], 1e-7)))) for name in variants}
+            best = {name: float("inf") for name in variants}
+            started = time.perf_counter()
+            for i in range(_ROUNDS):
+                if i >= _MIN_ROUNDS and time.perf_counter() - started > _BUDGET_S:
+                    break
+                for name, fn in variants.items():
+                    best[name] = min(best[name], _time_block(fn, x, calls[name]))
+            for name in variants:
+                totals[name] += best[name]
+        times.seconds[label] = {name: float(f"{totals[name]:.4g}") if name in totals else None
+                                for name in ("fp32", *kernels)}
+    return times
+
+
+@dataclass(frozen=True)
+class Int8Plan:
+    """Which int8 kernel each measured layer shape runs (None: fp32, no kernel pays there), from `times`."""
+
+    times: KernelTimes
+    kernels: dict[str, str | None]
+    cached: bool = False
+
+    @classmethod
+    def from_times(cls, times: KernelTimes, cached: bool = False) -> Int8Plan:
+        """Each shape's fastest kernel where it is at least `MIN_KERNEL_SPEEDUP` times as fast as fp32."""
+        kernels: dict[str, str | None] = {}
+        for label, row in times.seconds.items():
+            timed = {k: v for k, v in row.items() if k != "fp32" and v is not None and v > 0}
+            best = min(timed, key=lambda k: timed[k]) if timed else None
+            fp32 = row["fp32"] or 0.0
+            kernels[label] = best if best is not None and fp32 / timed[best] >= MIN_KERNEL_SPEEDUP else None
+        return cls(times, kernels, cached)
+
+    def kernel_for(self, n_in: int, n_out: int) -> str | None:
+        return self.kernels.get(shape_label(n_in, n_out))
+
+    def refusal(self) -> str | None:
+        """None where some layer shape gets a kernel; else one line saying what was measured, closest shape first."""
+        if any(self.kernels.values()) or not self.kernels:
+            return None
+
+        def ratio(label: str) -> float:
+            row = self.times.seconds[label]
+            timed = [v for k, v in row.items() if k != "fp32" and v is not None]
+            return min(timed) / (row["fp32"] or 1e-12) if timed else float("inf")
+
+        def closest(label: str) -> tuple[float, int, str]:  # ties: the biggest shape
+            n_in, n_out = _parse_label(label)
+            return ratio(label), -n_in * n_out, label
+
+        label = min(self.kernels, key=closest)
+        row = self.times.seconds[label]
+        parts = []
+        for k, v in sorted(((k, v) for k, v in row.items() if k != "fp32"),
+                           key=lambda kv: (float("inf") if kv[1] is None else kv[1], kv[0])):
+            name = KERNEL_NAMES.get(k, k)
+            parts.append(f"{name} {_ms(v)} ({v / (row['fp32'] or 1e-12):.2f}x fp32's time)" if v is not None
+                         else f"{name} not timed there ({self.times.given_up.get(k, 'not measured')})")
+        threads = torch.get_num_threads()
+        return (f"int8 refused on this CPU ({cpu_model()}, torch {torch.__version__}, {threads} "
+                f"thread{'s' if threads != 1 else ''}): no int8 kernel is {MIN_KERNEL_SPEEDUP}x as fast as fp32 at "
+                f"this model's layer shapes ({len(self.kernels)} measured); the closest, {label} weights at "
+                f"{' + '.join(str(r) for r in MEASURE_ROWS)} rows: {', '.join(parts)}, fp32 {_ms(row['fp32'] or 0.0)}; "
+                "use fp32")
+
+
+def _parse_label(label: str) -> tuple[int, int]:
+    n_in, _, n_out = label.partition("x")
+    return int(n_in), int(n_out)
+
+
+def int8_plan(shapes: Iterable[tuple[int, int]]) -> Int8Plan:
+    """The measured kernel of each (in, out) layer shape: from precision.json where this CPU model, its int8
+    flags, torch version and thread count have timed these shapes and kernels before, else timed now
+    (`time_kernels`, a fraction of a second to a few seconds) and cached."""
+    kernels = working_kernels()
+    labels = sorted({shape_label(*s) for s in shapes}, key=_parse_label)
+    rows = ",".join(str(r) for r in MEASURE_ROWS)
+    key = _machine_key(int8_features(), f"int8 kernels {'+'.join(kernels)} at rows {rows}: {' '.join(labels)}")
+    path = cache_path()
+    cached = _read_cache(path)
+    times = KernelTimes.from_json(cached.get(key))
+    if times is not None and set(times.seconds) == set(labels):
+        return Int8Plan.from_times(times, cached=True)
+    log.info("timing the int8 kernels (%s) against fp32 at %d layer shape(s) (once per machine)",
+             ", ".join(KERNEL_NAMES[k] for k in kernels), len(labels))
+    t0 = time.perf_counter()
+    times = time_kernels([_parse_label(x) for x in labels], kernels)
+    plan = Int8Plan.from_times(times)
+    cached[key] = {**times.to_json(), "kernels": plan.kernels, "took_s": round(time.perf_counter() - t0, 2),
+                   "measured": datetime.datetime.now().isoformat(timespec="seconds")}
+    _write_cache(path, cached)
+    return plan
 
 
 class Int8Linear(nn.Module):
@@ -375,34 +582,95 @@ def check_quantizable(network: nn.Module, *, min_weights: int | None = None, enc
                           "fp32); use fp32")
 
 
+def _gate_shapes(lstm: nn.LSTM, fused: bool) -> list[tuple[int, int]]:
+    """(in, out) of the linear layers `LinearLSTM.from_lstm(lstm, fused)` holds."""
+    h = lstm.hidden_size
+    sizes = [lstm.input_size] + [h] * (lstm.num_layers - 1)
+    return [(n + h, 4 * h) for n in sizes] if fused else [(n, 4 * h) for n in sizes] + [(h, 4 * h)]
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """What `quantize_network` would turn into int8: the linear layers and LSTMs big enough, their shapes."""
+
+    linears: list[nn.Linear]
+    lstms: list[tuple[nn.Module, str, bool]]
+    shapes: set[tuple[int, int]]
+    threshold: int
+    keep: set[int]
+
+
+def _candidates(network: nn.Module, min_weights: int | None, encoder_lstm: bool | None) -> _Candidates:
+    threshold = MIN_INT8_WEIGHTS if min_weights is None else min_weights
+    keep = _restricted_generators(network)
+    lstms = _lstms_to_rewrite(network, ENCODER_LSTM_INT8 if encoder_lstm is None else encoder_lstm, threshold)
+    linears = [m for m in network.modules() if isinstance(m, nn.Linear) and id(m) not in keep
+               and m.in_features * m.out_features >= threshold]
+    shapes = {(m.in_features, m.out_features) for m in linears}
+    for parent, name, fused in lstms:
+        shapes |= {s for s in _gate_shapes(getattr(parent, name), fused) if s[0] * s[1] >= threshold}
+    return _Candidates(linears, lstms, shapes, threshold, keep)
+
+
+def plan_network(network: nn.Module, *, min_weights: int | None = None, encoder_lstm: bool | None = None
+                 ) -> Int8Plan:
+    """The measured int8 kernel of each layer shape `quantize_network` (same arguments) would quantize
+    (`int8_plan`: cached per machine); `check_quantizable` first."""
+    check_quantizable(network, min_weights=min_weights, encoder_lstm=encoder_lstm)
+    return int8_plan(_candidates(network, min_weights, encoder_lstm).shapes)
+
+
 def quantize_network(network: nn.Module, *, min_weights: int | None = None, kernel: str | None = None,
                      encoder_lstm: bool | None = None) -> int:
     """Quantize `network` for int8 inference **in place** (it is put in eval mode; keep an fp32 copy
     yourself where you need one) and return how many linear layers were quantized.
 
-    LSTM decoders (and, with `encoder_lstm`, default `ENCODER_LSTM_INT8`, BiLSTM encoders) are first
-    rewritten as `LinearLSTM`s, then every `nn.Linear` with at least `min_weights` weights (default
-    `MIN_INT8_WEIGHTS`) becomes an `Int8Linear` computed by `kernel` (default: the fastest that works
-    here); the fp32 weights of replaced layers are dropped (a tied embedding keeps its table). Raises
-    `ConfigError` naming why where nothing can be quantized (`check_quantizable`), before changing anything."""
+    Every `nn.Linear` with at least `min_weights` weights (default `MIN_INT8_WEIGHTS`) becomes an
+    `Int8Linear` computed by `kernel`, or by default by the kernel measured fastest at its shape here
+    where that is at least `MIN_KERNEL_SPEEDUP` times as fast as fp32 (`plan_network`); the others stay
+    fp32. LSTM decoders (and, with `encoder_lstm`, default `ENCODER_LSTM_INT8`, BiLSTM encoders) are first
+    rewritten as `LinearLSTM`s where each of their gate layers that size gets a kernel (in fp32 the linear
+    form is slower than nn.LSTM). The fp32 weights of replaced layers are dropped (a tied embedding keeps
+    its table). Raises `ConfigError`, before changing anything, where nothing can be quantized
+    (`check_quantizable`) or, measured, no layer gets a kernel that pays (`Int8Plan.refusal`: one line
+    with the times)."""
     check_quantizable(network, min_weights=min_weights, encoder_lstm=encoder_lstm)
-    threshold = MIN_INT8_WEIGHTS if min_weights is None else min_weights
-    chosen = choose_kernel(kernel)
-    keep = _restricted_generators(network)
+    found = _candidates(network, min_weights, encoder_lstm)
+    chosen: Callable[[int, int], str | None]
+    if kernel is not None:
+        forced = check_kernel(kernel)
+        chosen = lambda n_in, n_out: forced  # noqa: E731
+    else:
+        plan = int8_plan(found.shapes)
+        refusal = plan.refusal()
+        if refusal is not None:
+            raise ConfigError(refusal)
+        chosen = plan.kernel_for
     network.eval()
-    linear_lstms(network, ENCODER_LSTM_INT8 if encoder_lstm is None else encoder_lstm, threshold)
+    for parent, name, fused in found.lstms:
+        lstm = getattr(parent, name)
+        if all(chosen(*s) for s in _gate_shapes(lstm, fused) if s[0] * s[1] >= found.threshold):
+            setattr(parent, name, LinearLSTM.from_lstm(lstm, fused=fused))
     done: dict[int, Int8Linear] = {}
-    left = set()
+    small, slow = set(), set()
     for parent in list(network.modules()):
         for name, child in list(parent.named_children()):
             if not isinstance(child, nn.Linear):
                 continue
-            if id(child) in keep or child.in_features * child.out_features < threshold:
-                left.add(id(child))
+            if id(child) in found.keep or child.in_features * child.out_features < found.threshold:
+                small.add(id(child))
+                continue
+            layer_kernel = chosen(child.in_features, child.out_features)
+            if layer_kernel is None:
+                slow.add(id(child))
                 continue
             if id(child) not in done:  # a layer under two names stays one layer
-                done[id(child)] = Int8Linear.from_linear(child, chosen)
+                done[id(child)] = Int8Linear.from_linear(child, layer_kernel)
             setattr(parent, name, done[id(child)])
-    log.info("int8: %d linear layer(s) quantized (kernel %s), %d left in fp32 (fewer than %s weights%s)",
-             len(done), chosen, len(left), f"{threshold:,}", ", or output rows read per language" if keep else "")
+    used = sorted({q.kernel for q in done.values()})
+    log.info("int8: %d linear layer(s) quantized (%s), %d left in fp32 (%d with fewer than %s weights%s, %d where "
+             "no int8 kernel is %sx faster than fp32 here)", len(done),
+             ", ".join(f"{KERNEL_NAMES[k]}: {sum(q.kernel == k for q in done.values())}" for k in used),
+             len(small) + len(slow), len(small), f"{found.threshold:,}",
+             " or output rows read per language" if found.keep else "", len(slow), MIN_KERNEL_SPEEDUP)
     return len(done)
