@@ -1,14 +1,18 @@
 """Text -> interlingua -> any language (`Model.represent`, `Model.generate`): a representation written out
 in a target is, byte for byte, the translation into it (greedy and beam), for the attention-bridge LSTM
 and for a shared Transformer without a bridge; a model that puts the target's tag in the source
-encodes for one target and says so; empty texts stay empty.
+encodes for one target and says so; empty texts stay empty; `generate` refuses anything but its own
+model's representation (tensors, other weights, another width, dtype or device, NaN memory) by name.
 
-Tiny random models, no training: uniform weights in [-0.5, 0.5] make each output depend on its input.
+Tiny random models, no training: uniform weights in [-0.5, 0.5] make each output depend on its input;
+the checks of `generate` use the session's trained model (conftest) and its untrained twin.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
@@ -18,7 +22,7 @@ import interlingua
 from interlingua.config import parse_config
 from interlingua.data.inputs import tokenize_inputs
 from interlingua.data.vocab import Vocab, language_tag
-from interlingua.errors import LanguageError, TargetMismatchError
+from interlingua.errors import ArgumentError, ArgumentTypeError, LanguageError, TargetMismatchError
 from interlingua.modules.checkpoint import build_payload, save_atomic
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
@@ -155,3 +159,62 @@ def test_generate_checks_its_arguments(bridge_model):
         bridge_model.generate(rep, "de", beam=0)
     with pytest.raises(ValueError, match="beam_stop"):
         bridge_model.generate(rep, "de", beam=2, beam_stop="first")
+
+
+# -- generate checks what it is given: through the session's trained model ---------------------------
+
+@pytest.fixture(scope="module")
+def trained(trained_model) -> interlingua.Model:
+    return interlingua.load(trained_model, "cpu")
+
+
+@pytest.mark.parametrize("given", [torch.zeros(1, 4, 64), np.zeros((1, 4, 64), dtype=np.float32), None,
+                                   [torch.zeros(4, 64)]], ids=["tensor", "array", "None", "list"])
+def test_generate_refuses_what_is_no_representation(trained, given):
+    with pytest.raises(ArgumentTypeError, match=r"^representation: expected a Representation \(from Model.represent\), "
+                                                f"got {type(given).__name__ if given is not None else None}$"):
+        trained.generate(given, "de")
+
+
+def test_generate_refuses_memory_of_another_width_dtype_or_device(trained):
+    rep = trained.represent(["a dog runs .", "", "two men sit ."], "en")
+    width = rep.memory[0].shape[1]
+    for memory, needle in (
+            (tuple(m[:, :-1] for m in rep.memory), f"text 0 is {width - 1} wide; this model's decoders read memory "
+                                                   f"{width} wide"),
+            (tuple(torch.cat([m, m], 1) for m in rep.memory), f"text 0 is {2 * width} wide"),
+            (tuple(m.double() for m in rep.memory), "text 0 is float64; this model reads float32"),
+            (tuple(m.half() for m in rep.memory), "text 0 is float16; this model reads float32"),
+            (tuple(m.to(torch.int32) for m in rep.memory), "text 0 is int32"),
+            (tuple(m.to("meta") for m in rep.memory), "text 0 is on meta; the model is on cpu"),
+            (tuple(m.reshape(-1) for m in rep.memory), r"text 0 is not a \(rows, width\) tensor")):
+        with pytest.raises(ArgumentError, match="^representation: the memory of " + needle):
+            trained.generate(dataclasses.replace(rep, memory=memory), "de")
+    with pytest.raises(ArgumentError, match="mask of text 2 is not a bool vector"):
+        trained.generate(dataclasses.replace(rep, mask=rep.mask[:2] + (rep.mask[2][:-1],)), "de")
+    with pytest.raises(ArgumentError, match="3 memories, 2 masks and 3 lengths"):
+        trained.generate(dataclasses.replace(rep, mask=rep.mask[:2]), "de")
+    assert trained.generate(rep, "de") == trained.translate(["a dog runs .", "", "two men sit ."], "en", "de")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_generate_refuses_non_finite_memory(trained, value):
+    rep = trained.represent(["a dog runs .", "two men sit ."], "en")
+    damaged = rep.memory[1].clone()
+    damaged[0, 3] = value
+    with pytest.raises(ArgumentError, match="^representation: the memory of text 1 holds NaN or infinite values$"):
+        trained.generate(dataclasses.replace(rep, memory=(rep.memory[0], damaged)), "de")
+
+
+def test_generate_writes_out_only_its_own_models_representations(trained, trained_model, untrained_model, tmp_path):
+    other = interlingua.load(untrained_model, "cpu")  # the same architecture and width, other weights
+    rep = other.represent(["a dog runs ."], "en")
+    with pytest.raises(ArgumentError, match="^representation: it was made by another model"):
+        trained.generate(rep, "de")
+    with pytest.raises(ArgumentError, match="carries no model fingerprint"):
+        trained.generate(dataclasses.replace(trained.represent(["a dog"], "en"), fingerprint=""), "de")
+    # the same weights, however loaded, are the same model: a representation kept from one serves the other
+    again = interlingua.load(trained.save(tmp_path / "folder"), "cpu")
+    assert again.fingerprint == trained.fingerprint != other.fingerprint
+    mine = trained.represent(["a dog runs .", "two men sit ."], "en")
+    assert again.generate(mine[::-1], "de") == trained.translate(["two men sit .", "a dog runs ."], "en", "de")

@@ -40,7 +40,13 @@ from interlingua.data.vocab import Vocab, source_prefix
 from interlingua.errors import ArgumentTypeError, ConfigError, InterlinguaError, LanguageError
 from interlingua.inference.decoding_probe import decoding_bf16_speedup
 from interlingua.inference.int8_probe import auto_int8
-from interlingua.inference.representation import Representation, generate_text, represent_ids
+from interlingua.inference.representation import (
+    Representation,
+    check_representation,
+    generate_text,
+    represent_ids,
+    weights_fingerprint,
+)
 from interlingua.modules.base import BridgeOutput, Decoder, Encoder
 from interlingua.modules.checkpoint import LoadedCheckpoint, load_checkpoint
 from interlingua.modules.int8 import is_quantized, quantize_network
@@ -147,6 +153,7 @@ class Model:
         self._pre = loaded.config.preprocess
         self._runtime = Runtime(self._network.device, precision)
         self._shortlist: Shortlist | None = None
+        self._fingerprint: str | None = None
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> Model:
@@ -159,13 +166,13 @@ class Model:
         precisions measures it faster here (cached per machine and model), else fp32; then, on a CPU, int8
         instead only where it decodes measurably faster still and its dev BLEU is within 0.3 of fp32's
         (`interlingua.inference.int8_probe`, cached likewise)."""
-        dev = device if isinstance(device, torch.device) else resolve_device(device)
-        loaded = load_checkpoint(path, dev)
         if not isinstance(path, (str, Path)):
             raise ArgumentTypeError(f"path: expected a checkpoint file or model folder (a str or Path), got {path!r}")
         if not isinstance(device, (str, torch.device)):
             raise ArgumentTypeError(f"device: expected a device name or torch.device, got {device!r}")
         check_choice("precision", precision, PRECISIONS)  # before a possibly long load
+        dev = device if isinstance(device, torch.device) else resolve_device(device)
+        loaded = load_checkpoint(path, dev)
         if precision != "auto":
             return cls(loaded, resolve_device_precision(precision, dev))
         first = loaded.network.encoder_langs[0]
@@ -225,6 +232,15 @@ class Model:
     @property
     def device(self) -> torch.device:
         return self._network.device
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the weights (hex): the identity a `Representation` carries, so that `generate` writes out
+        only representations of these weights (the same file loaded again has the same fingerprint). Worked
+        out once, on first use."""
+        if self._fingerprint is None:
+            self._fingerprint = weights_fingerprint(self._network)
+        return self._fingerprint
 
     @property
     def runtime(self) -> Runtime:
@@ -294,6 +310,7 @@ class Model:
     def check_target(self, lang: str) -> None:
         """Raise `LanguageError` naming `lang` and the target languages where the model has no decoder
         for it (see `check_source`)."""
+        check_language("lang", lang)
         self._network.decoder_for(lang)
 
     def max_source_length(self, lang: str) -> int | None:
@@ -301,7 +318,6 @@ class Model:
         position table ends somewhere); None where it reads any length. Sentences are cut well below it
         (`preprocess.max_len`); this bounds what longer inputs, whole documents, may keep."""
         return self._network.encoder_for(lang).max_length
-        check_language("lang", lang)
 
     @property
     def bridge_attention(self) -> bool:
@@ -400,7 +416,7 @@ class Model:
                                                                                 "translation are empty")
         with self._runtime.autocast():
             return represent_ids(self._network, self._vocabs, seqs, lang, tgt if self.target_in_source else None,
-                                 batch_size)
+                                 batch_size, self.fingerprint)
 
     @torch.inference_mode()
     def generate(self, representation: Representation, tgt: str, beam: int = 1, length_penalty: float = 1.0,
@@ -409,7 +425,10 @@ class Model:
         """`representation` (from `represent`) written out in `tgt`, one line per text, in order, with
         the same search and settings as `translate` (which is `represent` then this): the same output,
         byte for byte, where `batch_size` is the one `represent` ran with. A representation of a
-        `target_in_source` model made for another target raises `TargetMismatchError`."""
+        `target_in_source` model made for another target raises `TargetMismatchError`; anything else than
+        this model's own representation (a tensor, another model's, memory of another width, dtype or device,
+        NaN memory) raises `ArgumentTypeError` / `ArgumentError` saying what is wrong, before any search."""
+        check_representation(representation, self._network, self.fingerprint, self._memory_dtypes())
         check_search(beam, length_penalty, max_len, batch_size, beam_stop)
         check_language("tgt", tgt)
         self.check_target(tgt)
@@ -418,6 +437,12 @@ class Model:
                                  length_penalty=length_penalty, max_len=max_len, max_len_cap=4 * self._pre.max_len,
                                  beam_stop=beam_stop, progress=progress,
                                  shortlist=self._shortlist_for(representation, tgt))
+
+    def _memory_dtypes(self) -> tuple[torch.dtype, ...]:
+        """What memory the decoders read: float32, and under bf16 / fp16 autocast what the encoder gives there."""
+        precision = self._runtime.precision
+        return (torch.float32,) + ((torch.bfloat16,) if precision == "bf16" else
+                                   (torch.float16,) if precision == "fp16" else ())
 
     # --- lexical shortlist -------------------------------------------------------------------
 
@@ -552,6 +577,7 @@ class Model:
 
     def attentions(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
         """Bridge attention A (k, n_i) of each sentence over its n_i subwords (empty: (k, 0))."""
+        COUNT.check("batch_size", batch_size)
         return self._attentions(self._tokenize_for_attention(texts, lang), lang, batch_size)
 
     @property
@@ -559,7 +585,6 @@ class Model:
         """Encoder layers whose self-attention `attention_maps` shows (0 for a BiLSTM encoder)."""
         return self._network.encoder_for(self.languages.sources[0]).self_attention_layers
 
-        COUNT.check("batch_size", batch_size)
     def attention_maps(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[AttentionMaps]:
         """Everything attention shows of each text, in order: the bridge's heads over its tokens (the
         same A as `attention`) where the model has an attention bridge, and every encoder layer's

@@ -6,9 +6,16 @@ caller can keep, slice and decode the representation as often as it likes. `gene
 batch back together exactly as `translate_ids` ran it (same length-sorted batches, same padding:
 the memory's padding is zero, as the encoders leave it), so generating from a representation gives
 the very bytes a translation does.
+
+`generate` checks what it is given before any search (`check_representation`): a tensor or array
+where a representation goes, memory of another width, dtype or device, or NaN in it would
+otherwise end in a shape error deep in a decoder or in empty text. A representation carries the
+fingerprint of the weights that made it, since another model's memory of the same width decodes
+without any error into nonsense.
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,7 +27,7 @@ from tqdm import tqdm
 from interlingua.data.inputs import length_sorted_groups
 from interlingua.data.shortlist import DirectionTable
 from interlingua.data.vocab import Vocab
-from interlingua.errors import TargetMismatchError
+from interlingua.errors import ArgumentError, ArgumentTypeError, TargetMismatchError
 from interlingua.modules.base import BridgeOutput
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import batches_total, decode_batch, encoded_batches
@@ -51,6 +58,9 @@ class Representation:
     source_ids: tuple[np.ndarray, ...] = ()
     """Each text's subword ids (no language tag), where known: what a shortlist picks a sentence's target
     candidates from; empty where the representation was put together without them."""
+    fingerprint: str = ""
+    """The `weights_fingerprint` of the model that made it: `generate` writes out only representations of
+    its own weights (the same weights loaded again included)."""
 
     def __len__(self) -> int:
         return len(self.memory)
@@ -70,13 +80,14 @@ class Representation:
             picked = [int(i) for i in index]
         return Representation(tuple(self.memory[i] for i in picked), tuple(self.mask[i] for i in picked),
                               tuple(self.lengths[i] for i in picked), self.src, self.tgt,
-                              tuple(self.source_ids[i] for i in picked) if self.source_ids else ())
+                              tuple(self.source_ids[i] for i in picked) if self.source_ids else (), self.fingerprint)
 
 
 def represent_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src: str,
-                  tgt: str | None, batch_size: int) -> Representation:
+                  tgt: str | None, batch_size: int, fingerprint: str = "") -> Representation:
     """The encode half of `translate_ids`, kept: the memory of every batch split into its sentences.
-    `tgt` is only read by a `source_prefix` model (whose encoding it changes); pass None otherwise."""
+    `tgt` is only read by a `source_prefix` model (whose encoding it changes); pass None otherwise.
+    `fingerprint`: the model's `weights_fingerprint`, which the representation carries."""
     model.eval()
     memory: list[torch.Tensor | None] = [None] * len(seqs)
     mask: list[torch.Tensor | None] = [None] * len(seqs)
@@ -90,7 +101,64 @@ def represent_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Seq
     empty_memory, empty_mask = _empty_rows(model, next((m for m in memory if m is not None), None))
     return Representation(tuple(empty_memory if m is None else m for m in memory),
                           tuple(empty_mask if m is None else m for m in mask), tuple(lengths), src, tgt,
-                          tuple(np.asarray(s) for s in seqs))
+                          tuple(np.asarray(s) for s in seqs), fingerprint)
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """SHA-256 (hex) of a model's weights: names, dtypes, shapes and values. The same for the same weights
+    however they were loaded (a checkpoint or its model folder, twice), different for any other model."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)};".encode())
+        if t.numel():
+            digest.update(t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def check_representation(rep: object, model: TranslationNetwork, fingerprint: str,
+                         dtypes: Sequence[torch.dtype]) -> Representation:
+    """`rep` as `generate` may write it out with `model` (whose `weights_fingerprint` is `fingerprint`, and
+    whose decoders read memory of `dtypes` on the model's device), or the one error that says what is wrong:
+    `ArgumentTypeError` for anything but a `Representation`, `ArgumentError` naming the text for another
+    model's representation, memory of another width, dtype or device, a mask that does not fit it, NaN or
+    infinite memory."""
+    if not isinstance(rep, Representation):
+        got = "None" if rep is None else type(rep).__name__
+        raise ArgumentTypeError(f"representation: expected a Representation (from Model.represent), got {got}")
+    if rep.fingerprint != fingerprint:
+        raise ArgumentError("representation: it was not made by this model's represent (it carries no model "
+                            "fingerprint)" if not rep.fingerprint else "representation: it was made by another "
+                            "model (other weights): write it out with the model whose represent made it")
+    if not len(rep.mask) == len(rep.lengths) == len(rep.memory):
+        raise ArgumentError(f"representation: {len(rep.memory)} memories, {len(rep.mask)} masks and "
+                            f"{len(rep.lengths)} lengths: one of each per text")
+    width, device = model.bridge.output_dim, model.device
+    for i, (memory, mask) in enumerate(zip(rep.memory, rep.mask)):
+        where = f"representation: the memory of text {i}"
+        if not isinstance(memory, torch.Tensor) or memory.dim() != 2:
+            raise ArgumentError(f"{where} is not a (rows, width) tensor: "
+                                f"{tuple(memory.shape) if isinstance(memory, torch.Tensor) else type(memory).__name__}")
+        if memory.size(1) != width:
+            raise ArgumentError(f"{where} is {memory.size(1)} wide; this model's decoders read memory {width} wide")
+        if memory.dtype not in dtypes:
+            raise ArgumentError(f"{where} is {_dtype(memory.dtype)}; this model reads "
+                                f"{' or '.join(_dtype(d) for d in dtypes)}")
+        if memory.device != device:
+            raise ArgumentError(f"{where} is on {memory.device}; the model is on {device}")
+        if (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != (memory.size(0),)
+                or mask.device != device):
+            raise ArgumentError(f"representation: the mask of text {i} is not a bool vector with one value per row "
+                                f"of its memory ({memory.size(0)}), on {device}")
+    finite = [torch.isfinite(m).all() for m in rep.memory if m.numel()]
+    if finite and not bool(torch.stack(finite).all()):  # one device sync for all texts
+        bad = next(i for i, m in enumerate(rep.memory) if m.numel() and not bool(torch.isfinite(m).all()))
+        raise ArgumentError(f"representation: the memory of text {bad} holds NaN or infinite values")
+    return rep
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _attended_rows(mask: torch.Tensor) -> list[int]:
