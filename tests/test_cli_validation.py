@@ -36,6 +36,7 @@ REQUIRED = {
     "extend": ["m.pt", "--lang", "cs", "--out", "x.pt"],
     "serve": ["--model", "m.pt"],
     "shortlist": ["m.pt", "--out", "s.safetensors"],
+    "synthesize": ["m.pt", "--out", "synthetic"],
 }
 # (command, option, range-checking type): every numeric option the parser has
 NUMERIC = [
@@ -62,6 +63,8 @@ NUMERIC = [
     ("serve", "--payload-limit", positive_int), ("serve", "--max-concurrent-requests", positive_int),
     ("serve", "--request-timeout", positive_float), ("serve", "--read-timeout", positive_float),
     ("serve", "--keep-alive-timeout", positive_float), ("serve", "--max-connections", positive_int),
+    ("synthesize", "--beam", beam_size), ("synthesize", "--batch-size", positive_int),
+    ("synthesize", "--max-lines", positive_int), ("synthesize", "--threads", positive_int),
 ]
 BAD = {positive_int: ["0", "-3", "2.5", "two", ""], beam_size: ["0", "65", "1000", "2.5", "wide"],
        output_length: ["0", "16385", "1000000000", "2.5", "long"],
