@@ -142,6 +142,9 @@ def test_a_synthetic_run_resumes_exactly(multi30k_corpus, prepared, tmp_path):
     assert any("synthetic_pairs" in r for r in reference)
     valid = [r for r in reference if r["type"] == "valid"][-1]
     assert valid["directions"]["de-fr"]["zero_resource"] and not valid["directions"]["de-en"]["zero_resource"]
+    languages = load(tmp_path / "straight" / "last.pt").languages
+    assert languages.zero_resource == (("de", "fr"), ("fr", "de")) and set(languages.zero_resource) <= set(
+        languages.zero_shot)
 
 
 def test_two_gloo_processes_with_synthetic_pairs_equal_one_process(multi30k_corpus, tmp_path):

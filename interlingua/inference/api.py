@@ -33,7 +33,7 @@ import torch
 
 from interlingua.arguments import COUNT, POOLINGS, PRECISIONS, check_choice, check_language, check_search
 from interlingua.config import ExperimentConfig, PreprocessConfig
-from interlingua.data.directions import Direction
+from interlingua.data.directions import Direction, synthetic_directions
 from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
 from interlingua.data.shortlist import DirectionTable, Shortlist
 from interlingua.data.vocab import Vocab, source_prefix
@@ -69,7 +69,9 @@ class Languages:
     targets: tuple[str, ...]
     """Languages with a decoder (what `translate` writes)."""
     trained: tuple[Direction, ...]
-    """Directions the model was trained on."""
+    """Directions the model was trained on (real parallel data)."""
+    zero_resource: tuple[Direction, ...] = ()
+    """The zero-shot directions trained on synthetic pairs only (`train.synthetic`): still no real parallel data."""
 
     @property
     def zero_shot(self) -> tuple[Direction, ...]:
@@ -249,8 +251,13 @@ class Model:
 
     @property
     def languages(self) -> Languages:
-        return Languages(tuple(self._network.encoder_langs), tuple(self._network.decoder_langs),
-                         tuple((s, t) for s, t in self._loaded.directions))
+        trained = tuple((s, t) for s, t in self._loaded.directions)
+        languages = Languages(tuple(self._network.encoder_langs), tuple(self._network.decoder_langs), trained)
+        synthetic = self._loaded.config.train.synthetic
+        if not synthetic.modes:
+            return languages
+        made = synthetic_directions(synthetic.directions, list(languages.zero_shot))
+        return dataclasses.replace(languages, zero_resource=tuple(d for d in made if d in languages.zero_shot))
 
     @property
     def dim(self) -> int:
