@@ -13,7 +13,9 @@ from interlingua.config import parse_config
 from interlingua.data.download import get_multi30k
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# ../shared/data, or where INTERLINGUA_SHARED_DATA points (a GPU machine has no ../shared: scripts/gpu-check.sh
+# points it at the copy scripts/gpu-prepare.sh made)
+SHARED_DATA = Path(os.environ.get("INTERLINGUA_SHARED_DATA") or REPO.parent / "shared" / "data")
 MULTI30K = SHARED_DATA / "multi30k"
 
 # In CI the shared data, the papers and the optional extras are always installed: a test that
