@@ -61,17 +61,18 @@ main()
 
 
 def translate(peer_dir: Path, checkpoint: Path, src_pieces: Path, output: Path, *, beam: int, threads: int,
-              batch_size: int, max_length: int, int8: bool = False) -> dict:
+              batch_size: int, max_length: int, int8: bool = False, timeout: float | None = None) -> dict:
     """One `onmt_translate` process over `src_pieces`; its own in-process time (model loading
     excluded: "Total translation time") and the process's wall clock (loading included). `int8`:
-    `-precision int8` with the quantization it promises applied (see ONMT_INT8)."""
+    `-precision int8` with the quantization it promises applied (see ONMT_INT8). Stopped after
+    `timeout` seconds (subprocess.TimeoutExpired)."""
     program = ([str(peer_dir / "venv" / "bin" / "python"), "-c", ONMT_INT8] if int8
                else [str(peer_dir / "venv" / "bin" / "onmt_translate")])
     cmd = [*program, "-model", str(checkpoint), "-src", str(src_pieces),
            "-output", str(output), "-beam_size", str(beam), "-batch_size", str(batch_size), "-batch_type", "sents",
            "-max_length", str(max_length), "-report_time", *(["-precision", "int8"] if int8 else [])]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=peer_env(threads), capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=peer_env(threads), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     log = proc.stdout + proc.stderr
     m = re.search(r"Total translation time \(s\): ([\d.]+)", log)

@@ -1,6 +1,6 @@
 """Where int8 pays on this CPU: linear layers, the LSTM decoder's step, the BiLSTM encoder, a whole model.
 
-Run: python bench/int8_linear.py [--sections linear,lstm_decoder,lstm_encoder] [--threads 2]
+Run: python bench/int8_linear.py [--sections linear,lstm_decoder,lstm_encoder,plan] [--threads 2]
          [--out bench/results/int8_linear.jsonl]
      python bench/int8_linear.py --sections model --model demo_run/model/best.pt --src en --tgt de
 Sections:
@@ -12,9 +12,15 @@ Sections:
   lstm_encoder  one direction of the BiLSTM encoder over a (batch, T, in) batch: nn.LSTM's fused fp32
                 kernel against the split `LinearLSTM` (all time steps' input projections in one product,
                 then a recurrent loop), fp32 and int8: `ENCODER_LSTM_INT8`.
+  plan          the library's own measurement (`interlingua.modules.int8.time_kernels`, run afresh, not
+                cached) at --model's layer shapes, else at those of `linear`: each kernel's time against
+                fp32's at `MEASURE_ROWS` rows, the kernel each shape gets, how long measuring took, and
+                the one-line refusal `precision: int8` gives where no shape gets one.
   model         a checkpoint's translation of the first --sentences test_2016_flickr lines, batch 64, greedy
                 and beam 5, fp32 against int8 (`interlingua.load(..., precision="int8")`), loaded once each
                 in this process, passes alternating; with --min-weights, int8 with those thresholds too.
+                A variant the library refuses, or whose first batch takes over SKIP_FACTOR (10) times
+                fp32's (a pass would too), gets a line saying so and is not timed.
 Times are per call in microseconds (seconds for `model`): the minimum over --reps interleaved rounds
 (each round times every variant once, a block of calls each), which resists the load other processes
 put on the machine; medians are recorded beside them. One JSON line per measurement is printed and
@@ -40,7 +46,16 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from _results import append_result  # noqa: E402
 
-from interlingua.modules.int8 import KERNELS, Int8Linear, LinearLSTM, kernel_works  # noqa: E402
+from interlingua.modules.int8 import (  # noqa: E402
+    KERNELS,
+    Int8Linear,
+    Int8Plan,
+    LinearLSTM,
+    kernel_works,
+    layer_shapes,
+    time_kernels,
+    working_kernels,
+)
 from interlingua.precision import cpu_flags, cpu_model  # noqa: E402
 
 LINEAR_SHAPES = [  # rows x in x out: decoder steps (64 greedy, 320 = 64 x beam 5), encoders (1280 = 64 x 20)
@@ -56,27 +71,47 @@ DECODER_SIZES = [(64, 256, 256, 1), (320, 256, 256, 1), (64, 256, 256, 2), (320,
 """batch, embed, hidden, layers."""
 ENCODER_SIZES = [(64, 20, 256, 128), (64, 20, 512, 256), (1, 12, 256, 128)]
 """batch, time steps, input size, hidden size per direction (demo: 256 -> 2 x 128; papers: 512 -> 2 x 256)."""
+SKIP_FACTOR = 10
+"""A variant whose first calls (`model`: its first batch) take over this many times the baseline's (fp32,
+nn.LSTM) is not timed further, and its line says so."""
 
 
-def timed(variants: dict[str, Callable[[], object]], reps: int, calls: int) -> dict[str, dict[str, float]]:
-    """Microseconds per call of each variant: min and median over `reps` interleaved rounds of `calls` calls."""
+def timed(variants: dict[str, Callable[[], object]], reps: int, calls: int) -> dict[str, dict]:
+    """Microseconds per call of each variant: min and median over `reps` interleaved rounds of `calls` calls.
+    The first variant is the baseline: one whose first two warm-up calls each take over SKIP_FACTOR times the
+    baseline's is not timed further ({"skipped": why}): its rounds would take minutes where a kernel is that slow."""
     times: dict[str, list[float]] = {name: [] for name in variants}
+    skipped: dict[str, dict] = {}
+    base = next(iter(variants))
     with torch.inference_mode():
-        for fn in variants.values():
+        first: dict[str, float] = {}
+        for name, fn in variants.items():
+            warm = []
             for _ in range(3):
+                t0 = time.perf_counter()
                 fn()
+                warm.append(time.perf_counter() - t0)
+                if name != base and len(warm) == 2 and min(warm) > SKIP_FACTOR * first[base]:
+                    break  # two calls said enough
+            first[name] = min(warm)
+            if name != base and first[name] > SKIP_FACTOR * first[base]:
+                skipped[name] = {"skipped": f"its warm-up calls took {first[name] / first[base]:,.0f}x {base}'s "
+                                            f"({first[name] * 1e6:,.0f} us against {first[base] * 1e6:,.1f} us)"}
+                del times[name]
         for _ in range(reps):
-            for name, fn in variants.items():
+            for name in times:
+                fn = variants[name]
                 t0 = time.perf_counter()
                 for _ in range(calls):
                     fn()
                 times[name].append((time.perf_counter() - t0) / calls * 1e6)
-    return {name: {"min_us": round(min(t), 1), "median_us": round(statistics.median(t), 1)}
-            for name, t in times.items()}
+    return {**{name: {"min_us": round(min(t), 1), "median_us": round(statistics.median(t), 1)}
+               for name, t in times.items()}, **skipped}
 
 
-def speedups(result: dict[str, dict[str, float]], base: str) -> dict[str, float]:
-    return {name: round(result[base]["min_us"] / r["min_us"], 2) for name, r in result.items() if name != base}
+def speedups(result: dict[str, dict], base: str) -> dict[str, float]:
+    return {name: round(result[base]["min_us"] / r["min_us"], 2) for name, r in result.items()
+            if name != base and "min_us" in r}
 
 
 def kernels() -> list[str]:
@@ -147,6 +182,26 @@ def bench_lstm_encoder(args: argparse.Namespace, record: Callable[[dict], None])
                 "times": result, "speedup_vs_nn_lstm": speedups(result, "nn.LSTM")})
 
 
+def bench_plan(args: argparse.Namespace, record: Callable[[dict], None]) -> None:
+    import interlingua
+    from interlingua.modules import int8
+    if args.model:
+        shapes = layer_shapes(interlingua.load(args.model, "cpu", "fp32")._network)
+    else:
+        shapes = {(n_in, n_out) for _, n_in, n_out in LINEAR_SHAPES}
+    kernels = working_kernels()
+    t0 = time.perf_counter()
+    times = time_kernels(shapes, kernels)
+    took = time.perf_counter() - t0
+    plan = Int8Plan.from_times(times)
+    record({"section": "plan", "model": str(args.model) if args.model else None, "rows": list(int8.MEASURE_ROWS),
+            "kernels_tried": kernels, "took_s": round(took, 2), "seconds": times.seconds, "given_up": times.given_up,
+            "speedup_vs_fp32": {label: {k: round((row["fp32"] or 0) / v, 2) for k, v in row.items()
+                                        if k != "fp32" and v}
+                                for label, row in times.seconds.items()},
+            "kernel": plan.kernels, "refusal": plan.refusal()})
+
+
 def bench_model(args: argparse.Namespace, record: Callable[[dict], None]) -> None:
     import interlingua
     from interlingua.data.corpus import read_lines
@@ -159,13 +214,26 @@ def bench_model(args: argparse.Namespace, record: Callable[[dict], None]) -> Non
     refs = read_lines(data / f"test_2016_flickr.{args.tgt}.gz")[:args.sentences]
     models = {"fp32": interlingua.load(args.model, "cpu", "fp32")}
     default = int8.MIN_INT8_WEIGHTS
+    skipped: dict[str, str] = {}
     for threshold in [default] + [t for t in args.min_weights if t != default]:
         int8.MIN_INT8_WEIGHTS = threshold
         try:
             models[f"int8>={threshold}"] = interlingua.load(args.model, "cpu", "int8")
         except interlingua.InterlinguaError as err:
-            print(f"threshold {threshold}: {err}", file=sys.stderr)
+            skipped[f"int8>={threshold}"] = f"refused: {err}"
     int8.MIN_INT8_WEIGHTS = default
+    first: dict[str, float] = {}
+    for name, model in models.items():  # one batch each: a variant 10x slower than fp32 is not timed
+        t0 = time.perf_counter()
+        model.translate(sources[:64], args.src, args.tgt, beam=5, batch_size=64)
+        first[name] = time.perf_counter() - t0
+        if name != "fp32" and first[name] > SKIP_FACTOR * first["fp32"]:
+            skipped[name] = (f"its first batch (64 sentences, beam 5) took {first[name]:.2f} s, "
+                             f"{first[name] / first['fp32']:.0f}x fp32's {first['fp32']:.2f} s")
+    for name, why in skipped.items():
+        models.pop(name, None)
+        record({"section": "model", "model": str(args.model), "direction": f"{args.src}-{args.tgt}",
+                "variant": name, "skipped": why})
     for beam in (1, 5):
         times: dict[str, list[float]] = {name: [] for name in models}
         outputs: dict[str, list[str]] = {}
@@ -185,11 +253,13 @@ def bench_model(args: argparse.Namespace, record: Callable[[dict], None]) -> Non
                                     for name, r in result.items() if name != "fp32"},
                 "bleu": bleu, "same_output_as_fp32": same,
                 "int8_linears": {name: sum(isinstance(m, Int8Linear) for m in model._network.modules())
+                                 for name, model in models.items() if name != "fp32"},
+                "int8_kernels": {name: sorted({m.kernel for m in model._network.modules() if isinstance(m, Int8Linear)})
                                  for name, model in models.items() if name != "fp32"}})
 
 
 SECTIONS = {"linear": bench_linear, "lstm_decoder": bench_lstm_decoder, "lstm_encoder": bench_lstm_encoder,
-            "model": bench_model}
+            "plan": bench_plan, "model": bench_model}
 
 
 def main() -> None:

@@ -6,7 +6,13 @@ For each beam: sentences/s of `Model.translate` over the 1,000 sentences (raw te
 text out: tokenisation and detokenisation included, model loading excluded), every timed
 pass's seconds, the best of --reps, and lowercased BLEU / chrF of the output. One JSON line
 per beam is printed and appended to --out. `bench/translate_vs_peer.py` runs this script once
-per timed pass, in a fresh process, beside the peer's own translation program.
+per timed pass, in a fresh process, beside the peer's own translation program. A precision the
+library refuses here (int8 where no int8 kernel is faster than fp32 on this CPU) exits with status
+3 and the refusal on stderr.
+
+The comparisons skip a system whose single pass would take over SKIP_FACTOR (10) times its fp32
+counterpart's (`skip_after`: its pass is stopped at that time, loading included on both sides), or
+that the library refuses, and say so in a "skipped" line; it is not run again.
 """
 from __future__ import annotations
 
@@ -24,24 +30,55 @@ import torch  # noqa: E402
 from _results import append_result  # noqa: E402
 
 from interlingua.data.corpus import read_lines  # noqa: E402
+from interlingua.errors import InterlinguaError  # noqa: E402
 from interlingua.inference.api import load  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
+
+SKIP_FACTOR = 10
+"""A system whose pass would take over this many times its fp32 counterpart's is skipped."""
+REFUSED = 3
+"""This script's exit status where the library refuses the precision asked for."""
+
+
+class PassSkipped(Exception):
+    """A pass refused by the library, or stopped at SKIP_FACTOR times its fp32 counterpart's time: why."""
+
+
+def skip_after(reference: list[dict] | None) -> float | None:
+    """The seconds after which a pass is stopped: SKIP_FACTOR times the fastest pass of its fp32 counterpart so
+    far (`reference`, wall clock with loading), None where that has not run."""
+    return SKIP_FACTOR * min(p["wall_incl_load_s"] for p in reference) if reference else None
+
+
+def skip_reason(err: Exception) -> str:
+    """The "skipped" line's `why` for a refused pass (PassSkipped) or one stopped by its timeout."""
+    if isinstance(err, subprocess.TimeoutExpired):
+        return (f"one pass would take over {SKIP_FACTOR}x its fp32 counterpart's (loading included): stopped after "
+                f"{float(err.timeout):.1f} s")
+    return str(err)
+
+
+SKIPPABLE = (PassSkipped, subprocess.TimeoutExpired)
+"""What a comparison catches around a pass to skip the system (`skip_reason`)."""
 
 
 def timed_pass(ckpt: str, *, src: str, tgt: str, beam: int, stop: str, threads: int, batch_size: int,
                max_len: int | None, data: str, hyps_dir: Path, precision: str = "fp32",
-               shortlist: str | None = None) -> dict:
+               shortlist: str | None = None, timeout: float | None = None) -> dict:
     """One timed pass of this script in a fresh process (what the peer comparisons time on our side):
     its in-process seconds for one rep, its wall clock with model loading, the checkpoint's step and
-    the file its output went to. `max_len` None: the library's per-sentence output limit."""
+    the file its output went to. `max_len` None: the library's per-sentence output limit. PassSkipped
+    where the library refuses `precision`; subprocess.TimeoutExpired past `timeout` seconds."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--model", ckpt, "--src", src, "--tgt", tgt,
            "--beams", str(beam), "--beam-stop", stop, "--reps", "1", "--threads", str(threads),
            "--batch-size", str(batch_size), *([] if max_len is None else ["--max-len", str(max_len)]),
            "--data", data, "--hyps-dir", str(hyps_dir), "--precision", precision,
            *([] if shortlist is None else ["--shortlist", shortlist])]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
+    if proc.returncode == REFUSED:
+        raise PassSkipped(f"refused: {proc.stderr.strip().splitlines()[-1]}")
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"translate_speed.py failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -79,7 +116,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     src = read_lines(Path(args.data) / f"test_2016_flickr.{args.src}.gz")
     ref = read_lines(Path(args.data) / f"test_2016_flickr.{args.tgt}.gz")
-    tr = load(args.model, precision=args.precision)
+    try:
+        tr = load(args.model, precision=args.precision)
+    except InterlinguaError as err:  # e.g. int8 where no int8 kernel pays on this CPU
+        print(err, file=sys.stderr)
+        sys.exit(REFUSED)
     if args.shortlist:
         tr.use_shortlist(args.shortlist)
     step = tr.step

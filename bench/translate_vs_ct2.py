@@ -30,6 +30,12 @@ CTranslate2 fp32 and int8 and to OpenNMT-py, BLEU, output lengths).
 
 The two models are trained separately (same sizes, data and steps), so their outputs differ;
 `mean_words` and `outputs_ge_40_words` in each summary show how comparable the work was.
+
+A system whose pass would take over 10x its fp32 counterpart's (`ctranslate2/int8` -> `ctranslate2`;
+ours: the same system in fp32, else with beam rule `all`, else with fewer options: `fp32_counterpart`)
+is stopped at that time, and one our library refuses (int8 where no int8 kernel is
+faster than fp32 on this CPU) ends at once: either gets a "skipped" line saying why and is not run
+again (`translate_speed.SKIP_FACTOR`); the counterparts run first in the first round.
 """
 from __future__ import annotations
 
@@ -46,7 +52,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import _peer  # noqa: E402
 from _results import append_result  # noqa: E402
-from translate_speed import output_stats, timed_pass  # noqa: E402
+from translate_speed import SKIPPABLE, output_stats, skip_after, skip_reason, timed_pass  # noqa: E402
 
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
@@ -103,11 +109,11 @@ def convert(peer_dir: Path, ckpt: Path, out: Path) -> Path:
 
 
 def ct2_pass(peer_dir: Path, model: Path, src: Path, out: Path, beam: int, args: argparse.Namespace,
-             compute_type: str = "float32", prefix: str = "") -> dict:
+             compute_type: str = "float32", prefix: str = "", timeout: float | None = None) -> dict:
     cmd = [str(peer_dir / "venv" / "bin" / "python"), "-c", CT2_PASS, str(model), str(src), str(out), str(beam),
            str(args.threads), str(args.batch_size), str(args.max_len), compute_type, prefix]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=_peer.peer_env(args.threads))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=_peer.peer_env(args.threads), timeout=timeout)
     wall = time.perf_counter() - t0
     found = [line for line in done.stdout.splitlines() if line.startswith("SECONDS ")]
     if done.returncode != 0 or not found:
@@ -123,6 +129,24 @@ def export_ours(ours: str, out: Path) -> tuple[Path, str]:
     model = load(ours, "cpu")
     model.export_ctranslate2(out)
     return out, language_tag("de") if not model.target_in_source else ""
+
+
+def fp32_counterpart(system: str, systems: list[str]) -> str | None:
+    """The fp32 system of `systems` that `system` is timed against for skipping (None for an fp32 system, or
+    where there is none): `/int8` dropped, or for ours the precision set to fp32, then the beam rule set to
+    `all`, then the trailing options dropped one by one."""
+    parts = system.split("/")
+    if parts[0] != "interlingua":
+        return "/".join(parts[:-1]) if parts[-1] == "int8" and "/".join(parts[:-1]) in systems else None
+    if parts[1] == "fp32":
+        return None
+    options = parts[3:]
+    for keep in range(len(options), -1, -1):
+        for stop in dict.fromkeys([parts[2], "all"]):
+            name = "/".join(["interlingua", "fp32", stop, *options[:keep]])
+            if name in systems:
+                return name
+    return None
 
 
 DEFAULT_SYSTEMS = ("ctranslate2,ctranslate2/int8,opennmt-py,opennmt-py/int8,ours-ct2/int8,"
@@ -172,35 +196,49 @@ def main() -> None:
         # greedy: the beam rule does not matter, so one of each otherwise equal system
         systems = [s for s in all_systems if beam > 1 or "/top" not in s]
         passes: dict[str, list[dict]] = {s: [] for s in systems}
+        counterpart = {s: fp32_counterpart(s, systems) for s in systems}
+        skipped: set[str] = set()
         for r in range(args.rounds):
             order = systems[r % len(systems):] + systems[:r % len(systems)]
-            for system in order:
+            if r == 0:  # the fp32 counterparts first: their time bounds the others' (skip_after)
+                order.sort(key=lambda s: counterpart[s] is not None)
+            for system in [s for s in order if s not in skipped]:
                 name = system.replace("/", "_")
-                if system.startswith("ctranslate2"):
-                    assert ct2_model is not None
-                    res = ct2_pass(peer_dir, ct2_model, peer_src, work / f"{name}.beam{beam}.sp.de", beam, args,
-                                   "int8" if system.endswith("/int8") else "float32")
-                elif system.startswith("ours-ct2"):
-                    assert ours_ct2 is not None
-                    res = ct2_pass(peer_dir, ours_ct2, peer_src, work / f"{name}.beam{beam}.sp.de", beam, args,
-                                   "int8" if system.endswith("/int8") else "float32", ours_prefix)
-                elif system.startswith("opennmt-py"):
-                    hyps = work / f"{name}.beam{beam}.sp.de"
-                    res = _peer.translate(peer_dir, peer_ckpt, peer_src, hyps, beam=beam, threads=args.threads,
-                                          batch_size=args.batch_size, max_length=args.max_len,
-                                          int8=system.endswith("/int8"))
-                    res["hyps"] = hyps
-                else:
-                    parts = system.split("/")
-                    res = timed_pass(args.ours, src="en", tgt="de", beam=beam, stop=parts[2],
-                                     threads=args.threads, batch_size=args.batch_size,
-                                     max_len=None if "own-limit" in parts else args.max_len, data=args.data,
-                                     hyps_dir=work / name, precision=parts[1],
-                                     shortlist=shortlist if "shortlist" in parts else None)
+                timeout = skip_after(passes.get(counterpart[system] or ""))
+                try:
+                    if system.startswith("ctranslate2"):
+                        assert ct2_model is not None
+                        res = ct2_pass(peer_dir, ct2_model, peer_src, work / f"{name}.beam{beam}.sp.de", beam, args,
+                                       "int8" if system.endswith("/int8") else "float32", timeout=timeout)
+                    elif system.startswith("ours-ct2"):
+                        assert ours_ct2 is not None
+                        res = ct2_pass(peer_dir, ours_ct2, peer_src, work / f"{name}.beam{beam}.sp.de", beam, args,
+                                       "int8" if system.endswith("/int8") else "float32", ours_prefix, timeout)
+                    elif system.startswith("opennmt-py"):
+                        hyps = work / f"{name}.beam{beam}.sp.de"
+                        res = _peer.translate(peer_dir, peer_ckpt, peer_src, hyps, beam=beam, threads=args.threads,
+                                              batch_size=args.batch_size, max_length=args.max_len,
+                                              int8=system.endswith("/int8"), timeout=timeout)
+                        res["hyps"] = hyps
+                    else:
+                        parts = system.split("/")
+                        res = timed_pass(args.ours, src="en", tgt="de", beam=beam, stop=parts[2],
+                                         threads=args.threads, batch_size=args.batch_size,
+                                         max_len=None if "own-limit" in parts else args.max_len, data=args.data,
+                                         hyps_dir=work / name, precision=parts[1],
+                                         shortlist=shortlist if "shortlist" in parts else None, timeout=timeout)
+                except SKIPPABLE as err:
+                    skipped.add(system)
+                    append_result(args.out, {"kind": "skipped", "system": system, "beam": beam, "round": r + 1,
+                                             "why": skip_reason(err), "fp32_counterpart": counterpart[system],
+                                             "threads": args.threads})
+                    continue
                 passes[system].append(res)
                 append_result(args.out, {"kind": "pass", "system": system, "beam": beam, "round": r + 1,
                                          "seconds": res["seconds"], "wall_incl_load_s": res["wall_incl_load_s"],
                                          "threads": args.threads})
+        for system in skipped:
+            del passes[system]
         medians = {s: statistics.median(p["seconds"] for p in ps) for s, ps in passes.items()}
 
         def ratio(peer: str, system: str, medians: dict[str, float] = medians) -> float | None:

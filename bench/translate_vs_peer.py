@@ -19,7 +19,11 @@ chrF, the peer's pieces decoded with its own sentencepiece model first).
 
 Lines appended to --out: one per timed pass ("pass"), then one per system and beam
 ("summary": best and median seconds and sentences/s, their ratios to the peer, BLEU / chrF,
-output lengths, the checkpoint and its step).
+output lengths, the checkpoint and its step). A system whose pass would take over 10x its fp32
+counterpart's (`opennmt-py@int8` -> `opennmt-py`, `NAME[/top]@PRECISION` -> `NAME[/top]`) is
+stopped at that time, and one our library refuses (int8 where no int8 kernel is faster than fp32 on
+this CPU) ends at once: either gets a "skipped" line saying why and is not run again
+(`translate_speed.SKIP_FACTOR`); the counterparts run first in the first round.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import _peer  # noqa: E402
 from _results import append_result  # noqa: E402
-from translate_speed import output_stats, timed_pass  # noqa: E402
+from translate_speed import SKIPPABLE, output_stats, skip_after, skip_reason, timed_pass  # noqa: E402
 
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.training.validation import corpus_scores  # noqa: E402
@@ -90,30 +94,45 @@ def main() -> None:
                 for name, ckpt in ours.items()}
         systems = [PEER, *([PEER_INT8] if args.peer_int8 else []), *runs]
         passes: dict[str, list[dict]] = {s: [] for s in systems}
+        # the fp32 system each other one is timed against for skipping (NAME[/top]@PRECISION -> NAME[/top])
+        counterpart = {s: s.split("@")[0] if "@" in s and s.split("@")[0] in systems else None for s in systems}
+        skipped: set[str] = set()
         for r in range(args.rounds):
             order = systems[r % len(systems):] + systems[:r % len(systems)]
-            for system in order:
-                if system in (PEER, PEER_INT8):
-                    hyps = work / f"{system.replace('@', '_')}.beam{beam}.sp.{args.tgt}"
-                    res = _peer.translate(peer_dir, peer_ckpt, peer_src, hyps, beam=beam, threads=args.threads,
-                                          batch_size=args.batch_size, max_length=args.max_len,
-                                          int8=system == PEER_INT8)
-                    res.update(step=_peer.checkpoint_step(peer_ckpt), hyps=hyps)
-                else:
-                    ckpt, stop, prec = runs[system]
-                    res = timed_pass(ckpt, src=args.src, tgt=args.tgt, beam=beam, stop=stop, threads=args.threads,
-                                     batch_size=args.batch_size, max_len=args.max_len, data=args.data,
-                                     hyps_dir=work / system.replace("/", "_").replace("@", "_"), precision=prec)
+            if r == 0:  # the fp32 counterparts first: their time bounds the others' (skip_after)
+                order.sort(key=lambda s: counterpart[s] is not None)
+            for system in [s for s in order if s not in skipped]:
+                timeout = skip_after(passes.get(counterpart[system] or ""))
+                try:
+                    if system in (PEER, PEER_INT8):
+                        hyps = work / f"{system.replace('@', '_')}.beam{beam}.sp.{args.tgt}"
+                        res = _peer.translate(peer_dir, peer_ckpt, peer_src, hyps, beam=beam, threads=args.threads,
+                                              batch_size=args.batch_size, max_length=args.max_len,
+                                              int8=system == PEER_INT8, timeout=timeout)
+                        res.update(step=_peer.checkpoint_step(peer_ckpt), hyps=hyps)
+                    else:
+                        ckpt, stop, prec = runs[system]
+                        res = timed_pass(ckpt, src=args.src, tgt=args.tgt, beam=beam, stop=stop,
+                                         threads=args.threads, batch_size=args.batch_size, max_len=args.max_len,
+                                         data=args.data, hyps_dir=work / system.replace("/", "_").replace("@", "_"),
+                                         precision=prec, timeout=timeout)
+                except SKIPPABLE as err:
+                    skipped.add(system)
+                    append_result(args.out, {"kind": "skipped", "system": system, "beam": beam, "round": r + 1,
+                                             "why": skip_reason(err), "fp32_counterpart": counterpart[system],
+                                             "threads": args.threads})
+                    continue
                 passes[system].append(res)
                 append_result(args.out, {"kind": "pass", "system": system, "beam": beam, "round": r + 1,
                                          "position": order.index(system) + 1, "seconds": res["seconds"],
                                          "wall_incl_load_s": res["wall_incl_load_s"], "threads": args.threads})
         peer_best = min(p["seconds"] for p in passes[PEER])
         peer_median = statistics.median(p["seconds"] for p in passes[PEER])
-        int8_median = statistics.median(p["seconds"] for p in passes[PEER_INT8]) if PEER_INT8 in passes else None
+        int8_median = (statistics.median(p["seconds"] for p in passes[PEER_INT8])
+                       if PEER_INT8 in passes and PEER_INT8 not in skipped else None)
         import sentencepiece as spm
         yardstick = spm.SentencePieceProcessor(model_file=str(peer_spm))  # target tokens: the peer's pieces
-        for system in systems:
+        for system in [s for s in systems if s not in skipped]:
             ps = passes[system]
             lines = ps[-1]["hyps"].read_text(encoding="utf-8").splitlines()
             is_peer = system in (PEER, PEER_INT8)

@@ -19,7 +19,8 @@ the faster; on an AMD EPYC with AVX512-VNNI it took 200-800x fp32's time while t
 1.1-2.4x faster than fp32 for layers of 128k weights and more). Each of the model's layer shapes is
 timed once in fp32 and with every kernel that works here, at the rows of a decoding step
 (`MEASURE_ROWS`), and the answer is cached in precision.json beside bf16's (per CPU model, int8
-flags, torch version and thread count). A layer gets the fastest kernel where it is at least
+flags, torch version and thread count; one taken while other processes kept the CPUs busy is used,
+and taken again once the machine is quieter). A layer gets the fastest kernel where it is at least
 `MIN_KERNEL_SPEEDUP` times as fast as fp32 and stays fp32 otherwise; where no layer gets one,
 `precision: int8` is refused with one line naming what was measured, so int8 is never slower than
 fp32. Only layers that are big enough are considered at all (`MIN_INT8_WEIGHTS`): below that size
@@ -49,6 +50,7 @@ import contextlib
 import datetime
 import functools
 import logging
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -348,18 +350,39 @@ def int8_plan(shapes: Iterable[tuple[int, int]]) -> Int8Plan:
     key = _machine_key(int8_features(), f"int8 kernels {'+'.join(kernels)} at rows {rows}: {' '.join(labels)}")
     path = cache_path()
     cached = _read_cache(path)
-    times = KernelTimes.from_json(cached.get(key))
+    entry = cached.get(key)
+    times = KernelTimes.from_json(entry)
+    load = _load_average()
     if times is not None and set(times.seconds) == set(labels):
-        return Int8Plan.from_times(times, cached=True)
+        assert isinstance(entry, dict)
+        if not (entry.get("busy_load") and load is not None and not _busy(load)):
+            return Int8Plan.from_times(times, cached=True)
+        log.info("timing the int8 kernels again: the last time the machine was busy (load %s)", entry["busy_load"])
     log.info("timing the int8 kernels (%s) against fp32 at %d layer shape(s) (once per machine)",
              ", ".join(KERNEL_NAMES[k] for k in kernels), len(labels))
     t0 = time.perf_counter()
     times = time_kernels([_parse_label(x) for x in labels], kernels)
     plan = Int8Plan.from_times(times)
     cached[key] = {**times.to_json(), "kernels": plan.kernels, "took_s": round(time.perf_counter() - t0, 2),
-                   "measured": datetime.datetime.now().isoformat(timespec="seconds")}
+                   "measured": datetime.datetime.now().isoformat(timespec="seconds"),
+                   **({"busy_load": round(load, 2)} if load is not None and _busy(load) else {})}
     _write_cache(path, cached)
     return plan
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _busy(load: float) -> bool:
+    """Whether other processes compete for the CPUs: then timings mislead (with threads waiting on each other,
+    fp32 and int8 alike ran 10-20x slower here), so such a measurement is used but taken again once the
+    machine is quieter."""
+    return load > (os.cpu_count() or 1)
 
 
 class Int8Linear(nn.Module):
@@ -612,12 +635,18 @@ def _candidates(network: nn.Module, min_weights: int | None, encoder_lstm: bool 
     return _Candidates(linears, lstms, shapes, threshold, keep)
 
 
+def layer_shapes(network: nn.Module, *, min_weights: int | None = None, encoder_lstm: bool | None = None
+                 ) -> set[tuple[int, int]]:
+    """The (in, out) shapes of the layers `quantize_network` (same arguments) would time and quantize."""
+    return _candidates(network, min_weights, encoder_lstm).shapes
+
+
 def plan_network(network: nn.Module, *, min_weights: int | None = None, encoder_lstm: bool | None = None
                  ) -> Int8Plan:
     """The measured int8 kernel of each layer shape `quantize_network` (same arguments) would quantize
     (`int8_plan`: cached per machine); `check_quantizable` first."""
     check_quantizable(network, min_weights=min_weights, encoder_lstm=encoder_lstm)
-    return int8_plan(_candidates(network, min_weights, encoder_lstm).shapes)
+    return int8_plan(layer_shapes(network, min_weights=min_weights, encoder_lstm=encoder_lstm))
 
 
 def quantize_network(network: nn.Module, *, min_weights: int | None = None, kernel: str | None = None,
