@@ -281,3 +281,23 @@ def test_synthesize_refuses_what_it_cannot_make(english_centred_model, tmp_path,
     assert "through the pivot 'en'" in capsys.readouterr().err
     assert main(["synthesize", str(english_centred_model), "--out", str(tmp_path / "b"), "--pivot", "cs"]) == 2
     assert "pivot 'cs'" in capsys.readouterr().err
+
+
+def test_the_service_answers_zero_shot_and_pivot_side_by_side(english_centred_model):
+    from fastapi.testclient import TestClient
+
+    from interlingua.serving.app import build_app
+    model = load(english_centred_model)
+    texts = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+    with TestClient(build_app(model)) as client:
+        answer = client.post("/translate", json={"texts": texts, "src": "de", "tgt": "fr", "compare_pivot": True})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["direction"] == "zero-shot" and body["translations"] == model.translate(texts, "de", "fr")
+        assert body["through_pivot"] == {"pivot": "en", "translations": model.translate(texts, "de", "fr", pivot="en")}
+        supervised = client.post("/translate", json={"texts": texts, "src": "de", "tgt": "en",
+                                                     "compare_pivot": True}).json()
+        assert supervised["direction"] == "supervised" and supervised["through_pivot"] is None
+        assert "through_pivot" not in client.post("/translate", json={"texts": texts, "src": "de", "tgt": "fr"}).json()
+        refused = client.post("/translate", json={"texts": texts, "src": "de", "tgts": ["fr"], "compare_pivot": True})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "body.compare_pivot"

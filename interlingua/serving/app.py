@@ -64,6 +64,7 @@ from interlingua.serving.schemas import (
     ModelInfoResponse,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
+    PivotTranslations,
     SimilarityRequest,
     SimilarityResponse,
     TranslateRequest,
@@ -303,7 +304,8 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
     install_error_handlers(app)
     post: dict[str, Any] = {"dependencies": [Depends(require_json)], "responses": ERROR_RESPONSES}
 
-    @app.post("/translate", response_model=TranslateResponse | TranslateTargetsResponse, **post)
+    @app.post("/translate", response_model=TranslateResponse | TranslateTargetsResponse,
+              response_model_exclude_unset=True, **post)  # `through_pivot` only where asked for
     async def translate(body: TranslateRequest, request: Request) -> TranslateResponse | TranslateTargetsResponse:
         """Translate `texts` from `src` to `tgt`, greedy (beam 1) or with beam search, optionally through `pivot`;
         with `tgts` instead of `tgt`, into each of several targets from one encoding of the texts."""
@@ -315,9 +317,23 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
         if pivot is not None:
             check.target(pivot, "body.pivot")
             check.source(pivot, "body.pivot")
+        if body.compare_pivot and (body.tgts is not None or body.pivot is not None):
+            raise RequestFieldError("body.compare_pivot", "compare_pivot compares one target's direct translation "
+                                    "with the model's pivot: send it with `tgt` and without `pivot`")
         if body.tgts is None:
-            translations = await _submit(request, calls[0], body.texts)
-            return _translated(calls[0], translations, check)
+            through = model.languages.pivot(body.src, calls[0].tgt) if (
+                body.compare_pivot and check.direction(calls[0]) == "zero-shot") else None
+            if through is None:
+                answer = _translated(calls[0], await _submit(request, calls[0], body.texts), check)
+                if body.compare_pivot:
+                    answer.through_pivot = None  # asked for: said to be none
+                return answer
+            via = TranslateCall.normalised(body.src, calls[0].tgt, body.beam, through, body.beam_stop)
+            direct, pivoted = await asyncio.gather(_submit(request, calls[0], body.texts),
+                                                   _submit(request, via, body.texts))
+            answer = _translated(calls[0], direct, check)
+            answer.through_pivot = PivotTranslations(pivot=through, translations=pivoted)
+            return answer
         many = TranslateTargetsCall.normalised(body.src, tuple(tgts), body.beam, body.pivot, body.beam_stop)
         rows: list[tuple[str, ...]] = await _submit(request, many, body.texts)
         return TranslateTargetsResponse(src=body.src, results=[

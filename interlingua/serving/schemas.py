@@ -85,6 +85,9 @@ class TranslateRequest(_Request):
                            "top (also once a step's best candidate is finished: faster, slightly lower BLEU).")
     pivot: Str | None = Field(None, description="Translate src -> pivot -> tgt (a pivot equal to src or tgt: "
                                                 "the direct translation); with `tgts`, for every target.")
+    compare_pivot: bool = Field(False, description="With `tgt` and no `pivot`: where src -> tgt is a zero-shot "
+                                                   "direction, also translate through the model's pivot for it (GET "
+                                                   "/directions) and answer both (`through_pivot`).")
 
 
 class TranslateResponse(BaseModel):
@@ -94,6 +97,16 @@ class TranslateResponse(BaseModel):
     pivot: str | None = Field(description="The language translated through, or null for a direct translation.")
     direction: TranslationRoute = Field(description="supervised: a trained direction; zero-shot: never trained "
                                              "together; pivot: through `pivot`.")
+    through_pivot: PivotTranslations | None = Field(
+        None, description="With `compare_pivot`: the same texts through the model's pivot for a zero-shot "
+                          "direction (null where the direction is not zero-shot or has no pivot); absent otherwise.")
+
+
+class PivotTranslations(BaseModel):
+    """The same texts through a pivot language, beside the direct translation (`compare_pivot`)."""
+
+    pivot: str = Field(description="The language translated through.")
+    translations: list[str]
 
 
 class TranslateTargetsResponse(BaseModel):
