@@ -80,10 +80,13 @@ MIN_KERNEL_SPEEDUP = 1.1
 margin bf16 needs too (`MIN_BF16_SPEEDUP`), so that timing noise never picks a kernel that does not pay."""
 
 GIVE_UP_FACTOR = 10.0
-"""A kernel whose first two calls each take more than this many times fp32's at one shape is timed no
-further in that measurement: where it is slow it takes hundreds of milliseconds a call, and timing it at every
-shape would take seconds for an answer the first shape gave."""
+"""A kernel whose calls take more than this many times fp32's, at the small probe shape or at one of the model's
+shapes, is timed no further in that measurement: where it is slow it takes hundreds of milliseconds to seconds
+a call, and timing it at every shape would take minutes for an answer the first shape gave."""
 
+_PROBE = (64, 128, 128)
+"""rows x in x out where each kernel is first tried: a call of ~0.05 ms in fp32 here, ~60 ms where a kernel
+is 1,000x slower (oneDNN's on an AMD EPYC), where the same kernel took 2-12 s a call at 512x8000."""
 _ROUNDS = 5
 """Interleaved rounds per shape and row count (the minimum per call is kept: it resists other processes' load)..."""
 _MIN_ROUNDS = 3
@@ -240,18 +243,35 @@ def _ms(seconds: float) -> str:
     return f"{ms:.3g} ms" if ms < 100 else f"{ms:,.0f} ms"
 
 
+def _random_linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
+    linear = nn.Linear(n_in, n_out)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(n_out, n_in, generator=gen) / n_in ** 0.5)
+    return linear
+
+
 @torch.inference_mode()
 def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> KernelTimes:
     """Time `nn.Linear` (fp32) and `Int8Linear` with each of `kernels` at every (in, out) of `shapes`, for
     `MEASURE_ROWS` rows of random inputs: a warm-up call each, then `_ROUNDS` interleaved rounds, the
-    fastest call kept. Shapes go smallest first; a kernel over `GIVE_UP_FACTOR` times fp32's at one shape
-    (two calls) is timed no further (`KernelTimes.given_up` says where and how slow)."""
+    fastest call kept. A kernel over `GIVE_UP_FACTOR` times fp32's time is timed no further
+    (`KernelTimes.given_up` says where and how slow): first at the small `_PROBE` shape (every call
+    of up to three), so that a kernel that slow never runs at a model's big layers (a call of
+    seconds), then at each shape, smallest first (its first two calls)."""
     gen = torch.Generator().manual_seed(0)
     times = KernelTimes({})
+    rows, n_in, n_out = _PROBE
+    probe, x = _random_linear(n_in, n_out, gen), torch.randn(rows, n_in, generator=gen)
+    fp32 = min(_time_block(probe, x, 1) for _ in range(3))
+    for k in kernels:
+        q, tries = Int8Linear.from_linear(probe, k), list[float]()
+        while len(tries) < 3 and min(tries, default=float("inf")) > GIVE_UP_FACTOR * fp32:
+            tries.append(_time_block(q, x, 1))
+        if min(tries) > GIVE_UP_FACTOR * fp32:
+            times.given_up[k] = (f"{min(tries) / fp32:,.0f}x fp32's time at {rows}x{n_in}x{n_out}, the probe shape, "
+                                 f"{_ms(min(tries))} against {_ms(fp32)}")
     for n_in, n_out in sorted(set(shapes), key=lambda s: (s[0] * s[1], s)):
-        linear = nn.Linear(n_in, n_out)
-        with torch.no_grad():
-            linear.weight.copy_(torch.randn(n_out, n_in, generator=gen) / n_in ** 0.5)
+        linear = _random_linear(n_in, n_out, gen)
         variants: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"fp32": linear}
         for k in kernels:
             if k not in times.given_up:
