@@ -8,8 +8,8 @@
 # Exit status 1 when a step failed; each step's result and error are in summary.json. See docs/GPU.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-GPU_CHECK_T0=$(date +%s.%N)
-export GPU_CHECK_T0
+GPU_T0=$(date +%s.%N)
+export GPU_T0
 out=${OUT:-}
 args=()
 while [ $# -gt 0 ]; do
@@ -21,24 +21,5 @@ while [ $# -gt 0 ]; do
 done
 out=${out:-runs/gpu-check/out}
 mkdir -p "$out"
-PY=${PYTHON:-python3}
-wheels=${GPU_CHECK_WHEELS:-.whl}
-site=${GPU_CHECK_SITE:-.site}
-case "$site" in /*) ;; *) site="$PWD/$site" ;; esac
-export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-{
-  echo "date $(date -Iseconds), $(uname -srm), $("$PY" -V 2>&1)"
-  if compgen -G "$wheels/*.whl" > /dev/null; then
-    echo "\$ $PY -m pip install --no-index --no-deps --upgrade --target $site $wheels/*.whl"
-    "$PY" -m pip install --no-index --no-deps --upgrade --quiet --disable-pip-version-check --target "$site" \
-      "$wheels"/*.whl 2>&1
-    echo "exit $?"
-  else
-    echo "no wheels in $wheels (scripts/gpu-prepare.sh makes them): using what is installed"
-  fi
-  echo "installed after $("$PY" -c 'import os, time; print(round(time.time() - float(os.environ["GPU_CHECK_T0"]), 1))') s"
-  "$PY" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'GPU', torch.cuda.is_available() and torch.cuda.get_device_name(0))" 2>&1
-  "$PY" -c "import pydantic, fastapi, starlette, uvicorn, langid, sentence_splitter; print('pydantic', pydantic.VERSION, 'fastapi', fastapi.__version__)" 2>&1
-} > "$out/install.log" 2>&1
-tail -n 4 "$out/install.log"
-exec "$PY" bench/gpu_check.py --out "$out" "${args[@]}"
+source scripts/gpu-env.sh "$out/install.log"
+exec "$PY" bench/gpu_check.py --out "$out" ${args[@]+"${args[@]}"}
