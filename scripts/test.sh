@@ -6,6 +6,8 @@ bash scripts/setup.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 .venv/bin/ruff check interlingua tests bench   # lint (pyproject.toml [tool.ruff]); fails the run
 .venv/bin/mypy interlingua                     # types (pyproject.toml [tool.mypy]); fails the run
+# the documentation site (mkdocs.yml): --strict turns a broken link, anchor or API reference into a failure
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d .site-docs   # not --quiet: it hides the warnings --strict counts
 # -rs lists every skip (under CI=true a skip fails the run); -m "not cuda" leaves out the tests that need a
 # CUDA GPU (tests/test_cuda.py, run by scripts/gpu-check.sh on a GPU machine): neither run nor skipped
 .venv/bin/python -m pytest tests -rs -m "not cuda" "$@"
