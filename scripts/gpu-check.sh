@@ -5,7 +5,7 @@
 # install.log, pytest.log, train.log, metrics.jsonl, summary.json, summary.md). Needs nothing from outside:
 # it installs the wheels scripts/gpu-prepare.sh put in .whl/ into .site/ and reads .gpu-data/. Other
 # arguments pass through to bench/gpu_check.py (--device, --tiny, --budget-s, --skip, --precisions, ...).
-# Exit status 1 when a step failed; each step's result and error are in summary.json. See docs/GPU.md.
+# Exit status 1 when a step failed; each step's result and error are in summary.json. See docs/TESTING.md, "Checking on a GPU".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU_T0=$(date +%s.%N)

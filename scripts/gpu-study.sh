@@ -6,7 +6,7 @@
 # what there is: supervised, zero-shot and pivot BLEU (cased and lowercased), off-target rates, dev curves,
 # into --out DIR, else $OUT, else runs/gpu-study/out (study.md, study.json, study_dev_curves.png,
 # metrics_<row>.jsonl, study.log, install.log; never a checkpoint). Other arguments pass through to
-# bench/gpu_study.py (--device, --tiny, --minutes, --rows, --set KEY=VALUE, ...). See docs/GPU.md.
+# bench/gpu_study.py (--device, --tiny, --minutes, --rows, --set KEY=VALUE, ...). See docs/TESTING.md, "Checking on a GPU".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU_T0=$(date +%s.%N)

@@ -1,7 +1,7 @@
 """The GPU scripts without a GPU: the README's test command leaves the CUDA tests out and selecting them
 without a GPU fails; gpu-prepare's manifest and choice of wheels; gpu-check and gpu-study run whole on
 the CPU with tiny sizes (`--device cpu --tiny`), through their shell scripts, so they never rot
-between the rare runs on a GPU machine (docs/GPU.md)."""
+between the rare runs on a GPU machine (docs/TESTING.md, "Checking on a GPU")."""
 from __future__ import annotations
 
 import hashlib
