@@ -23,7 +23,7 @@ In order, each step timed, each failure recorded (with its traceback's end) with
 All of it goes to `--out` (at most 8 files: summary.json, summary.md, pytest.log, train.log,
 metrics.jsonl and the shell's install.log, each cut to 16 MiB). `--tiny` runs the same code with tiny
 models and corpora, in seconds on a CPU (`--device cpu --tiny`, in tests/test_gpu_scripts.py). Steps
-that would start after `--budget-s` (counted from `GPU_CHECK_T0`, the shell's start) are recorded as
+that would start after `--budget-s` (counted from `GPU_T0`, the shell's start) are recorded as
 not run.
 """
 from __future__ import annotations
@@ -634,7 +634,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def run_check(args: argparse.Namespace) -> dict[str, Any]:
-    t0 = float(os.environ.get("GPU_CHECK_T0") or time.time())
+    t0 = float(os.environ.get("GPU_T0") or time.time())
     sizes = TINY if args.tiny else Sizes()
     out = Out(args.out)
     for name in ("pytest.log", "train.log", "metrics.jsonl"):
@@ -686,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="Multi30k corpus YAML (default .gpu-data/multi30k/corpus.yaml, from scripts/gpu-prepare.sh)")
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "gpu-check", help="folder for the runs")
     ap.add_argument("--budget-s", type=float, default=450.0,
-                    help="steps are not started after this many seconds since GPU_CHECK_T0 (default 450)")
+                    help="steps are not started after this many seconds since GPU_T0 (default 450)")
     ap.add_argument("--tests-timeout-s", type=float, default=180.0, help="the most the cuda tests may take")
     ap.add_argument("--skip", nargs="*", choices=list(STEPS), help="steps to leave out")
     ap.add_argument("--precisions", nargs="*", choices=["fp32", "bf16", "fp16"],
