@@ -142,7 +142,8 @@ def _add_precision(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", default="fp32", choices=arguments.PRECISIONS,
                         help="fp32 (default); bf16: autocast, faster on CPUs with AMX / AVX512-BF16 and on GPUs, "
                              "outputs may differ in places; fp16: CUDA GPUs; int8: CPUs, the big linear layers in "
-                             "int8 (weights per channel, inputs per row), outputs may differ in places; auto: bf16 / "
+                             "int8 (weights per channel, inputs per row) where an int8 kernel measures faster "
+                             "than fp32 here (else refused), outputs may differ in places; auto: bf16 / "
                              "fp16 on a GPU, on a CPU bf16 only where timing this model's decoding measures it "
                              "faster, then int8 only where it is faster still and keeps dev BLEU within 0.3 (cached)")
 

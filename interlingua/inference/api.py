@@ -159,15 +159,16 @@ class Model:
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> Model:
-        """`precision`: `fp32` (default, the numbers every result here was made with); `bf16` (autocast:
-        on CPUs with AMX or AVX512-BF16 and on GPUs, faster, with outputs that may differ in places);
-        `fp16` (CUDA GPUs); `int8` (CPUs: the big linear layers, output layers included, with int8 weights
-        and per-row int8 inputs, `interlingua.modules.int8`; outputs may differ in places; refused on other
-        devices and for a model with nothing big enough to quantize); `auto`: bf16 or fp16 on a GPU, and on
-        a CPU with native bf16 bf16 only where timing this model's own greedy and beam search in both
-        precisions measures it faster here (cached per machine and model), else fp32; then, on a CPU, int8
-        instead only where it decodes measurably faster still and its dev BLEU is within 0.3 of fp32's
-        (`interlingua.inference.int8_probe`, cached likewise)."""
+        """`precision`: `fp32` (default, the numbers every result here was made with); `bf16` (autocast: on CPUs
+        with AMX or AVX512-BF16 and on GPUs, faster, with outputs that may differ in places); `fp16` (CUDA GPUs);
+        `int8` (CPUs: the big linear layers, output layers included, with int8 weights and per-row int8 inputs, each
+        layer in the int8 kernel measured fastest here where one is faster than fp32, `interlingua.modules.int8`;
+        outputs may differ in places; refused on other devices, for a model with nothing big enough to quantize and
+        where no int8 kernel is faster than fp32 at its layers); `auto`: bf16 or fp16 on a GPU, and on a CPU with
+        native bf16 bf16 only where timing this model's own greedy and beam search in both precisions measures it
+        faster here (cached per machine and model), else fp32; then, on a CPU, int8 instead only where it decodes
+        measurably faster still and its dev BLEU is within 0.3 of fp32's (`interlingua.inference.int8_probe`, cached
+        likewise)."""
         if not isinstance(path, (str, Path)):
             raise ArgumentTypeError(f"path: expected a checkpoint file or model folder (a str or Path), got {path!r}")
         if not isinstance(device, (str, torch.device)):
