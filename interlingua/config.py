@@ -321,9 +321,12 @@ class SyntheticConfig(_Strict):
     directions: list[tuple[str, str]] | None = None
     """The directions that are given synthetic pairs; None: every zero-shot direction of the run. A
     direction with real parallel data is given them only when named here."""
+    forward: bool = True
+    """`pivot` mode: train x -> y' (the made sentence as the target) where that direction gets synthetic pairs."""
     reverse: bool = True
-    """`pivot` mode: also train y' -> x (back-translation through the pivot) where that direction gets
-    synthetic pairs."""
+    """`pivot` mode: train y' -> x (the made sentence as the source: back-translation through the pivot)
+    where that direction gets synthetic pairs. With `forward: false` the decoders only ever learn to
+    write real text."""
     decoding: Literal["greedy", "sample"] = "greedy"
     """How the synthetic side is made: the most probable subword at each step, or one drawn from the
     model's distribution (a seeded generator: the same draws after a resume)."""

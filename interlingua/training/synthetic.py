@@ -104,7 +104,7 @@ class SyntheticPairs:
             for y in sorted(self.targets):  # made by the supervised pivot -> y
                 if y in (x, pivot) or (pivot, y) not in self.trained:
                     continue
-                uses = ((True,) if (x, y) in self.directions and x in self.sources else ()) + (
+                uses = ((True,) if self.cfg.forward and (x, y) in self.directions and x in self.sources else ()) + (
                     (False,) if self.cfg.reverse and (y, x) in self.directions and y in self.sources
                     and x in self.targets else ())
                 if uses:
