@@ -154,8 +154,7 @@ def score_rows(args: argparse.Namespace, states: dict[str, dict[str, Any]]) -> d
             overrides, checkpoint = [*overrides, f"train.max_steps={state['steps']}"], "best"
         jobs[row] = (str(RECIPES / f"{row}.yaml"), overrides, TINY_TEST_SENTENCES if args.tiny else None, checkpoint)
     scored: dict[str, dict[str, Any]] = {}
-    workers = len(jobs) if args.device.startswith("cuda") and len(jobs) > 1 else 1
-    with process_pool(workers) as pool:
+    with process_pool(max(len(jobs), 1)) as pool:  # one process per row, as they trained
         futures = {pool.submit(score_row, *job): row for row, job in jobs.items()}
         for fut in as_completed(futures):
             row = futures[fut]
