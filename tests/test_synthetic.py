@@ -301,3 +301,22 @@ def test_the_service_answers_zero_shot_and_pivot_side_by_side(english_centred_mo
         assert "through_pivot" not in client.post("/translate", json={"texts": texts, "src": "de", "tgt": "fr"}).json()
         refused = client.post("/translate", json={"texts": texts, "src": "de", "tgts": ["fr"], "compare_pivot": True})
         assert refused.status_code == 422 and refused.json()["error"]["field"] == "body.compare_pivot"
+
+
+def test_without_forward_the_made_sentence_is_only_ever_a_source(multi30k_corpus, prepared, tmp_path):
+    run = build_run(_config(multi30k_corpus, tmp_path, {"modes": ["pivot"], "rate": 1.0, "forward": False}),
+                    data=prepared)
+    try:
+        made = _made(run)
+        assert made
+        for parts, jobs, micro, _ in made:
+            for job in jobs:
+                assert job.made_is_target == (False,)
+            for mb in micro:  # the target side is the real German or French of the English pair
+                (s, t), idx = next(parts[j.part] for j in jobs if mb.batch.tgt_lang in parts[j.part][0])
+                side = run.batches[(s, t)].tgt if t == mb.batch.tgt_lang else run.batches[(s, t)].src
+                real = {tuple(side[i].tolist()) for i in idx}
+                for row in mb.batch.tgt_out.tolist():
+                    assert tuple(x for x in row if x not in (PAD, EOS)) in real
+    finally:
+        run.close()
