@@ -327,6 +327,10 @@ class SyntheticConfig(_Strict):
     """`pivot` mode: train y' -> x (the made sentence as the source: back-translation through the pivot)
     where that direction gets synthetic pairs. With `forward: false` the decoders only ever learn to
     write real text."""
+    agreement: bool = False
+    """Also compute `train.agreement` on the made pairs. Off by default: greedy output repeats itself across a
+    batch (many made sentences alike), and a contrastive term asked to tell identical sentences apart pulls the
+    shared layer every which way."""
     decoding: Literal["greedy", "sample"] = "greedy"
     """How the synthetic side is made: the most probable subword at each step, or one drawn from the
     model's distribution (a seeded generator: the same draws after a resume)."""

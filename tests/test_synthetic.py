@@ -63,6 +63,7 @@ def test_pivot_mode_translates_the_pivot_side_into_the_zero_shot_target(multi30k
             for mb in micro:
                 b = mb.batch
                 assert mb.synthetic and (b.src_lang, b.tgt_lang) in {("de", "fr"), ("fr", "de")}
+                assert not mb.agreement  # made pairs are not pulled together unless asked for
                 # the made side is in the made language's vocabulary, ends with EOS, no BOS or padding inside
                 vocab = run.data.vocabs[b.tgt_lang]
                 real = b.tgt_out != PAD

@@ -30,6 +30,8 @@ class MicroBatch:
     0 for a filler (a process whose part came out empty still joins the gradient exchange)."""
     synthetic: bool = False
     """Made by the model (`train.synthetic`): its loss is logged apart from the real pairs'."""
+    agreement: bool = True
+    """Whether the agreement term (`train.agreement`, where on) is computed for this pass."""
 
 
 @dataclass
@@ -103,12 +105,13 @@ def forward_backward(run: Run, micro: list[MicroBatch]) -> StepSums:
     """Gradients of the step's loss from this process's passes (DDP exchanges them after the
     last one only), and this process's sums of the step's loss terms."""
     terms = run.loss_terms()
+    without_agreement = {**terms, "agreement": None}
     trained = run.trained if run.trained is not None else run.model
     sums = StepSums()
     for i, mb in enumerate(micro):
         with no_sync(trained, skip=i < len(micro) - 1):
             with run.runtime.autocast():
-                out = trained(mb.batch.to(run.runtime.device), **terms)
+                out = trained(mb.batch.to(run.runtime.device), **(terms if mb.agreement else without_agreement))
             loss = out.loss if mb.scale == 1.0 else out.loss * mb.scale
             (run.scaler.scale(loss) if run.scaler else loss).backward()
         if not mb.scale:

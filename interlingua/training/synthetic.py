@@ -181,7 +181,8 @@ class SyntheticPairs:
             for use in job.made_is_target:
                 src_lang, tgt_lang = job.direction(parts, use)
                 src, tgt = (given, sentences) if use else (sentences, given)
-                reverse = run.prefix(tgt_lang, src_lang) if run.cfg.train.agreement.weight > 0 else None
+                agree = run.cfg.train.agreement.weight > 0 and self.cfg.agreement
+                reverse = run.prefix(tgt_lang, src_lang) if agree else None
                 batch = make_batch(src, tgt, src_lang, tgt_lang, run.prefix(src_lang, tgt_lang), run.start(tgt_lang),
                                    reverse)
                 batches.append((batch, filler))
@@ -194,7 +195,8 @@ class SyntheticPairs:
         micro = []
         for (batch, filler), n, key in zip(batches, tokens, keys):
             batch = replace(batch, filler=True) if filler else batch
-            micro.append(MicroBatch(batch, world * n / whole[key] if whole[key] else 0.0, synthetic=True))
+            micro.append(MicroBatch(batch, world * n / whole[key] if whole[key] else 0.0, synthetic=True,
+                                    agreement=self.cfg.agreement))
         return micro, keys
 
     @torch.no_grad()
