@@ -33,6 +33,8 @@ class SyntheticStats:
     pairs: dict[str, int] = field(default_factory=dict)
     checked: int = 0
     off_target: int = 0
+    unfinished: int = 0
+    """Made sentences dropped because they reached their length limit (never ended)."""
     nll: float = 0.0
     target_tokens: int = 0
     seconds: float = 0.0
@@ -42,7 +44,8 @@ def empty_window(streak: int = 0) -> dict[str, Any]:
     """Running sums of the steps since the last train record; `streak` (the non-finite steps in a row
     before it) goes on across windows."""
     return {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0, "tokens": 0, "time": 0.0, "agr": 0.0, "agr_n": 0,
-            "syn": {}, "syn_checked": 0, "syn_off": 0, "syn_nll": 0.0, "syn_tok": 0, "syn_time": 0.0,
+            "syn": {}, "syn_checked": 0, "syn_off": 0, "syn_unfinished": 0, "syn_nll": 0.0, "syn_tok": 0,
+            "syn_time": 0.0,
             "skipped": 0, "streak": streak}
 
 
@@ -64,15 +67,17 @@ def add_step(window: dict[str, Any], nll: float, target_tokens: int, penalty: fl
         for name, count in synthetic.pairs.items():
             pairs[name] = pairs.get(name, 0) + count
         out.update(syn=pairs, syn_checked=w["syn_checked"] + synthetic.checked,
-                   syn_off=w["syn_off"] + synthetic.off_target, syn_nll=w["syn_nll"] + synthetic.nll,
+                   syn_off=w["syn_off"] + synthetic.off_target,
+                   syn_unfinished=w["syn_unfinished"] + synthetic.unfinished, syn_nll=w["syn_nll"] + synthetic.nll,
                    syn_tok=w["syn_tok"] + synthetic.target_tokens, syn_time=w["syn_time"] + synthetic.seconds)
     return out
 
 
 def train_record(step: int, window: dict[str, Any], lr: float, elapsed: float) -> dict[str, Any]:
-    """A train line of metrics.jsonl; `agreement` (mean loss per sentence) only where it was computed, the
-    synthetic pairs' figures (pairs per step and direction, their loss, off-target rate, share of the
-    time spent making them) only where pairs were made, `skipped_steps` only where a loss was not finite."""
+    """A train line of metrics.jsonl; `agreement` (mean loss per sentence) only where it was computed; the
+    synthetic pairs' figures (pairs per step and direction, their loss, off-target rate, share of the time
+    spent making them, made sentences dropped per step as unfinished) only where pairs were made;
+    `skipped_steps` only where a loss was not finite."""
     w = {**empty_window(), **window}
     trained = max(w["n"] - w["skipped"], 1)
     rec: dict[str, Any] = {"type": "train", "step": step, "loss": w["nll"] / max(w["tok"], 1) if w["tok"] else
@@ -85,6 +90,7 @@ def train_record(step: int, window: dict[str, Any], lr: float, elapsed: float) -
         rec["synthetic_pairs"] = {name: count / w["n"] for name, count in sorted(w["syn"].items())}
         rec["synthetic_loss"] = w["syn_nll"] / max(w["syn_tok"], 1)
         rec["synthetic_time_share"] = w["syn_time"] / max(w["time"], 1e-9)
+        rec["synthetic_unfinished"] = w["syn_unfinished"] / w["n"]
         if w["syn_checked"]:
             rec["synthetic_off_target"] = w["syn_off"] / w["syn_checked"]
     if w["skipped"]:

@@ -22,6 +22,7 @@ from interlingua.config import SyntheticConfig
 from interlingua.data.batching import make_batch, pad_sources, shard
 from interlingua.data.directions import Direction, synthetic_directions
 from interlingua.data.language_id import identify, supported
+from interlingua.data.vocab import UNK
 from interlingua.modules.search import greedy_search, output_limits
 from interlingua.training.metrics import SyntheticStats
 from interlingua.training.run import Run
@@ -128,7 +129,7 @@ class SyntheticPairs:
             generator = torch.Generator(device=run.runtime.device)
             generator.manual_seed(int(np.random.default_rng([tc.seed, step, run.dist.rank, 0x5A]).integers(2**62)))
         made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]] = []
-        checked = off = 0
+        checked = off = unfinished = 0
         was_training = run.model.training
         run.model.eval()
         try:
@@ -142,8 +143,12 @@ class SyntheticPairs:
                     target_side = [batches.tgt[i] for i in mine]
                     from_seqs = source_side if job.made_from_source else target_side
                     given = source_side if job.kept_is_source else target_side
-                    sentences = self._translate(from_seqs, from_lang, job.made_lang, generator) if mine.size else []
-                    keep = [i for i, h in enumerate(sentences) if len(h)]
+                    sentences, limits = (self._translate(from_seqs, from_lang, job.made_lang, generator) if mine.size
+                                         else ([], []))
+                    # an empty sentence, or one still unfinished at its length limit (greedy search caught in
+                    # a loop, "a man in a shirt shirt shirt ..."), would teach the model to write it
+                    keep = [i for i, h in enumerate(sentences) if 0 < len(h) < limits[i]]
+                    unfinished += sum(len(h) >= n for h, n in zip(sentences, limits))
                     if self.identify and keep:
                         vocab = run.data.vocabs[job.made_lang]
                         found = identify([vocab.decode(sentences[i]) for i in keep], self.languages)
@@ -153,9 +158,9 @@ class SyntheticPairs:
                             keep = [i for i in keep if i not in wrong]
                     kept_given = [given[i] for i in keep]
                     kept_made = [np.asarray(sentences[i], dtype=np.int64) for i in keep]
-                    if not keep:  # a stand-in, so every process makes as many passes
-                        kept_given = (given or [np.asarray([], dtype=np.int64)])[:1]
-                        kept_made = [np.asarray([], dtype=np.int64)]
+                    if not keep:  # a stand-in (weight 0), so every process makes as many passes
+                        kept_given = (given or [np.asarray([UNK], dtype=np.int64)])[:1]
+                        kept_made = [np.asarray([UNK], dtype=np.int64)]  # one token: an encoder needs one
                     made.append((job, kept_given, kept_made, not keep))
         finally:
             run.model.train(was_training)
@@ -166,9 +171,9 @@ class SyntheticPairs:
             name = "{}->{}".format(*job.direction(parts, use))
             pairs[name] = pairs.get(name, 0) + (0 if filler else len(given))
         names = sorted(pairs)
-        summed = run.dist.sum([float(pairs[n]) for n in names] + [float(checked), float(off)])
-        stats = SyntheticStats({n: int(v) for n, v in zip(names, summed)}, int(summed[-2]), int(summed[-1]),
-                               seconds=seconds)
+        summed = run.dist.sum([float(pairs[n]) for n in names] + [float(checked), float(off), float(unfinished)])
+        stats = SyntheticStats({n: int(v) for n, v in zip(names, summed)}, int(summed[-3]), int(summed[-2]),
+                               unfinished=int(summed[-1]), seconds=seconds)
         return micro, stats
 
     def _passes(self, parts: list[StepPart], made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]]
@@ -201,8 +206,9 @@ class SyntheticPairs:
 
     @torch.no_grad()
     def _translate(self, seqs: list[np.ndarray], src_lang: str, tgt_lang: str,
-                   generator: torch.Generator | None) -> list[list[int]]:
-        """`seqs` translated by the model as it is (greedy, or sampled with `generator`), as target ids."""
+                   generator: torch.Generator | None) -> tuple[list[list[int]], list[int]]:
+        """`seqs` translated by the model as it is (greedy, or sampled with `generator`), as target ids, and
+        each one's length limit (a sentence that reaches it never ended)."""
         run = self.run
         model, device = run.model, run.runtime.device
         ids, lengths = pad_sources(seqs, run.prefix(src_lang, tgt_lang))
@@ -213,4 +219,4 @@ class SyntheticPairs:
             if self.cfg.max_len is not None:
                 limit = limit.clamp(max=run.cfg.preprocess.max_len)
             decoder, state = model.start_decoding(bridged, tgt_lang)
-            return greedy_search(decoder, state, limit, run.start(tgt_lang), sample=generator)
+            return greedy_search(decoder, state, limit, run.start(tgt_lang), sample=generator), limit.tolist()
