@@ -4,12 +4,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
+import interlingua
 from interlingua.config import load_config
 from interlingua.errors import DataError
 from interlingua.experiment import paper_setting, run_experiments, summary_markdown
-from interlingua.modules.checkpoint import load_checkpoint
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -115,20 +116,70 @@ CPU_RECIPES = sorted((RECIPES / "multi30k" / "cpu").glob("*.yaml"))
 PAPER_RECIPES = sorted((RECIPES / "multi30k" / "paper").glob("*.yaml"))
 
 
+def family(name: str) -> str:
+    """The generator's setting a recipe belongs to: its name without the language pair and the number of heads
+    (`bilingual_de_en` and `bilingual_fr_cs` -> `bilingual_xx_yy`, `m2m_mono_k25` -> `m2m_mono_k`); a longer
+    budget (`m2m_mono_long`) is the same setting, since the tests shrink every budget to a few steps."""
+    name = re.sub(r"_(long|xlong)$", "", name)
+    return re.sub(r"_k\d+", "_k", re.sub(r"_[a-z]{2}_[a-z]{2}(?=_|$)", "_xx_yy", name))
+
+
+def one_per_family(recipes: list[Path]) -> list[Path]:
+    """The first recipe (by name) of each family: `bilingual_en_de_k1` stands for k 1, 25 and 50."""
+    chosen: dict[str, Path] = {}
+    for path in recipes:
+        chosen.setdefault(family(path.stem), path)
+    return sorted(chosen.values())
+
+
+def test_families_group_the_generated_recipes():
+    assert family("bilingual_fr_cs") == family("bilingual_de_en") == "bilingual_xx_yy"
+    assert family("bilingual_en_de_k50_nopenalty") == "bilingual_xx_yy_k_nopenalty"
+    assert family("m2m_mono_without_cs_de") == "m2m_mono_without_xx_yy" and family("m2m_mono_xlong") == "m2m_mono"
+    assert family("pivot_en_mono") == "pivot_en_mono" and family("ll_m2m") == "ll_m2m"
+    cpu = [p.stem for p in one_per_family(CPU_RECIPES)]
+    assert len(cpu) == 14 and "bilingual_en_de_k1" in cpu and "m2m_mono_long" not in cpu
+    assert {family(p.stem) for p in PAPER_RECIPES} == {family(p) for p in cpu}  # the same settings at both scales
+
+
 @pytest.mark.parametrize("recipe", CPU_RECIPES, ids=lambda p: p.stem)
-def test_every_cpu_recipe_trains_a_few_steps(recipe, multi30k_corpus, tmp_path):
-    """Each shipped CPU recipe runs as written; only the data and the budget are shrunk."""
+def test_every_cpu_recipe_is_the_setting_its_name_says(recipe, multi30k_corpus):
+    """Each shipped CPU recipe's directions, heads and penalty; one of each family trains below."""
+    from interlingua.data.directions import build_directions
+    cfg = load_config(recipe, [f"corpus={multi30k_corpus}"])
+    trained, _, heads = _intended(recipe.stem)
+    assert set(build_directions(cfg.directions, ["cs", "de", "en", "fr"])) == trained
+    assert (None if cfg.model.bridge.type == "none" else cfg.model.bridge.heads) == heads
+    assert cfg.model.shared == recipe.stem.startswith("ll_")
+    assert cfg.train.penalty_weight == (0.0 if "nopenalty" in recipe.stem else 1.0)
+    assert cfg.name == f"cpu_{recipe.stem}" and cfg.work_dir.name == recipe.stem
+
+
+@pytest.fixture(scope="module")
+def prepared_for_recipes():
+    """The shrunk Multi30k prepared once per preprocessing setting (the recipes share two: per-language and joint
+    vocabularies), as `train(cfg, data=...)` takes it."""
+    return {}
+
+
+@pytest.mark.parametrize("recipe", one_per_family(CPU_RECIPES), ids=lambda p: p.stem)
+def test_one_cpu_recipe_of_each_family_trains_a_few_steps(recipe, multi30k_corpus, tmp_path, prepared_for_recipes):
+    """A shipped CPU recipe runs as written; only the data and the budget are shrunk."""
+    from interlingua.data.prepare import prepare
     from interlingua.training.trainer import train
     cfg = load_config(recipe, [f"corpus={multi30k_corpus}", f"work_dir={tmp_path}", "preprocess.vocab_size=300",
                                "preprocess.max_train_sentences=150", "preprocess.max_valid_sentences=4",
                                "train.max_steps=2", "train.valid_every=2", "train.batch_size=8"])
-    result = train(cfg)
+    key = cfg.preprocess.model_dump_json()
+    if key not in prepared_for_recipes:
+        prepared_for_recipes[key] = prepare(cfg)
+    result = train(cfg, data=prepared_for_recipes[key])
     assert result.steps == 2 and result.best_checkpoint is not None and result.best_checkpoint.exists()
     assert all(np.isfinite(r["mean_bleu"]) for r in result.history)
     trained, zero_shot, heads = _intended(recipe.stem)
-    loaded = load_checkpoint(result.best_checkpoint)
-    assert set(loaded.directions) == trained
-    assert (loaded.network.bridge.heads if loaded.network.has_bridge else None) == heads
+    model = interlingua.load(result.best_checkpoint, "cpu")
+    assert set(model.languages.trained) == trained
+    assert model.heads == heads
     dev = result.history[-1]["directions"]  # every direction with dev text is scored, zero-shot ones marked
     assert {name for name, r in dev.items() if r["zero_shot"]} == {f"{s}-{t}" for s, t in zero_shot}
     assert {name for name, r in dev.items() if not r["zero_shot"]} == {f"{s}-{t}" for s, t in trained if s != t}
@@ -136,16 +187,18 @@ def test_every_cpu_recipe_trains_a_few_steps(recipe, multi30k_corpus, tmp_path):
 
 
 @pytest.mark.parametrize("recipe", PAPER_RECIPES, ids=lambda p: p.stem)
-def test_every_paper_recipe_builds_its_model(recipe, multi30k_corpus, tmp_path):
-    """Paper-scale recipes share the CPU code path; here their configs and model sizes are checked."""
+def test_every_paper_recipe_builds_its_model(recipe, multi30k_corpus):
+    """Paper-scale recipes share the CPU code path; here their configs and model sizes are checked. The
+    model is built on the meta device: every layer and shape, no memory and no initialisation."""
     from interlingua.data.directions import build_directions
     from interlingua.modules.model import TranslationNetwork
     cfg = load_config(recipe, [f"corpus={multi30k_corpus}"])
     directions = build_directions(cfg.directions, ["cs", "de", "en", "fr"])
     trained, _, heads = _intended(recipe.stem)
     assert set(directions) == trained
-    model = TranslationNetwork(cfg.model, {lang: cfg.preprocess.vocab_size for lang in ["cs", "de", "en", "fr"]},
-                             [s for s, _ in directions], [t for _, t in directions])
+    with torch.device("meta"):
+        model = TranslationNetwork(cfg.model, {lang: cfg.preprocess.vocab_size for lang in ["cs", "de", "en", "fr"]},
+                                   [s for s, _ in directions], [t for _, t in directions])
     assert sum(p.numel() for p in model.parameters()) > 10_000_000
     assert (model.bridge.heads if model.has_bridge else None) == heads
     # the papers' sizes (000 Sec. 3.1): d_h 512 in 2 layers, d_w 1024, 10k subwords, SGD with lr 1.0
