@@ -50,6 +50,25 @@ def row(run: dict[str, Any], runs_root: Path, retrieval: bool) -> dict[str, Any]
     return out
 
 
+def table(rows: list[dict[str, Any]]) -> str:
+    """The markdown table of docs/results/zero-resource.md: one row per run, cased and lowercased BLEU."""
+    out = ["| run | steps | supervised (cased / lc) | de->fr direct / pivot (cased) | fr->de direct / pivot (cased) "
+           "| zero-shot - pivot, mean (cased / lc) | off-target zero-shot % | retrieval % min |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [f"{r['recipe']}", f"{r['steps']}",
+                 f"{r['supervised_bleu_cased']:.2f} / {r['supervised_bleu']:.2f}"]
+        for d in ("de-fr", "fr-de"):
+            x = r[f"{d}_bleu_cased"]
+            cells.append(f"{x['direct']:.2f} / {x['pivot']:.2f}")
+        diffs = {t: [r[f"{d}_{t}"]["difference"] for d in ("de-fr", "fr-de")] for t in ("bleu_cased", "bleu")}
+        cells.append(" / ".join(f"{sum(v) / len(v):+.2f}" for v in diffs.values()))
+        cells.append(", ".join(f"{v:.1f}" for v in r["off_target_zero_shot"].values()))
+        cells.append(f"{min(r['retrieval'].values()):.1f}" if r.get("retrieval") else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", help="REPORT.json files of `interlingua experiment --pivot en`")
@@ -57,7 +76,15 @@ def main() -> None:
     parser.add_argument("--note", default="", help="how the runs were made (side by side, seed, load)")
     parser.add_argument("--no-retrieval", action="store_true")
     parser.add_argument("--results", default=str(RESULTS))
+    parser.add_argument("--table", action="store_true",
+                        help="print the markdown table of the last line of each recipe in --results (REPORTS: the "
+                             "recipe names, in order) instead of scoring")
     args = parser.parse_args()
+    if args.table:
+        lines = [json.loads(x) for x in Path(args.results).read_text().splitlines() if x.strip()]
+        last = {r["recipe"]: r for r in lines if r.get("study") == "zero_resource"}
+        print(table([last[name] for name in args.reports]))
+        return
     for report in args.reports:
         for run in json.loads(Path(report).read_text()):
             append_result(args.results, {"study": "zero_resource", "note": args.note,
