@@ -87,7 +87,7 @@ def check_synthetic(cfg: SyntheticConfig, trained: list[Direction], zero_shot: l
                           f"model (a direction needs a source language with an encoder, {', '.join(sources)}, and "
                           f"another target language with a decoder, {', '.join(targets)})")
     if cfg.language_filter:
-        from interlingua.data.language_id import supported  # loads langid's model: only when asked for
+        from interlingua.data.language_id import supported  # imports langid: only when asked for
         if not supported(languages):
             raise ConfigError("invalid config train.synthetic.language_filter: the language identifier does not "
                               f"know all of {', '.join(languages)}")

@@ -190,7 +190,9 @@ class _LanguageGuess:
 
     def __init__(self, sources: Sequence[str]):
         self.sources = tuple(sources)
-        self.available = len(self.sources) == 1 or supported(self.sources)  # builds (and caches) the identifier
+        self.available = len(self.sources) == 1 or supported(self.sources)
+        if self.available and len(self.sources) > 1:
+            identify([], self.sources)  # builds (and caches) the identifier now rather than on the first request
 
     async def __call__(self, texts: list[str]) -> list[str]:
         if len(self.sources) == 1:
