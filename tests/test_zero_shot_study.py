@@ -106,6 +106,14 @@ def test_language_identifier_and_off_target_rate():
     assert off_target_rate(texts[:1], "de", langs) == 0.0
 
 
+def test_the_languages_supported_are_the_identifiers_own():
+    from langid.langid import LanguageIdentifier, model
+
+    from interlingua.data.language_id import LANGUAGES, supported
+    assert LANGUAGES == set(LanguageIdentifier.from_modelstring(model).nb_classes)
+    assert supported(["cs", "de", "en", "fr"]) and not supported(["de", "xa"]) and not supported(["xb"])
+
+
 def test_experiment_writes_the_zero_shot_study_with_pivot_and_off_target(multi30k_corpus, tmp_path):
     recipe = tmp_path / "zs.yaml"
     recipe.write_text(yaml.safe_dump({**_zero_shot_config(multi30k_corpus, tmp_path / "run", average_best=2),
@@ -188,14 +196,23 @@ def test_converged_recipes_use_the_authors_setup_and_differ_only_in_their_row(re
 
 def test_a_converged_recipe_with_every_new_option_trains(multi30k_corpus, tmp_path):
     """residual_agreement as written (token batches, language concat, both dropouts, betas, patience,
-    agreement), only the data and the budget shrunk."""
+    agreement, the inverse-sqrt schedule, the average of the lowest-loss checkpoints), only the data and the
+    budget shrunk."""
+    import json
     recipe = CONVERGED_RECIPES[0].with_name("residual_agreement.yaml")
     cfg = load_config(recipe, [f"corpus={multi30k_corpus}", f"work_dir={tmp_path}", "preprocess.vocab_size=300",
                                "preprocess.max_train_sentences=150", "preprocess.max_valid_sentences=4",
                                "train.max_steps=4", "train.valid_every=2", "train.batch_tokens=1200",
-                               "train.warmup_steps=2"])
+                               "train.warmup_steps=2", "train.log_every=2"])
     result = train(cfg)
-    assert result.steps == 4 and all(r["mean_loss"] is not None for r in result.history)
+    assert result.steps == 4 and [r["step"] for r in result.history] == [2, 4]
+    assert result.history[1]["mean_loss"] < result.history[0]["mean_loss"]  # it learns
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in logged if r["type"] == "train"]
+    assert [r["step"] for r in trained] == [2, 4] and all(r["agreement"] > 0 for r in trained)  # the term is on
+    assert [r["lr"] for r in trained] == pytest.approx([0.002, 0.002 * (2 / 4) ** 0.5])  # peak, then 1/sqrt(step)
+    assert sorted(p.name for p in (tmp_path / "best_loss").glob("*.pt")) == ["step2.pt", "step4.pt"]
+    assert (tmp_path / "averaged.pt").is_file()
 
 
 GPU_RECIPES = sorted(
