@@ -1,8 +1,10 @@
-"""Shared fixtures: real Multi30k from ../shared/data, and one tiny trained model per session."""
+"""Shared fixtures: real Multi30k from ../shared/data, a tiny trained model on it, and tiny trained models of
+every kind on a synthetic task, each trained once per session."""
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,129 @@ a checkpoint that learned nothing."""
     path = tmp_path_factory.mktemp("untrained") / "best.pt"
     save_atomic(payload, path)
     return path
+
+
+# --- tiny trained models of every kind, each trained once per session ------------------------------------------
+#
+# The synthetic task (in the manner of Sockeye's sequence-copy tests): language `xa` writes sentences of 2-6
+# words drawn from eight word types `a`..`h`; its translation in `xb` is the same sentence reversed, each word
+# mapped to a fixed `xb` word (`a`->`1`, ..., `h`->`8`). Every word is one subword, so token accuracy is
+# measured on words. Train, validation and test splits are generated (seeded); no test or validation sentence
+# occurs in the training split.
+
+SOURCE_WORDS = list("abcdefgh")
+TARGET_WORD = {w: str(i) for i, w in enumerate(SOURCE_WORDS, start=1)}
+SPLIT_SIZES = {"train": 2000, "val": 50, "test": 200}
+KIND_STEPS = 300
+"""Training steps of every kind's model unless its entry in `KINDS` says otherwise."""
+
+# One line per combination of kinds: the `--set` overrides that select it (name: encoder-bridge-decoder).
+# A kind that needs other settings (learning rate, steps) to learn the task sets them here too.
+KINDS: dict[str, dict] = {
+    "bilstm-attention-lstm": {"model.encoder.type": "bilstm", "model.bridge.type": "attention",
+                              "model.decoder.type": "lstm"},
+    "bilstm-attention-lstm_feed": {"model.encoder.type": "bilstm", "model.bridge.type": "attention",
+                                   "model.decoder.type": "lstm", "model.decoder.input_feed": True},
+    "bilstm-none-lstm": {"model.encoder.type": "bilstm", "model.bridge.type": "none", "model.decoder.type": "lstm"},
+    "bilstm-none-lstm_feed": {"model.encoder.type": "bilstm", "model.bridge.type": "none", "model.decoder.type": "lstm",
+                              "model.decoder.input_feed": True},
+    "transformer-attention-transformer": {"model.encoder.type": "transformer", "model.bridge.type": "attention",
+                                          "model.decoder.type": "transformer", "model.encoder.positions": "learned",
+                                          "model.decoder.positions": "learned", "train.lr": 0.001},
+    "transformer-none-transformer": {"model.encoder.type": "transformer", "model.bridge.type": "none",
+                                     "model.decoder.type": "transformer", "train.lr": 0.001},
+    "transformer-none-transformer_tied": {"model.encoder.type": "transformer", "model.bridge.type": "none",
+                                          "model.encoder.heads": 4, "model.decoder.type": "transformer",
+                                          "model.decoder.heads": 4, "model.decoder.hidden": 32,
+                                          "model.decoder.tie_embeddings": True, "train.lr": 0.001,
+                                          "train.max_steps": 600, "train.valid_every": 600},
+    "bilstm-attention-transformer": {"model.encoder.type": "bilstm", "model.bridge.type": "attention",
+                                     "model.decoder.type": "transformer", "model.decoder.positions": "learned",
+                                     "train.lr": 0.003},
+    "bilstm-ntdv-lstm": {"model.encoder.type": "bilstm", "model.bridge.type": "ntdv", "model.bridge.heads": 8,
+                         "model.bridge.hidden": 64, "model.decoder.type": "lstm", "train.max_steps": 600,
+                         "train.valid_every": 600},
+}
+
+
+def target_of(source: str) -> str:
+    return " ".join(TARGET_WORD[w] for w in reversed(source.split()))
+
+
+@pytest.fixture(scope="session")
+def synthetic_corpus(tmp_path_factory) -> Path:
+    """Multi-way corpus YAML with train/val/test files of `xa` sentences and their `xb` translations."""
+    import random
+    root = tmp_path_factory.mktemp("kinds_corpus")
+    rng = random.Random(3)
+
+    def sentence() -> str:
+        return " ".join(rng.choice(SOURCE_WORDS) for _ in range(rng.randint(2, 6)))
+
+    held_out: set[str] = set()
+    texts = {}
+    for split in ("test", "val", "train"):
+        lines: list[str] = []
+        while len(lines) < SPLIT_SIZES[split]:
+            s = sentence()
+            if split != "train" or s not in held_out:
+                lines.append(s)
+        held_out.update(lines)
+        texts[split] = lines
+    return write_multiway_corpus(root, "reverse_map", {split: {"xa": lines, "xb": [target_of(s) for s in lines]}
+                                                       for split, lines in texts.items()})
+
+
+def kind_config_yaml(corpus: Path, work_dir: Path) -> Path:
+    """The tiny xa -> xb experiment every kind trains (its kind set with `--set`), written beside `work_dir`."""
+    cfg = tiny_config(corpus, work_dir,
+                      preprocess={"vocab_size": 50, "max_train_sentences": None, "max_valid_sentences": 50,
+                                  "max_len": 20},
+                      directions={"mode": "bilingual", "pairs": [["xa", "xb"]]},
+                      model={"embed_dim": 32, "bridge": {"heads": 8, "hidden": 32}},
+                      train={"max_steps": KIND_STEPS, "valid_every": KIND_STEPS, "log_every": 100, "batch_size": 32,
+                             "lr": 0.01, "seed": 1, "threads": 1, "precision": "fp32"})
+    cfg["name"] = "kinds"
+    path = work_dir.parent / "experiment.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+@dataclass(frozen=True)
+class TrainedKind:
+    checkpoint: Path
+    """best.pt of the run."""
+    printed: str
+    """What `interlingua train` wrote to stdout."""
+
+
+class KindModels:
+    """Each kind of `KINDS` trained on the synthetic task through `interlingua train`, the first time a test asks
+    for it; every later test of the session gets the same checkpoint (tests only read it)."""
+
+    def __init__(self, corpus: Path, root: Path):
+        self.corpus, self.root = corpus, root
+        self._trained: dict[str, TrainedKind] = {}
+
+    def __getitem__(self, name: str) -> TrainedKind:
+        if name not in self._trained:
+            import contextlib
+            import io
+            import json
+
+            from interlingua.cli import main
+            (self.root / name).mkdir()
+            config = kind_config_yaml(self.corpus, self.root / name / "run")
+            sets = [arg for key, value in KINDS[name].items() for arg in ("--set", f"{key}={json.dumps(value)}")]
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                code = main(["train", str(config), *sets])
+            assert code == 0, f"interlingua train of kind {name} exited {code}:\n{printed.getvalue()[-3000:]}"
+            self._trained[name] = TrainedKind(self.root / name / "run" / "best.pt", printed.getvalue())
+        return self._trained[name]
+
+
+@pytest.fixture(scope="session")
+def kind_models(synthetic_corpus, tmp_path_factory) -> KindModels:
+    """Tiny models of every kind of `KINDS` (about 3-6 s each on 2 cores, trained on first use)."""
+    return KindModels(synthetic_corpus, tmp_path_factory.mktemp("kinds"))

@@ -1,13 +1,14 @@
 """precision int8 (`interlingua.modules.int8`, `interlingua.inference.int8_probe`): int8 linear layers, the
 LSTM's linear form, whole models against fp32, the command line, the service, errors and `auto`'s choice.
 
-The models are the kinds matrix's synthetic task (`test_kinds_matrix`: sentences of eight word types,
-translated reversed and word by word), trained for a few seconds: a BiLSTM + attention bridge + LSTM
-model and a Transformer (no bridge, tied decoder embeddings). Their layers are far below the size where
-int8 pays (`MIN_INT8_WEIGHTS`), so these tests quantize every layer (threshold 0): more int8 than any
-real model gets. Which kernel runs a layer is measured on the machine (`int8.time_kernels`); here a
-stand-in measurement (`fake_times`) says which kernel is fastest where, torch._int_mm everywhere unless
-a test says otherwise, and each test has its own cache of measurements.
+The models are the session's tiny models of the synthetic task (`tests/conftest.py`: `kind_models`, the
+kinds matrix's; sentences of eight word types, translated reversed and word by word), trained for a few
+seconds: a BiLSTM + attention bridge + LSTM model and a Transformer (no bridge, tied decoder embeddings).
+Their layers are far below the size where int8 pays (`MIN_INT8_WEIGHTS`), so these tests quantize every
+layer (threshold 0): more int8 than any real model gets. Which kernel runs a layer is measured on the
+machine (`int8.time_kernels`); here a stand-in measurement (`fake_times`) says which kernel is fastest
+where, torch._int_mm everywhere unless a test says otherwise, and each test has its own cache of
+measurements.
 """
 from __future__ import annotations
 
@@ -21,9 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from conftest import REPO
-from test_kinds_matrix import experiment_yaml, synthetic_corpus, token_accuracy  # noqa: F401 - a fixture
+from test_kinds_matrix import token_accuracy
 
 import interlingua
 from interlingua.cli import main
@@ -33,13 +33,8 @@ from interlingua.modules import int8
 from interlingua.modules.int8 import Int8Linear, LinearLSTM, kernel_works, linear_lstms, quantize_network
 from interlingua.runtime import Runtime, resolve_device_precision
 
-TRAIN_STEPS = 300
-KINDS = {
-    "lstm": {"model.encoder.type": "bilstm", "model.bridge.type": "attention", "model.decoder.type": "lstm"},
-    "transformer": {"model.encoder.type": "transformer", "model.bridge.type": "none",
-                    "model.encoder.heads": 4, "model.decoder.type": "transformer", "model.decoder.heads": 4,
-                    "model.decoder.hidden": 32, "model.decoder.tie_embeddings": True, "train.lr": 0.001},
-}
+KINDS = {"lstm": "bilstm-attention-lstm", "transformer": "transformer-none-transformer_tied"}
+"""The two models, by their names in the session's `KINDS`."""
 MIN_GREEDY_AGREEMENT = 0.9
 """Share of the 200 test sentences whose int8 translation (greedy, and beam 4) is the fp32 one, token for
 token, with every layer in int8: measured 0.965-0.99 on the two tiny models."""
@@ -73,25 +68,14 @@ def quantize_every_layer(monkeypatch, tmp_path):
     monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: "int_mm"))
 
 
-def train_kind(kind: str, corpus: Path, work: Path) -> Path:
-    """A checkpoint of `kind` trained on the synthetic task."""
-    config = experiment_yaml(corpus, work / "run")
-    cfg = yaml.safe_load(config.read_text())
-    cfg["train"]["max_steps"] = cfg["train"]["valid_every"] = TRAIN_STEPS
-    config.write_text(yaml.safe_dump(cfg))
-    sets = [arg for key, value in KINDS[kind].items() for arg in ("--set", f"{key}={json.dumps(value)}")]
-    assert main(["train", str(config), *sets]) == 0
-    return Path(cfg["work_dir"]) / "best.pt"
+@pytest.fixture(scope="module")
+def lstm_model(kind_models) -> Path:
+    return kind_models[KINDS["lstm"]].checkpoint
 
 
 @pytest.fixture(scope="module")
-def lstm_model(synthetic_corpus, tmp_path_factory) -> Path:  # noqa: F811 - the imported fixture
-    return train_kind("lstm", synthetic_corpus, tmp_path_factory.mktemp("lstm"))
-
-
-@pytest.fixture(scope="module")
-def transformer_model(synthetic_corpus, tmp_path_factory) -> Path:  # noqa: F811 - the imported fixture
-    return train_kind("transformer", synthetic_corpus, tmp_path_factory.mktemp("transformer"))
+def transformer_model(kind_models) -> Path:
+    return kind_models[KINDS["transformer"]].checkpoint
 
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
