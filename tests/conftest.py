@@ -63,6 +63,16 @@ def pytest_runtest_setup(item):
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Every test starts with one thread: `--threads N` run through `main()` and CTranslate2's translators (they
+    share torch's OpenMP) leave the count they set for the rest of the process. Reset after each test too, so
+    that the session's models, trained when a test first asks for them, are trained with one thread as well."""
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(1)
+
+
 def write_multiway_corpus(root: Path, name: str, texts: dict[str, dict[str, list[str]]]) -> Path:
     """A corpus YAML over `texts` (split -> language -> lines), one file per split and language."""
     splits: dict[str, dict[str, str]] = {}
@@ -252,3 +262,11 @@ class KindModels:
 def kind_models(synthetic_corpus, tmp_path_factory) -> KindModels:
     """Tiny models of every kind of `KINDS` (about 3-6 s each on 2 cores, trained on first use)."""
     return KindModels(synthetic_corpus, tmp_path_factory.mktemp("kinds"))
+
+
+@pytest.fixture(scope="session")
+def letter_code_transformer(tmp_path_factory) -> Path:
+    """The shared Transformer of a letter-for-letter code between xa and xb (tests/test_export_ctranslate2.py:
+    `train_letter_code_transformer`), for the CTranslate2 export and the shortlist tests."""
+    from test_export_ctranslate2 import train_letter_code_transformer
+    return train_letter_code_transformer(tmp_path_factory.mktemp("letter_code"))

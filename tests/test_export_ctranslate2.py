@@ -82,17 +82,21 @@ def synthetic_checkpoint(root: Path, model: dict, name: str = "model.pt", offset
     return path
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
+def train_letter_code_transformer(root: Path) -> Path:
     """A shared Transformer, no bridge, the tag in place of BOS, tied embeddings, trained 200 steps on
     xa<->xb (a letter-for-letter code: about 3 s on one thread) so that it writes real, varied output."""
     from interlingua.training.trainer import train
-    root = tmp_path_factory.mktemp("trained")
     cfg = experiment_config(root, {}, preprocess={"vocab_size": 60, "joint_vocab": True, "max_len": 20,
                                                   "max_train_sentences": 300},
                             directions={"mode": "explicit", "pairs": [["xa", "xb"], ["xb", "xa"]]},
                             train={"max_steps": 200, "valid_every": 100000, "batch_size": 20, "lr": 0.01})
     return Path(train(cfg).best_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def trained(letter_code_transformer) -> Path:
+    """`train_letter_code_transformer`'s model, trained once per session (`tests/conftest.py`)."""
+    return letter_code_transformer
 
 
 @pytest.fixture(scope="module")
