@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 from test_extension import NEW, OLD, _batch, config, corpus, sentences  # noqa: F401 - corpus is a fixture
+from test_int8 import fake_times
 from test_transformer import assert_search_is_per_sentence, assert_steps_equal_teacher_forcing
 
 import interlingua
@@ -240,11 +241,14 @@ def test_trained_model_loads_translates_and_round_trips(trained, corpus, tmp_pat
         assert all(torch.equal(v, shared_decoder(model._network).language_embeddings[k]) for k, v in vectors.items())
 
 
-def test_int8_quantizes_the_projection_and_translates(trained, corpus, monkeypatch):  # noqa: F811
+def test_int8_quantizes_the_projection_and_translates(trained, corpus, monkeypatch, tmp_path):  # noqa: F811
     old_path, _ = trained
     with pytest.raises(ConfigError, match="no layer of this model is big enough"):  # the tiny model's layers
         interlingua.load(old_path, "cpu", "int8")
     monkeypatch.setattr(int8, "MIN_INT8_WEIGHTS", 0)
+    # the kernel choice is measured on the machine (tests/test_int8.py); here int8 pays at every layer shape
+    monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: "int_mm"))
     q, fp32 = interlingua.load(old_path, "cpu", "int8"), interlingua.load(old_path, "cpu")
     assert isinstance(shared_decoder(q._network).embedding.language_proj, int8.Int8Linear)
     texts = sentences(corpus, "xa")[:20]

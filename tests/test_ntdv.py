@@ -161,7 +161,8 @@ def test_both_directions_sum_the_two_costs_of_the_same_pairs(trained_model, mult
                for m, b in zip(micro, (forward, backward)))
     assert ntok == 2 * (int(forward.src_lengths.sum()) + int((forward.tgt_out != PAD).sum()))
     run.optimizer.zero_grad(set_to_none=True)
-    nll, n_tgt, *_ = forward_backward(run, micro)
+    sums = forward_backward(run, micro)
+    nll, n_tgt = sums.nll, sums.target_tokens
     one, two = run.model(forward), run.model(backward)
     assert nll == pytest.approx(one.nll_sum + two.nll_sum, rel=1e-5) and n_tgt == one.n_tokens + two.n_tokens
     got = {n: p.grad.clone() for n, p in run.model.named_parameters() if p.grad is not None}

@@ -133,7 +133,7 @@ def test_a_shortlist_for_another_model_or_kind_is_refused(trained, monkeypatch):
         with pytest.raises(ConfigError, match="cannot decode with a shortlist"):
             model.use_shortlist(build_shortlist(model, per_token=1, frequent=2))
     rep = model.represent(texts("xa", 2), "xa")
-    bare = type(rep)(rep.memory, rep.mask, rep.lengths, rep.src, rep.tgt)
+    bare = type(rep)(rep.memory, rep.mask, rep.lengths, rep.src, rep.tgt, fingerprint=rep.fingerprint)  # no ids
     model.use_shortlist(build_shortlist(model, per_token=1, frequent=2))
     with pytest.raises(ValueError, match="no source ids"):
         model.generate(bare, "xb")
