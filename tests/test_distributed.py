@@ -2,7 +2,8 @@
 
 Each torchrun launch starts real processes (two CPU ranks, gloo, one thread each); the models are
 tiny and train a few steps without dropout, so that one process with the whole batch is the
-reference the ranks must match (up to float summation order).
+reference the ranks must match (up to float summation order). The runs compared with one process
+share one launch (`two_ranks`); the command line under torchrun has its own.
 """
 from __future__ import annotations
 
@@ -47,6 +48,27 @@ with process_group(cfg.train.device) as (dist, device):
     torch.save(run.model.state_dict(), f"{sys.argv[2]}/rank{dist.rank}.pt")
 """
 
+# The same for several runs in turn in one launch (one process group): each config's rank weights are saved
+# beside it.
+RUNS_SCRIPT = """
+import sys, torch
+from pathlib import Path
+from interlingua.config import load_config
+from interlingua.distributed import process_group
+from interlingua.training.run import build_run
+from interlingua.training.trainer import Trainer
+configs = [load_config(path) for path in sys.argv[1:]]
+with process_group(configs[0].train.device) as (dist, device):
+    for path, cfg in zip(sys.argv[1:], configs):
+        run = build_run(cfg, dist=dist, device=device)
+        Trainer(run).train()
+        torch.save(run.model.state_dict(), Path(path).parent / f"rank{dist.rank}.pt")
+"""
+AGREEMENT = {"agreement": {"weight": 2.0, "loss": "contrastive", "temperature": 0.1}}
+TWO_RANK_RUNS = {"combined_batch": {"accumulate": 2}, "agreement": AGREEMENT,
+                 "token_batches": {"batch_tokens": 1200, "accumulate": 2}}
+"""The runs two gloo ranks train in one launch (`two_ranks`), each compared with one process below."""
+
 
 def _write_config(corpus: Path, work: Path, path: Path, **train) -> Path:
     cfg = tiny_config(corpus, work, **{**SECTIONS, "train": {**SECTIONS["train"], **train}})
@@ -74,6 +96,21 @@ def _assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> Non
     assert a.keys() == b.keys()
     for name in a:
         assert torch.allclose(a[name], b[name], rtol=1e-5, atol=1e-6), (name, (a[name] - b[name]).abs().max())
+
+
+@pytest.fixture(scope="module")
+def two_ranks(multi30k_corpus, tmp_path_factory) -> dict[str, Path]:
+    """One torchrun launch of two ranks that trains each run of `TWO_RANK_RUNS` in turn: {name: its folder,
+    holding cfg.yaml, run/ (what rank 0 wrote) and rank0.pt, rank1.pt (each rank's weights at the end)}."""
+    root = tmp_path_factory.mktemp("two_ranks")
+    configs = []
+    for name, settings in TWO_RANK_RUNS.items():
+        (root / name).mkdir()
+        configs.append(_write_config(multi30k_corpus, root / name / "run", root / name / "cfg.yaml", **settings))
+    script = root / "runs.py"
+    script.write_text(RUNS_SCRIPT, encoding="utf-8")
+    _torchrun([str(script), *map(str, configs)])
+    return {name: root / name for name in TWO_RANK_RUNS}
 
 
 @pytest.fixture(scope="module")
@@ -107,31 +144,24 @@ def test_accumulated_micro_batches_equal_the_whole_batch(multi30k_corpus, one_pr
                   read_checkpoint(one_process / "last.pt")["model"])
 
 
-def test_two_gloo_processes_equal_one_process_with_the_combined_batch(multi30k_corpus, one_process, tmp_path):
+def test_two_gloo_processes_equal_one_process_with_the_combined_batch(one_process, two_ranks):
     """Two ranks of 10 pairs each (5 + 5 with accumulate 2): identical weights on both ranks,
     equal to one process's with the 20 pairs; rank 0 alone wrote the files."""
-    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", accumulate=2)
-    script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT, encoding="utf-8")
-    _torchrun([str(script), str(config), str(tmp_path)])
-    rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    ranks = two_ranks["combined_batch"]
+    rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     _assert_close(rank0, read_checkpoint(one_process / "last.pt")["model"])
-    _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"], rank0)
+    _assert_close(read_checkpoint(ranks / "run" / "last.pt")["model"], rank0)
 
 
-def test_two_gloo_processes_with_contrastive_agreement_equal_one_process(multi30k_corpus, tmp_path):
+def test_two_gloo_processes_with_contrastive_agreement_equal_one_process(multi30k_corpus, two_ranks, tmp_path):
     """Contrastive agreement takes its negatives from the whole step batch: each rank gathers the
     other's sentence vectors (with their gradients), so two ranks of 10 pairs train as one process of 20."""
-    agreement = {"agreement": {"weight": 2.0, "loss": "contrastive", "temperature": 0.1}}
     one = tmp_path / "one"
-    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml", **agreement).read_text())
+    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml", **AGREEMENT).read_text())
     train(parse_config(cfg))
-    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", **agreement)
-    script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT, encoding="utf-8")
-    _torchrun([str(script), str(config), str(tmp_path)])
-    rank0 = torch.load(tmp_path / "rank0.pt")
+    ranks = two_ranks["agreement"]
+    rank0 = torch.load(ranks / "rank0.pt")
     reference = read_checkpoint(one / "run" / "last.pt")["model"]
     _assert_close(rank0, reference)
     # and the agreement term did move the weights: without it they end elsewhere
@@ -140,7 +170,7 @@ def test_two_gloo_processes_with_contrastive_agreement_equal_one_process(multi30
     train(parse_config(cfg))
     other = read_checkpoint(plain / "run" / "last.pt")["model"]
     assert any(not torch.allclose(reference[k], other[k], rtol=1e-5, atol=1e-6) for k in reference)
-    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = [json.loads(line) for line in (ranks / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["agreement"] > 0 for r in logged if r["type"] == "train")
 
 
@@ -163,17 +193,14 @@ def test_torchrun_cli_validates_once_and_resumes_with_another_process_count(mult
     assert [(r["type"], r["step"]) for r in records] == [("train", 3), ("valid", 3), ("train", 6), ("valid", 6)]
 
 
-def test_two_gloo_processes_with_token_batches_equal_one_process(multi30k_corpus, tmp_path):
+def test_two_gloo_processes_with_token_batches_equal_one_process(multi30k_corpus, two_ranks, tmp_path):
     """`train.batch_tokens`: a step holds a batch of each direction; two ranks (x accumulate 2) take
     their parts of both and end with the weights of one process that trains the whole step."""
     one = tmp_path / "one"
     cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml",
                                        batch_tokens=1200).read_text())
     train(parse_config(cfg))
-    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", batch_tokens=1200, accumulate=2)
-    script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT, encoding="utf-8")
-    _torchrun([str(script), str(config), str(tmp_path)])
-    rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    ranks = two_ranks["token_batches"]
+    rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     _assert_close(rank0, read_checkpoint(one / "run" / "last.pt")["model"])
