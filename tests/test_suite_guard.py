@@ -33,21 +33,36 @@ def test_runs():
 """
 
 
-def _run_pytest(tmp_path: Path, body: str, ci: bool) -> subprocess.CompletedProcess:
-    shutil.copy(CONFTEST, tmp_path / "conftest.py")
-    (tmp_path / "test_probe.py").write_text(body)
+PROBES = {"missing": MISSING_DATA, "skipif": SKIPIF}
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory) -> Path:
+    """A folder with the suite's conftest.py and one test file per way of skipping."""
+    root = tmp_path_factory.mktemp("probes")
+    shutil.copy(CONFTEST, root / "conftest.py")
+    for name, body in PROBES.items():
+        (root / f"test_probe_{name}.py").write_text(body)
+    return root
+
+
+def _run_pytest(root: Path, target: Path, ci: bool) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci:
         env["CI"] = "true"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(target)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("body", [MISSING_DATA, SKIPIF], ids=["missing", "skipif"])
-def test_skip_is_allowed_locally_and_fails_under_ci(tmp_path, body):
-    local = _run_pytest(tmp_path, body, ci=False)
+def test_skips_are_allowed_locally(probes):
+    local = _run_pytest(probes, probes, ci=False)
     assert local.returncode == 0, local.stdout + local.stderr
-    assert "1 passed, 1 skipped" in local.stdout
-    ci = _run_pytest(tmp_path, body, ci=True)
+    assert "2 passed, 2 skipped" in local.stdout
+    assert "nothing is not available" in local.stdout and "no data" in local.stdout  # one skip of each kind
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_a_skip_fails_the_run_under_ci(probes, name):
+    ci = _run_pytest(probes, probes / f"test_probe_{name}.py", ci=True)
     assert ci.returncode == 1, ci.stdout + ci.stderr
     assert "CI=true" in ci.stdout
