@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -37,15 +38,14 @@ def readme_pytest_arguments() -> list[str]:
 
 
 def test_the_readme_test_command_deselects_the_cuda_tests():
+    """Collected with the README's arguments, test_cuda.py leaves nothing selected and at least 10 tests
+    deselected: every test of the file is marked cuda (`-m cuda` selects exactly those)."""
     args = readme_pytest_arguments()
     assert args[args.index("-m") + 1] == "not cuda"
-    selected = _pytest("tests/test_cuda.py", "--collect-only", "-q", "-m", "cuda")
-    assert selected.returncode == 0, selected.stdout[-2000:]
-    count = int(selected.stdout.strip().splitlines()[-1].split()[0])
-    assert count >= 10
     left_out = _pytest("tests/test_cuda.py", "--collect-only", "-q", *args)
     assert left_out.returncode == 5, left_out.stdout[-2000:]  # pytest: no test collected
-    assert f"{count} deselected" in left_out.stdout
+    deselected = re.search(r"(\d+) deselected", left_out.stdout)
+    assert deselected and int(deselected.group(1)) >= 10, left_out.stdout[-2000:]
 
 
 def test_the_cuda_tests_selected_without_a_gpu_each_fail():
