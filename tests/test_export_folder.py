@@ -171,7 +171,7 @@ def test_folder_translates_and_embeds_like_the_checkpoint_without_unpickling(exp
     from_folder = interlingua.load(exported, "cpu")
     again = interlingua.Model.load(exported, "cpu")
     assert from_folder.languages == from_pt.languages
-    assert from_folder._loaded.step == from_pt._loaded.step == 600
+    assert from_folder.step == from_pt.step == 600
     for src, tgt in (("en", "de"), ("de", "en")):
         texts = EN if src == "en" else from_pt.translate(EN, "en", "de")
         same_outputs(from_pt, from_folder, texts, src, tgt)
@@ -259,12 +259,12 @@ def test_every_kind_round_trips_exactly(kind_checkpoint, tmp_path, monkeypatch):
     weights = dict(back._network.state_dict())
     assert weights.keys() == model._network.state_dict().keys()
     assert all(torch.equal(weights[k], v) for k, v in model._network.state_dict().items())
-    if back._network.cfg.decoder.type == "transformer" and back._network.cfg.decoder.tie_embeddings:
+    if back.config.model.decoder.type == "transformer" and back.config.model.decoder.tie_embeddings:
         for decoder in back._network.decoders.values():  # still one tensor, stored once
             assert decoder.generator.weight is decoder.embedding.embed.weight
         with safe_open(tmp_path / "folder" / "model.safetensors", "pt") as f:
             assert len(list(f.keys())) < len(weights)
-    if back._network.cfg.shared:
+    if back.config.model.shared:
         meta = json.loads((tmp_path / "folder" / "config.json").read_text())
         assert meta["tokenizers"] == {"xa": "joint.spm.model", "xb": "joint.spm.model"}
 

@@ -128,7 +128,7 @@ def test_old_outputs_and_log_probs_unchanged(trained, corpus):
 
 
 def _batch(model: Model, corpus: Path, src: str, tgt: str, split: str = "test", n: int = 20):
-    shared, pos = model._network.cfg.shared, model._network.cfg.tag_position
+    shared, pos = model.config.model.shared, model.config.model.tag_position
     s = [np.asarray(x) for x in model.vocabs[src].tokenize_batch(sentences(corpus, src, split)[:n])]
     t = [np.asarray(x) for x in model.vocabs[tgt].tokenize_batch(sentences(corpus, tgt, split)[:n])]
     return make_batch(s, t, src, tgt, source_prefix(model.vocabs[src], tgt, shared, pos),
@@ -225,7 +225,7 @@ def test_train_init_fine_tunes_the_new_language(trained, corpus, tmp_path, capsy
         assert a < 0.75 * b, (d, b, a)  # measured: xn->xb 2.15 -> 1.21, xb->xn 5.03 -> 1.18
     assert ({k: (v.proto, v.offset) for k, v in after.vocabs.items()}
             == {k: (v.proto, v.offset) for k, v in before.vocabs.items()})
-    assert set(after._loaded.directions) >= {(NEW, "xb"), ("xb", NEW), ("xa", "xb")}
+    assert set(after.languages.trained) >= {(NEW, "xb"), ("xb", NEW), ("xa", "xb")}
 
     # the weights are the checkpoint's: one step at a vanishing learning rate leaves them where they were
     cfg["work_dir"] = str(tmp_path / "one_step")

@@ -222,7 +222,7 @@ def trained(corpus, tmp_path_factory) -> tuple[Path, Path]:  # noqa: F811 - the 
 def test_trained_model_loads_translates_and_round_trips(trained, corpus, tmp_path):  # noqa: F811
     old_path, _ = trained
     model = interlingua.load(old_path, "cpu")
-    assert model._network.cfg.decoder.language_embedding == "concat"
+    assert model.config.model.decoder.language_embedding == "concat"
     texts = sentences(corpus, "xa")[:8]
     out = {tgt: model.translate(texts, "xa", tgt, beam=2) for tgt in ("xb", "xc")}
     assert all(len(v) == len(texts) and any(v) for v in out.values())

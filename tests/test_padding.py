@@ -76,7 +76,7 @@ def test_pooled_vector_independent_of_padding_through_the_embedder(tmp_path, bri
     ckpt = random_checkpoint(tmp_path / "random.pt", param_init=0.5,
                              bridge={"type": bridge, "heads": 4, "hidden": 32}, encoder={"hidden": 64, "layers": 2})
     emb = load(ckpt)
-    assert emb._network.has_bridge == (bridge == "attention")
+    assert emb.bridge_attention == (bridge == "attention")
     short = "a dog ."
     longer = ["the small child sits near the big red ball in the park .", "a woman runs on the street near the park ."]
     alone = emb.encode([short], "en")[0]
