@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU machine (one command, about 8 minutes on one H100 by design): the CUDA tests, a short training
+# On a GPU machine (one command, about 4 minutes on one H200 as measured): the CUDA tests, a short training
 # per precision with an exact-resume check, torchrun on nccl, throughput and peak memory; everything it
 # learns goes to one folder: --out DIR, else $OUT, else runs/gpu-check/out (at most 8 files of at most 16 MiB:
 # install.log, pytest.log, train.log, metrics.jsonl, summary.json, summary.md). Needs nothing from outside:

@@ -150,6 +150,25 @@ def test_the_fused_attention_kernel_on_cuda_equals_the_spelled_out_softmax(dtype
         assert err < tolerance, (mask is not None, causal, err)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_masked_attention_on_cuda_never_goes_to_cudnn(dtype):
+    """cuDNN's attention builds a plan per new shape (about a second each on an H200): token batches and
+    decoding bring new shapes every step, so a masked half-precision call must take flash or
+    memory-efficient attention, and the process's own backend flags stay as they were."""
+    from torch.profiler import ProfilerActivity, profile
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    ops: set[str] = set()
+    for n in (7, 13, 21):
+        q, k, v = (torch.randn(2, 4, n, 32, device="cuda", dtype=dtype) for _ in range(3))
+        keys = (torch.arange(n, device="cuda")[None, :] < torch.tensor([n, n - 3], device="cuda")[:, None])
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            attention(q, k, v, keys[:, None, None, :])
+        ops |= {event.key for event in prof.key_averages()}
+    assert not any("cudnn_attention" in op for op in ops), sorted(ops)
+    assert any("efficient_attention" in op or "flash_attention" in op for op in ops), sorted(ops)
+    assert torch.backends.cuda.cudnn_sdp_enabled() == was
+
+
 def test_attention_dropout_on_cuda_drops_in_the_fused_kernel_and_follows_the_seed():
     q, k, v = (torch.randn(2, 4, 9, 16, device="cuda") for _ in range(3))
     plain = attention(q, k, v)

@@ -24,6 +24,7 @@ keys and values are projected once in `start_state`, and `reorder_state` indexes
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
@@ -124,13 +126,32 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     `dropout` on the attention weights. With dropout on the CPU the weights are spelled out, so
     that they are dropped with `scaled_keep_mask` (the fused kernel's CPU dropout draws torch's
     slow masks), in fp32 as the fused kernel's CPU fallback does (small batched bf16 products are
-    several times slower there); everywhere else the fused kernel runs."""
+    several times slower there); everywhere else the fused kernel runs. On a GPU it runs without
+    cuDNN's attention (see `_without_cudnn_attention`)."""
     if dropout > 0 and q.device.type == "cpu":
         with torch.autocast("cpu", enabled=False):
             weights = _attention_weights(q.float(), k.float(), mask, causal)
             out = (weights * scaled_keep_mask(weights.shape, dropout, weights)) @ v.float()
         return out.to(q.dtype)
+    if q.device.type == "cuda":
+        with _without_cudnn_attention():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
+
+
+def _without_cudnn_attention() -> contextlib.AbstractContextManager[None]:
+    """The fused kernels allowed now, less cuDNN's. Since torch 2.5 a masked bf16 / fp16 call on a Hopper
+    GPU goes to cuDNN first, which builds an execution plan for every new (batch, length) shape, about a
+    second each; token batches and decoding bring a new shape almost every step, so training in bf16 ran
+    at 1/12 of fp32's speed on an H200 (measured, docs/TESTING.md). Flash and memory-efficient attention
+    take any shape at once. A caller's own `sdpa_kernel` choice is kept, less cuDNN."""
+    flags = torch.backends.cuda
+    if not flags.cudnn_sdp_enabled():
+        return contextlib.nullcontext()
+    allowed = [backend for backend, enabled in ((SDPBackend.FLASH_ATTENTION, flags.flash_sdp_enabled()),
+                                                (SDPBackend.EFFICIENT_ATTENTION, flags.mem_efficient_sdp_enabled()),
+                                                (SDPBackend.MATH, flags.math_sdp_enabled())) if enabled]
+    return sdpa_kernel(allowed) if allowed else contextlib.nullcontext()
 
 
 def _attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None,
