@@ -290,6 +290,19 @@ class AgreementConfig(_Strict):
     instead of what the decoders read; e.g. the residual-free layer of paper 004. None: the bridge's output."""
     detach_target: bool = False
     """Stop the gradient on the target side: only the source sentence's encoder is pulled."""
+    start_step: int = Field(0, ge=0)
+    """The term is off (and the targets are not encoded) for the steps before this one, so that the
+    network first learns to translate before its states are pulled together."""
+    ramp_steps: int = Field(0, ge=0)
+    """From `start_step` on, the weight rises linearly to `weight` over this many steps (0: at once)."""
+
+    def weight_at(self, step: int) -> float:
+        """The term's weight in the step after `step` completed steps."""
+        if self.weight <= 0 or step < self.start_step:
+            return 0.0
+        if self.ramp_steps <= 0:
+            return self.weight
+        return self.weight * min(1.0, (step - self.start_step + 1) / self.ramp_steps)
 
 
 class SyntheticConfig(_Strict):

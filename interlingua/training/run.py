@@ -99,8 +99,15 @@ class Run:
         return self.runtime.precision
 
     def loss_terms(self) -> dict[str, Any]:
-        """What `model(batch, ...)` takes besides the batch: the loss's terms and their weights."""
-        return loss_terms(self.cfg)
+        """What `model(batch, ...)` takes besides the batch in the coming step: the loss's terms and
+        their weights, the agreement's as its `start_step` and `ramp_steps` give it at this step."""
+        terms = loss_terms(self.cfg)
+        agreement = terms["agreement"]
+        if agreement is not None:
+            weight = agreement.weight_at(self.progress.step)
+            terms["agreement"] = (None if weight <= 0 else agreement if weight == agreement.weight
+                                  else agreement.model_copy(update={"weight": weight}))
+        return terms
 
     def prefix(self, src: str, tgt: str) -> int | None:
         """The id put before a `src` sentence that is translated into `tgt` (None: no prefix)."""
