@@ -170,12 +170,24 @@ def cmd_train(args: argparse.Namespace) -> None:
     from interlingua.config import load_config
     from interlingua.training.trainer import train
     cfg = load_config(args.config, _device_override(args))
+    if args.processes > 1:
+        from interlingua.training.launch import launch_processes
+        launch_processes(_train_arguments(args), args.processes)
+        return
     result = train(cfg, resume=args.resume, init=args.init)
     if not result.main_process:  # under torchrun: rank 0 reports
         return
     best = "n/a" if result.best_bleu is None else f"{result.best_bleu:.2f}"
     print(f"trained {result.steps} steps; best dev mean BLEU {best}; "
           f"checkpoints: {result.best_checkpoint}, {result.last_checkpoint}")
+
+
+def _train_arguments(args: argparse.Namespace) -> list[str]:
+    """The `train` command line each process of `--processes` runs: this one without `--processes`."""
+    out = ["train", args.config, *(x for value in args.set for x in ("--set", value))]
+    out += ["--resume"] if args.resume else []
+    out += ["--init", args.init] if args.init else []
+    return out + (["--device", args.device] if args.device else [])
 
 
 def cmd_extend(args: argparse.Namespace) -> None:
@@ -437,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="start from this checkpoint's weights and vocabularies (fine-tuning, e.g. after "
                                 "`extend`; its model section must equal the config's), fresh optimizer and step")
             _add_device(c, overrides_config=True)
+            c.add_argument("--processes", type=positive_int, default=1, metavar="N",
+                           help="train in N processes on this machine (gloo on CPUs, nccl on GPUs: one per GPU), "
+                                "as torchrun --standalone --nproc-per-node N would; several machines: torchrun")
         c.set_defaults(func=func)
 
     x = sub.add_parser("extend", help="add a language to a trained shared model (then fine-tune with train --init)")

@@ -26,7 +26,12 @@ class TargetMismatchError(LanguageError):
     that puts the target's tag before the source encodes each text once per target)."""
 
 
-class TrainingDiverged(InterlinguaError):
+class TrainingError(InterlinguaError):
+    """A training run stopped by a fault of its own (not of its config or data): a process of a
+    several-process run died, or the loss diverged."""
+
+
+class TrainingDiverged(TrainingError):
     """The training loss stayed non-finite for `train.max_nonfinite_steps` steps in a row; the run's last
     checkpoints (written before, from finite weights) are kept."""
 

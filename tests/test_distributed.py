@@ -204,3 +204,50 @@ def test_two_gloo_processes_with_token_batches_equal_one_process(multi30k_corpus
     rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     _assert_close(rank0, read_checkpoint(one / "run" / "last.pt")["model"])
+
+
+def _processes_with(env_line: str, tag: str) -> list[int]:
+    """The pids of the processes whose environment holds `env_line` and this test's `tag`."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            lines = environ.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if env_line.encode() in lines and f"INTERLINGUA_TEST_TAG={tag}".encode() in lines:
+            found.append(int(environ.parent.name))
+    return found
+
+
+def test_a_killed_process_is_one_line_and_the_run_resumes(multi30k_corpus, tmp_path):
+    """`interlingua train --processes 2` with process 1 killed by SIGKILL mid-run: no traceback, one line
+    from process 0 (it saved last.pt) and one from the launcher naming the dead process and its signal;
+    the run then resumes with one process."""
+    import signal
+    import time
+    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", max_steps=100000, log_every=2,
+                           valid_every=100000)
+    tag = str(os.getpid())
+    env = {**os.environ, "INTERLINGUA_TEST_TAG": tag, "PYTHONUNBUFFERED": "1"}
+    cli = [sys.executable, "-m", "interlingua.cli", "train", str(config)]
+    launched = subprocess.Popen([*cli, "--processes", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 2) and time.time() < deadline:
+        assert launched.poll() is None, launched.communicate()
+        time.sleep(0.2)
+    victims = _processes_with("RANK=1", tag)
+    assert len(victims) == 1, victims
+    os.kill(victims[0], signal.SIGKILL)
+    _, err = launched.communicate(timeout=120)
+    assert launched.returncode == 2, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "error: training process 1 of 2 was killed by SIGKILL" in err
+    assert "error: process 0 of 2: another training process stopped answering" in err and "saved" in err, err[-2000:]
+    step = Checkpoint.read(tmp_path / "run" / "last.pt").training.step
+    assert step >= 4
+    resumed = subprocess.run([*cli, "--resume", "--set", f"train.max_steps={step + 2}"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert Checkpoint.read(tmp_path / "run" / "last.pt").training.step == step + 2

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from interlingua.atomic_files import write_text_atomic
 from interlingua.config import ExperimentConfig, TrainConfig
 from interlingua.data.prepare import PreparedData, config_as_built
 from interlingua.distributed import process_group
-from interlingua.errors import ConfigError, TrainingDiverged
+from interlingua.errors import ConfigError, TrainingDiverged, TrainingError
 from interlingua.training.checkpoints import CheckpointFiles, score
 from interlingua.training.metrics import add_step, empty_window, synthetic_time_share, train_record
 from interlingua.training.patience import patience_spent
@@ -49,6 +50,14 @@ from interlingua.training.synthetic import SyntheticPairs
 from interlingua.training.tensorboard_log import TensorBoardLog
 
 log = logging.getLogger(__name__)
+
+
+def lost_a_process(err: RuntimeError) -> bool:
+    """Whether a collective failed because another process of the run is gone (torch raises these as a
+    `DistError`, or, from inside the backward pass, as a RuntimeError carrying the backend's message)."""
+    text = str(err)
+    return isinstance(err, torch.distributed.DistError) or any(
+        mark in text for mark in ("gloo", "NCCL", "Connection reset", "Connection closed", "Broken pipe"))
 
 
 @dataclass
@@ -134,6 +143,10 @@ class Trainer:
                         raise RuntimeError("the training processes ended with different weights")
                 except KeyboardInterrupt as err:
                     raise self._save_on_interrupt(err, signals) from None
+                except RuntimeError as err:
+                    if run.dist.world_size > 1 and lost_a_process(err):
+                        raise self._save_on_lost_process(err) from None
+                    raise
         finally:
             self.close()
         best = run.work_dir / "best.pt"
@@ -262,6 +275,21 @@ class Trainer:
     def _flush_tensorboard(self) -> None:
         if self.tensorboard is not None:
             self.tensorboard.flush()
+
+    def _save_on_lost_process(self, err: RuntimeError) -> TrainingError:
+        """Another process of the run died inside a step: undo the step, save last.pt (process 0; it needs
+        no other process) and say so in one line."""
+        run, p = self.run, self.progress
+        if self._step_start is not None:
+            self._step_start.rewind(run)
+            self._step_start = None
+        where = f"process {run.dist.rank} of {run.dist.world_size}"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        cause = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". This is typically")[0][:160]  # gloo's source path off
+        then = (f"saved {self.files.save('last.pt', capture_state(run, p))}; continue with --resume" if run.dist.is_main
+                else "process 0 saves last.pt")
+        return TrainingError(f"{where}: another training process stopped answering in step {p.step + 1} ({cause}): "
+                             f"{then}")
 
     def _save_on_interrupt(self, err: KeyboardInterrupt, signals: StopSignals) -> TrainingInterrupted:
         """Write last.pt at the step boundary the interrupt fell on; never validate or touch best.pt."""
