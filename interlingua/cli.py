@@ -68,7 +68,17 @@ def _use_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+DATA_FOLDERS = {"multi30k": "multi30k", "europarl": "europarl", "iwslt17": "iwslt17",
+                "senteval": "senteval_downstream", "xnli": "xnli", "senteval-probing": "senteval_probing",
+                "webis-cls10": "webis_cls10", "webis-monolingual": "webis_monolingual"}
+"""`interlingua data NAME`'s folder under the data root when --dest is not given: where `evaluate
+--data-root` and the demo look for it."""
+
+
 def cmd_data(args: argparse.Namespace) -> None:
+    if args.dest is None:
+        from interlingua.data.locations import data_root
+        args.dest = str(data_root() / DATA_FOLDERS[args.dataset])
     if args.dataset == "multi30k":
         from interlingua.data.download import get_multi30k
         path = get_multi30k(args.dest, args.source)
@@ -371,7 +381,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> None:
     from interlingua.demo import run_demo
-    run_demo(Path(args.work), minutes=args.minutes, data_from=args.source)
+    run_demo(Path(args.work), minutes=args.minutes, data_from=args.source, test_sentences=args.max_sentences)
 
 
 def _add_evaluations(parser: argparse.ArgumentParser, command: str) -> None:
@@ -412,8 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="download (or copy) a public data set")
-    d.add_argument("dataset", choices=["multi30k", "europarl", "iwslt17", "senteval", "xnli", "senteval-probing",
-                                       "webis-cls10", "webis-monolingual"],
+    d.add_argument("dataset", choices=list(DATA_FOLDERS),
                    help="multi30k: translation corpus; europarl: Europarl v7 {de,es,fr}<->en with the WMT07 "
                         "dev2006/devtest2006/test2006 sets (paper 000); iwslt17: IWSLT 2017 multilingual TED "
                         "(de en it nl ro) with dev2010/tst2010 and a multi-way tst2010 (paper 004); "
@@ -423,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "`evaluate cldc` (<data-root>/webis_cls10); webis-monolingual: the review text of "
                         "Webis-CLS-10's training splits (--from) as sentences, added to --corpus as monolingual "
                         "training text for copy directions")
-    d.add_argument("--dest", required=True, help="folder to put the files in")
+    d.add_argument("--dest", default=None, help="folder to put the files in (default: <data>/NAME, where "
+                   "`evaluate` and the demo look: <data> is $INTERLINGUA_DATA, else ./data)")
     d.add_argument("--from", dest="source", default=None, help="copy from this local folder instead of downloading "
                    "(europarl: a folder holding the archives; iwslt17: the release archive or its files unpacked; "
                    "webis-monolingual: the Webis-CLS-10 folder to read)")
@@ -651,7 +661,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--work", default="demo_run")
     m.add_argument("--minutes", type=positive_float, default=8.0, help="training budget")
     m.add_argument("--from", dest="source", default=None,
-                   help="local Multi30k folder (default: ../shared/data/multi30k if present, else download)")
+                   help="local Multi30k folder (default: <data>/multi30k if it holds the files, else download; "
+                        "<data> is $INTERLINGUA_DATA, else ./data)")
+    m.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
+                   help="translate and score only the first N test sentences (default: all 1,000; a quick look)")
     m.set_defaults(func=cmd_demo)
     return p
 

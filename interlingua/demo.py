@@ -20,6 +20,7 @@ import numpy as np
 from interlingua.config import parse_config
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.data.download import get_multi30k
+from interlingua.data.locations import data_root
 from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
 from interlingua.evaluation.pivot_comparison import compare_with_pivot
 from interlingua.evaluation.sentence.retrieval import retrieval_accuracy
@@ -49,11 +50,8 @@ DEMO_CONFIG: dict[str, Any] = {
 def _find_local_multi30k(explicit: str | None) -> Path | None:
     if explicit:
         return Path(explicit)
-    for cand in (Path.cwd().parent / "shared" / "data" / "multi30k",
-                 Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"):
-        if (cand / "train.en.gz").is_file():
-            return cand
-    return None
+    local = data_root() / "multi30k"  # where `interlingua data multi30k` puts it by default
+    return local if (local / "train.en.gz").is_file() else None
 
 
 def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max_steps: int | None = None,

@@ -112,10 +112,16 @@ def test_console_script_is_installed():
     assert res.returncode == 0 and "translate" in res.stdout and "embed" in res.stdout
 
 
-def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys):
+def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypatch):
+    """The demo finds Multi30k where `interlingua data multi30k` puts it (./data/multi30k) and runs through."""
     from interlingua.demo import run_demo
-    out = run_demo(tmp_path / "demo", minutes=5, data_from=str(multi30k_corpus.parent), max_steps=3, test_sentences=30)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "multi30k").symlink_to(multi30k_corpus.parent, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("INTERLINGUA_DATA", raising=False)
+    out = run_demo(tmp_path / "demo", minutes=5, max_steps=3, test_sentences=30)
     text = capsys.readouterr().out
+    assert "(copied from data/multi30k)" in text
     assert "de->fr*" in text and "fr->de*" in text  # the zero-shot directions are shown and marked
     assert "== 5/5 sentence vectors" in text and "de->en:" in text
     assert set(out["bleu"]) == {"de", "en", "fr"} and out["steps"] == 3

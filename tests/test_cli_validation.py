@@ -37,6 +37,7 @@ REQUIRED = {
     "serve": ["--model", "m.pt"],
     "shortlist": ["m.pt", "--out", "s.safetensors"],
     "synthesize": ["m.pt", "--out", "synthetic"],
+    "train": ["c.yaml"],
 }
 # (command, option, range-checking type): every numeric option the parser has
 NUMERIC = [
@@ -52,7 +53,8 @@ NUMERIC = [
     ("analyze", "--svcca-k", positive_int),
     ("experiment", "--beam", beam_size), ("experiment", "--max-test-sentences", positive_int),
     ("experiment", "--jobs", positive_int), ("experiment", "--threads", positive_int),
-    ("demo", "--minutes", positive_float),
+    ("demo", "--minutes", positive_float), ("demo", "--max-sentences", positive_int),
+    ("train", "--processes", positive_int),
     ("extend", "--vocab-size", positive_int), ("extend", "--noise", non_negative_float),
     ("extend", "--seed", non_negative_int),
     ("shortlist", "--per-token", positive_int), ("shortlist", "--frequent", non_negative_int),

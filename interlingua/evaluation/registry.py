@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from interlingua.data.locations import data_root
 from interlingua.errors import InterlinguaError
 
 Command = Literal["evaluate", "analyze"]
@@ -169,9 +170,10 @@ MAX_SENTENCES = Option("--max-sentences", value="count", metavar="N", help="the 
 NO_BLEU = Option("--no-bleu", value="switch", help="no translation (vectors only, fast)")
 THREADS = Option("--threads", value="count", process_wide=True,
                  help="torch threads for the whole command (default: torch's)")
-DATA_ROOT = Option("--data-root", default=str(Path("..") / "shared" / "data"),
+DATA_ROOT = Option("--data-root", default=str(data_root()),
                    help="folder with senteval_downstream/, xnli/, multi30k/, webis_cls10/ "
-                        "(cldc: or the Webis-CLS-10 folder itself)")
+                        "(cldc: or the Webis-CLS-10 folder itself; default: $INTERLINGUA_DATA, else ./data, "
+                        "where `interlingua data NAME` puts them)")
 PROBING_DIR = Option("--probing-dir", metavar="DIR",
                      help="official SentEval probing files (default: <data-root>/senteval_probing)")
 JOBS = Option("--jobs", value="count", metavar="N",

@@ -1,6 +1,6 @@
 """Readers for the evaluation data under a data root (SentEval transfer sets, XNLI, Multi30k).
 
-Layout expected under `data_root` (what `../shared/data` holds):
+Layout expected under `data_root` (what `interlingua data NAME` writes there by default):
 `senteval_downstream/` (SentEval's downstream folder), `xnli/dev-<lang>.tsv`,
 `multi30k/<split>.<lang>.gz`. Every reader returns plain lists and raises
 `MissingDataError` naming the absent file, so a suite can skip that set with a note.
