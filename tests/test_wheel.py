@@ -6,6 +6,7 @@ demo look for it (the demo's own run from there: tests/test_cli.py).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,8 +22,14 @@ REPO = Path(__file__).resolve().parents[1]
 def installed(tmp_path_factory) -> Path:
     """The wheel's contents installed into a folder of their own: (that folder)."""
     root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"  # a copy: setuptools writes build/ and egg-info into the tree it builds
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "interlingua", source / "interlingua",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(root / "dist"), str(REPO)], capture_output=True, text=True, timeout=300,
+                            "-w", str(root / "dist"), str(source)], capture_output=True, text=True, timeout=300,
                            cwd=root)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (root / "dist").glob("interlingua-*.whl")
