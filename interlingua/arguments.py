@@ -30,6 +30,9 @@ Greedy search keeps a column per step it may take, and a decoder that never ends
 untrained one) takes them all, so an unbounded limit (10**9) is gigabytes and hours, not a longer output."""
 PRECISIONS = ("fp32", "bf16", "fp16", "int8", "auto")
 """Inference precisions (`runtime.resolve_device_precision` says which a device can run)."""
+ENGINES = ("native", "ctranslate2", "auto")
+"""What runs translation: this package's own search, CTranslate2 on the model's cached export (shared
+Transformers without a bridge, on the CPU), or `auto`: CTranslate2 where it exports and measures faster."""
 POOLINGS = ("mean", "heads")
 """Sentence vectors: the mean of the bridge's heads, or the heads themselves."""
 DOCUMENT_UNITS = ("document", "sentences")

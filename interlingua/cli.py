@@ -147,6 +147,15 @@ def cmd_prepare(args: argparse.Namespace) -> None:
         print(line)
 
 
+def _add_engine(parser: argparse.ArgumentParser) -> None:
+    """The one `--engine` option of the commands that translate with a trained model."""
+    parser.add_argument("--engine", default="native", choices=arguments.ENGINES,
+                        help="what translates: native (default); ctranslate2: CTranslate2 on the model's export, "
+                             "cached beside it (shared Transformers without a bridge, on the CPU; greedy output "
+                             "as native, beam search CTranslate2's); auto: ctranslate2 where that is possible and "
+                             "measures faster here (cached), else native")
+
+
 def _add_precision(parser: argparse.ArgumentParser) -> None:
     """The one `--precision` option of the commands that translate or embed with a trained model."""
     parser.add_argument("--precision", default="fp32", choices=arguments.PRECISIONS,
@@ -216,7 +225,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.output:
         check_output(args.output, [args.model, args.input, args.shortlist], force=args.force, flag="-o")
     _use_threads(args.threads)
-    model = load(args.model, args.device, args.precision)
+    model = load(args.model, args.device, args.precision, args.engine)
     if args.shortlist:
         model.use_shortlist(args.shortlist)
     out = model.translate(_read_lines(args.input), args.src, args.tgt, beam=args.beam, pivot=args.pivot,
@@ -375,7 +384,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
                            payload_limit=args.payload_limit, max_concurrent_requests=args.max_concurrent_requests,
                            request_timeout_s=args.request_timeout, read_timeout_s=args.read_timeout,
                            keep_alive_timeout_s=args.keep_alive_timeout, max_connections=args.max_connections)
-    serve(args.model, host=args.host, port=args.port, device=args.device, precision=args.precision, limits=limits,
+    serve(args.model, host=args.host, port=args.port, device=args.device, precision=args.precision,
+          engine=args.engine, limits=limits,
           api_key=api_key_from(args.api_key, os.environ), shortlist=args.shortlist)
 
 
@@ -504,6 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the target subwords its source makes likely; faster, outputs may differ")
     _add_device(t)
     _add_precision(t)
+    _add_engine(t)
     t.set_defaults(func=cmd_translate)
 
     sl = sub.add_parser("shortlist", help="count a lexical shortlist from the training bitext, for faster "
@@ -655,6 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shortlist", default=None, metavar="FILE",
                    help="a lexical shortlist for translation (from `interlingua shortlist`; see translate --shortlist)")
     _add_precision(s)
+    _add_engine(s)
     s.set_defaults(func=cmd_serve)
 
     m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")

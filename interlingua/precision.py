@@ -186,20 +186,27 @@ def _write_cache(path: Path, data: dict) -> None:
         log.warning("could not cache the precision probe in %s: %s", path, err)
 
 
-def bf16_speedup(probe: Callable[[], float] | None = None, workload: str = DEFAULT_WORKLOAD) -> float:
-    """This machine's measured bf16 speed-up for `workload`, from the cache or from `probe` run now
-    (a few seconds; the LSTM probe by default)."""
-    key = _machine_key(native_bf16_features(), workload)
+def cached_speedup(workload: str, measure: Callable[[], float], features: list[str] | None = None,
+                   what: str = "bf16") -> float:
+    """A speed-up measured by `measure` once per machine (CPU model, `features`, torch version, threads)
+    and `workload`, then read from the cache; `what` names it in the log."""
+    key = _machine_key(features or [], workload)
     path = cache_path()
     cached = _read_cache(path)
     entry = cached.get(key)
     if isinstance(entry, dict) and isinstance(entry.get("speedup"), (int, float)):
         return float(entry["speedup"])
-    log.info("measuring whether bf16 is faster than fp32 here for %s (once per machine)", workload)
-    speedup = (probe or measure_bf16_speedup)()
+    log.info("measuring whether %s is faster here for %s (once per machine)", what, workload)
+    speedup = measure()
     cached[key] = {"speedup": round(speedup, 3), "measured": datetime.datetime.now().isoformat(timespec="seconds")}
     _write_cache(path, cached)
     return speedup
+
+
+def bf16_speedup(probe: Callable[[], float] | None = None, workload: str = DEFAULT_WORKLOAD) -> float:
+    """This machine's measured bf16 speed-up for `workload`, from the cache or from `probe` run now
+    (a few seconds; the LSTM probe by default)."""
+    return cached_speedup(workload, probe or measure_bf16_speedup, native_bf16_features(), "bf16 (against fp32)")
 
 
 def resolve_precision(requested: str, probe: Callable[[], float] | None = None,

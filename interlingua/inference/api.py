@@ -26,12 +26,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 
-from interlingua.arguments import COUNT, POOLINGS, PRECISIONS, check_choice, check_language, check_search
+from interlingua.arguments import COUNT, ENGINES, POOLINGS, PRECISIONS, check_choice, check_language, check_search
 from interlingua.config import ExperimentConfig, PreprocessConfig
 from interlingua.data.directions import Direction, synthetic_directions
 from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
@@ -53,6 +53,9 @@ from interlingua.modules.int8 import is_quantized, quantize_network
 from interlingua.modules.model import TranslationNetwork
 from interlingua.precision import model_workload
 from interlingua.runtime import Runtime, resolve_device, resolve_device_precision
+
+if TYPE_CHECKING:
+    from interlingua.inference.ctranslate2_engine import CTranslate2Engine
 
 log = logging.getLogger(__name__)
 
@@ -134,13 +137,15 @@ def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"Model.{old} is deprecated: {new}", DeprecationWarning, stacklevel=3)
 
 
-def load(path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> Model:
+def load(path: str | Path, device: str | torch.device = "auto", precision: str = "fp32",
+         engine: str = "native") -> Model:
     """A checkpoint (a `.pt` file, or a model folder from `interlingua export folder` / `Model.save`, read
     without unpickling anything) ready to translate and embed on `device` ("auto" = CUDA when available, else
     MPS, else the CPU; "cpu", "cuda", "cuda:N", "mps"); no optimizer or training state is kept in memory.
     `precision` of translation and sentence vectors: `fp32` (default), `bf16`, `fp16` (CUDA only), `int8`
-    (CPU only) or `auto` (see `Model.load`)."""
-    return Model.load(path, device, precision)
+    (CPU only) or `auto` (see `Model.load`); `engine` of translation: `native`, `ctranslate2` or `auto`
+    (see `Model.load`)."""
+    return Model.load(path, device, precision, engine)
 
 
 class Model:
@@ -156,9 +161,11 @@ class Model:
         self._runtime = Runtime(self._network.device, precision)
         self._shortlist: Shortlist | None = None
         self._fingerprint: str | None = None
+        self._engine: CTranslate2Engine | None = None
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32") -> Model:
+    def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32",
+             engine: str = "native") -> Model:
         """`precision`: `fp32` (default, the numbers every result here was made with); `bf16` (autocast: on CPUs
         with AMX or AVX512-BF16 and on GPUs, faster, with outputs that may differ in places); `fp16` (CUDA GPUs);
         `int8` (CPUs: the big linear layers, output layers included, with int8 weights and per-row int8 inputs, each
@@ -168,7 +175,21 @@ class Model:
         native bf16 bf16 only where timing this model's own greedy and beam search in both precisions measures it
         faster here (cached per machine and model), else fp32; then, on a CPU, int8 instead only where it decodes
         measurably faster still and its dev BLEU is within 0.3 of fp32's (`interlingua.inference.int8_probe`, cached
-        likewise)."""
+        likewise).
+
+        `engine`: what translates. `native` (default): this package's search. `ctranslate2`: CTranslate2, on
+        the model's export cached beside it (`<model>.ctranslate2/`, written on first use and again when the
+        weights change) with this package's preprocessing, tags and limits, so greedy output is the native
+        one token for token; beam search is CTranslate2's (it stops a sentence as `beam_stop="top"` does). Only
+        shared Transformers without a bridge, on the CPU, in fp32, int8 or bf16 (anything else is one error
+        saying why); sentence vectors stay native. `auto`: CTranslate2 where that is possible and a short greedy
+        run measures it faster here (cached per machine and model), else native."""
+        check_choice("engine", engine, ENGINES)
+        model = cls._load(path, device, precision)
+        return model._open_engine(engine) if engine != "native" else model
+
+    @classmethod
+    def _load(cls, path: str | Path, device: str | torch.device, precision: str) -> Model:
         if not isinstance(path, (str, Path)):
             raise ArgumentTypeError(f"path: expected a checkpoint file or model folder (a str or Path), got {path!r}")
         if not isinstance(device, (str, torch.device)):
@@ -185,6 +206,49 @@ class Model:
         baseline = resolve_device_precision(precision, dev, probe, workload)
         quantized = auto_int8(loaded, baseline, workload) if dev.type == "cpu" else None
         return cls(quantized, "int8") if quantized is not None else cls(loaded, baseline)
+
+    def _open_engine(self, engine: str) -> Model:
+        """Translate through CTranslate2 from now on (`engine` ctranslate2), or where it measures faster (auto)."""
+        from interlingua.inference.ctranslate2_engine import (
+            MIN_ENGINE_SPEEDUP,
+            CTranslate2Engine,
+            measure_speedup,
+            why_not_ctranslate2,
+        )
+        from interlingua.precision import cached_speedup
+        why_not = why_not_ctranslate2(self._loaded, self._runtime.device, self._runtime.precision)
+        if why_not is not None:
+            if engine == "ctranslate2":
+                raise ConfigError(f"engine ctranslate2: {why_not}")
+            log.info("engine auto -> native (%s)", why_not)
+            return self
+        opened = CTranslate2Engine.open(self._loaded, self.fingerprint, self._runtime.precision, self.target_in_source)
+        if engine == "auto":
+            src, tgt = self._loaded.directions[0]
+            vocab = self._vocabs[src]
+            workload = (f"engine ctranslate2 {opened.compute_type} " + model_workload(
+                self._loaded.config.model.model_dump(mode="json"), {lang: len(v) for lang, v in self._vocabs.items()},
+                48))
+            native = lambda texts: self.translate(texts, src, tgt)  # noqa: E731
+            through = lambda texts: self._engine_translate(opened, texts, src, tgt)  # noqa: E731
+            speedup = cached_speedup(workload, lambda: measure_speedup(native, through, vocab),
+                                     what="CTranslate2 (against the native engine)")
+            if speedup < MIN_ENGINE_SPEEDUP:
+                log.info("engine auto -> native (CTranslate2 %.2fx the native speed here)", speedup)
+                return self
+            log.info("engine auto -> ctranslate2 (%.2fx the native speed here)", speedup)
+        self._engine = opened
+        return self
+
+    @property
+    def engine(self) -> str:
+        """What translates: `native` or `ctranslate2` (see `Model.load`)."""
+        return "native" if self._engine is None else "ctranslate2"
+
+    def _engine_translate(self, engine: CTranslate2Engine, texts: Sequence[str], src: str, tgt: str, beam: int = 1,
+                          length_penalty: float = 1.0, max_len: int | None = None, batch_size: int = 64) -> list[str]:
+        seqs = tokenize_inputs(texts, self._vocabs[src], self._pre, empty_output="their translation is empty")
+        return engine.translate(seqs, src, tgt, beam, length_penalty, max_len, 4 * self._pre.max_len, batch_size)
 
     def save(self, folder: str | Path) -> Path:
         """Write this model as a model folder (what `interlingua export folder` writes): config.json,
@@ -393,6 +457,8 @@ class Model:
             log.info("pivot '%s' is the %s language: translating %s->%s directly", pivot,
                      "source" if pivot == src else "target", src, tgt)
         self._check(src, tgt)
+        if self._engine is not None and self._shortlist is None:
+            return self._engine_translate(self._engine, texts, src, tgt, beam, length_penalty, max_len, batch_size)
         return self.generate(self.represent(texts, src, batch_size, tgt=tgt), tgt, **settings)
 
     @property

@@ -333,10 +333,12 @@ def export_ctranslate2(model: str | Path, out: str | Path, quantization: str | N
     return write_ctranslate2(load_checkpoint(model, "cpu"), out, quantization)
 
 
-def write_ctranslate2(loaded: LoadedCheckpoint, out: str | Path, quantization: str | None = None) -> Path:
+def write_ctranslate2(loaded: LoadedCheckpoint, out: str | Path, quantization: str | None = None,
+                      record: dict[str, Any] | None = None) -> Path:
     """Write `loaded` as a CTranslate2 model folder at `out`, whole or not at all (a temporary sibling
     folder renamed into place); `out` must be new, empty or a previous export of this kind. `quantization`:
-    None (float32, as trained) or one of `QUANTIZATIONS`. Returns `out`."""
+    None (float32, as trained) or one of `QUANTIZATIONS`; `record`: more fields for interlingua.json.
+    Returns `out`."""
     out = Path(out)
     quant = _quantization(quantization)
     require_ctranslate2()
@@ -349,7 +351,7 @@ def write_ctranslate2(loaded: LoadedCheckpoint, out: str | Path, quantization: s
         written = sorted(p.name for p in tmp.iterdir())
         for name, proto in protos.items():
             (tmp / name).write_bytes(proto)
-        meta = export_record(loaded, files, quant, written)
+        meta = {**export_record(loaded, files, quant, written), **(record or {})}
         (tmp / MARKER).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         (tmp / CARD).write_text(render_readme(meta, out.name), encoding="utf-8")
     return out
@@ -454,6 +456,15 @@ Positions from {meta["position_encodings"]} on (source or output) are an error. 
 search stops a sentence as interlingua's `beam_stop: top` does, so its beam outputs may differ from
 interlingua's default. `interlingua.json` records the languages, tags and preprocessing.
 """
+
+
+def read_export_record(out: Path) -> dict[str, Any] | None:
+    """interlingua.json of a CTranslate2 export at `out`, or None where `out` holds none."""
+    try:
+        meta = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and meta.get("format") == EXPORT_FORMAT else None
 
 
 def _previous_export(out: Path) -> set[str] | None:

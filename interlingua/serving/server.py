@@ -92,15 +92,16 @@ def reachable_from_elsewhere(host: str) -> bool:
 
 def serve(model_path: str | Path, host: str = "127.0.0.1", port: int = 8080, device: str = "auto",
           precision: str = "fp32", limits: ServiceLimits | None = None, graceful_timeout_s: float = 30.0,
-          log_level: str = "info", api_key: str | None = None, shortlist: str | Path | None = None) -> None:
+          log_level: str = "info", api_key: str | None = None, shortlist: str | Path | None = None,
+          engine: str = "native") -> None:
     """Serve the checkpoint at `model_path` over HTTP on host:port until SIGTERM or Ctrl-C (a second
     Ctrl-C stops at once); with `api_key`, requests need `Authorization: Bearer <api_key>` (`auth.py`).
     Raises `CheckpointError` for a missing or corrupt checkpoint and `InterlinguaError` when the
     address cannot be bound, `ConfigError` for an empty `api_key`. `shortlist`: a lexical shortlist file for
-    translation (`Model.use_shortlist`)."""
+    translation (`Model.use_shortlist`); `engine`: what translates (`Model.load`)."""
     limits = limits or ServiceLimits()
     check_api_key(api_key)
-    model = load(model_path, device, precision)
+    model = load(model_path, device, precision, engine)
     if shortlist is not None:
         model.use_shortlist(shortlist)
     app = build_app(model, limits, model_name=str(model_path), api_key=api_key)
