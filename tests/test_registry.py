@@ -158,15 +158,16 @@ def test_search_runs_any_decoder_kind():
 
 def test_every_shipped_recipe_parses_to_its_kinds():
     """The attention-bridge papers' recipes name no kind (the defaults); paper 004's study (Multi30k,
-    also at convergence, and IWSLT 2017, and its Transformer rows in the interlingua study, zs_*) and
-    paper 003's NTDV recipes name their own: Transformers unless 'lstm' is in the name, the ntdv bridge
+    also at convergence, and IWSLT 2017, and its Transformer rows in the interlingua and zero-resource
+    studies, zs_*) and paper 003's NTDV recipes name their own: Transformers unless 'lstm' is in the name, the ntdv bridge
     where 'ntdv' ends the name."""
     recipes = sorted((REPO / "recipes").rglob("*.yaml"))
     assert len(recipes) > 10
     for r in recipes:
         m = load_config(r).model
         transformer = ({"zero_shot", "zero_shot_converged", "ntdv", "iwslt17"} & set(r.parts)
-                       or ("interlingua" in r.parts and r.stem.startswith("zs_"))) and "lstm" not in r.stem
+                       or ({"interlingua", "zero_resource"} & set(r.parts) and r.stem.startswith("zs_"))) \
+                and "lstm" not in r.stem
         assert (m.encoder.type, m.decoder.type) == (
             ("transformer", "transformer") if transformer else ("bilstm", "lstm")), r
         if r.stem.endswith("ntdv"):
