@@ -158,9 +158,9 @@ def test_search_runs_any_decoder_kind():
 
 def test_every_shipped_recipe_parses_to_its_kinds():
     """The attention-bridge papers' recipes name no kind (the defaults); paper 004's study (Multi30k,
-    also at convergence, and IWSLT 2017, and its Transformer rows in the interlingua and zero-resource
-    studies, zs_*) and paper 003's NTDV recipes name their own: Transformers unless 'lstm' is in the name, the ntdv bridge
-    where 'ntdv' ends the name."""
+    also at convergence, and IWSLT 2017, and its Transformer rows in the interlingua and
+    zero-resource studies, zs_*) and paper 003's NTDV recipes name their own: Transformers unless 'lstm'
+    is in the name, the ntdv bridge where 'ntdv' ends the name."""
     recipes = sorted((REPO / "recipes").rglob("*.yaml"))
     assert len(recipes) > 10
     for r in recipes:
