@@ -55,7 +55,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -609,7 +609,9 @@ def run_mode(server: Server, mode: str, model: str, sentences: list[str], senten
             append_result(args.out, {"bench": "serve_load", "model": model, "server": common["server"],
                                      "cpu_count": os.cpu_count(), **line})
 
-if __name__ == "__main__":
+def run_main(main: Callable[[], None]) -> None:
+    """Run a serving bench's `main` as a command: an interrupt or a server that failed is one line and an exit
+    status, never a traceback."""
     try:
         main()
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the server has been stopped on the way out
@@ -618,3 +620,7 @@ if __name__ == "__main__":
     except RuntimeError as err:  # the server did not start, died, or answered a warm-up with an error
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run_main(main)

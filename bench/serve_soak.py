@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import append_result  # noqa: E402
-from serve_load import HOST, Server, Tally, _status_mib, _stop_on_sigterm, get_json, running_server, summary  # noqa: E402
+from serve_load import HOST, Server, Tally, _status_mib, _stop_on_sigterm, get_json, run_main, running_server, summary  # noqa: E402
 
 from interlingua.cli import positive_float, positive_int  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
@@ -619,11 +619,4 @@ def window_spread(lines: list[dict]) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the server has been stopped on the way out
-        print(f"interrupted{': ' + str(err) if str(err) else ''}; the server was stopped", file=sys.stderr)
-        sys.exit(128 + getattr(err, "signum", signal.SIGINT))
-    except RuntimeError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

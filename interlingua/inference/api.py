@@ -212,7 +212,7 @@ class Model:
         from interlingua.inference.ctranslate2_engine import (
             MIN_ENGINE_SPEEDUP,
             CTranslate2Engine,
-            measure_speedup,
+            measure_engine_speedup,
             why_not_ctranslate2,
         )
         from interlingua.precision import cached_speedup
@@ -231,7 +231,7 @@ class Model:
                 48))
             native = lambda texts: self.translate(texts, src, tgt)  # noqa: E731
             through = lambda texts: self._engine_translate(opened, texts, src, tgt)  # noqa: E731
-            speedup = cached_speedup(workload, lambda: measure_speedup(native, through, vocab),
+            speedup = cached_speedup(workload, lambda: measure_engine_speedup(native, through, vocab),
                                      what="CTranslate2 (against the native engine)")
             if speedup < MIN_ENGINE_SPEEDUP:
                 log.info("engine auto -> native (CTranslate2 %.2fx the native speed here)", speedup)

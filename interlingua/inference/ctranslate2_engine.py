@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import ConfigError
 from interlingua.inference.ctranslate2_export import read_export_record, unsupported_features, write_ctranslate2
 from interlingua.modules.checkpoint import LoadedCheckpoint
+from interlingua.precision import measure_speedup
 
 log = logging.getLogger(__name__)
 
@@ -117,19 +117,13 @@ class CTranslate2Engine:
         return out
 
 
-def measure_speedup(native: Callable[[list[str]], Any], engine: Callable[[list[str]], Any], vocab: Vocab,
-                    sentences: int = 48, length: int = 14, rounds: int = 3) -> float:
+def measure_engine_speedup(native: Callable[[list[str]], Any], engine: Callable[[list[str]], Any], vocab: Vocab,
+                           sentences: int = 48, length: int = 14, rounds: int = 3) -> float:
     """Native time over CTranslate2 time for greedy translation of the same pseudo-sentences (random
-    subwords of the vocabulary), each engine warmed once, medians of `rounds` interleaved passes."""
+    subwords of the vocabulary), timed as `precision.measure_speedup` times two precisions: interleaved,
+    after one warm-up pass each, medians of `rounds` passes."""
     rng = random.Random(0)
     ids = list(range(4, len(vocab)))
     texts = [vocab.decode([rng.choice(ids) for _ in range(length)]) for _ in range(sentences)]
-    native(texts[:4])
-    engine(texts[:4])
-    times: dict[str, list[float]] = {"native": [], "engine": []}
-    for _ in range(rounds):
-        for name, run in (("native", native), ("engine", engine)):
-            t0 = time.perf_counter()
-            run(texts)
-            times[name].append(time.perf_counter() - t0)
-    return sorted(times["native"])[rounds // 2] / max(sorted(times["engine"])[rounds // 2], 1e-9)
+    runs = {"native": native, "engine": engine}
+    return measure_speedup(lambda which: runs[which](texts), rounds, pair=("native", "engine"))

@@ -470,12 +470,12 @@ def read_export_record(out: Path) -> dict[str, Any] | None:
 def _previous_export(out: Path) -> set[str] | None:
     """The files a previous CTranslate2 export wrote in `out` (from its interlingua.json), or None where it
     is none (a model folder from `export folder` included)."""
+    meta = read_export_record(out)
+    if meta is None:
+        return None
     try:
-        meta = json.loads((out / MARKER).read_text(encoding="utf-8"))
-        if meta.get("format") != EXPORT_FORMAT:
-            return None
         return {MARKER, CARD, str(meta["tokenizer"]), *map(str, meta["ctranslate2_files"])}
-    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+    except (KeyError, TypeError):
         return None
 
 

@@ -280,16 +280,20 @@ class Trainer:
         """Another process of the run died inside a step: undo the step, save last.pt (process 0; it needs
         no other process) and say so in one line."""
         run, p = self.run, self.progress
-        if self._step_start is not None:
-            self._step_start.rewind(run)
-            self._step_start = None
+        path = self._undo_step_and_save_last()
         where = f"process {run.dist.rank} of {run.dist.world_size}"
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         cause = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". This is typically")[0][:160]  # gloo's source path off
-        then = (f"saved {self.files.save('last.pt', capture_state(run, p))}; continue with --resume" if run.dist.is_main
-                else "process 0 saves last.pt")
+        then = f"saved {path}; continue with --resume" if run.dist.is_main else "process 0 saves last.pt"
         return TrainingError(f"{where}: another training process stopped answering in step {p.step + 1} ({cause}): "
                              f"{then}")
+
+    def _undo_step_and_save_last(self) -> Path:
+        """Undo the step in flight (if any) and write last.pt at the step boundary (process 0 only)."""
+        if self._step_start is not None:
+            self._step_start.rewind(self.run)
+            self._step_start = None
+        return self.files.save("last.pt", capture_state(self.run, self.progress))
 
     def _save_on_interrupt(self, err: KeyboardInterrupt, signals: StopSignals) -> TrainingInterrupted:
         """Write last.pt at the step boundary the interrupt fell on; never validate or touch best.pt."""
@@ -301,10 +305,7 @@ class Trainer:
             then = ("last.pt left as it was (the last validation); --resume continues from there" if last.exists()
                     else "no checkpoint yet: start the run again")
             return TrainingInterrupted(f"{how} during the weight update of step {p.step + 1}: {then}", signum)
-        if self._step_start is not None:
-            self._step_start.rewind(run)
-            self._step_start = None
-        path = self.files.save("last.pt", capture_state(run, p))
+        path = self._undo_step_and_save_last()
         if not run.dist.is_main:
             return TrainingInterrupted(f"{how} at step {p.step} (process {run.dist.rank}; process 0 saves last.pt)",
                                        signum)
