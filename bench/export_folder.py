@@ -28,7 +28,7 @@ from _results import append_result  # noqa: E402
 from interlingua.cli import positive_int  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.inference.api import load  # noqa: E402
-from interlingua.modules.model_folder import export_folder  # noqa: E402
+from interlingua.model_files.export import export_folder  # noqa: E402
 
 
 def size_mib(path: Path) -> float:

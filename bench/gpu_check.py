@@ -230,7 +230,7 @@ def _peak_mib() -> float | None:
 
 def weight_difference(a: Path, b: Path) -> float:
     """The largest absolute difference between two checkpoints' weights (0.0: bit-identical)."""
-    from interlingua.modules.checkpoint import Checkpoint
+    from interlingua.model_files.checkpoint import Checkpoint
     wa, wb = Checkpoint.read(a).weights, Checkpoint.read(b).weights
     if wa.keys() != wb.keys():
         raise ValueError(f"{a} and {b} hold different weights")
@@ -459,7 +459,7 @@ def step_distributed(check: Check) -> dict[str, Any]:
     info = json.loads(weights.with_suffix(".json").read_text())
     with check.train_log():
         train(_parse(cfg(work / "one")))
-    from interlingua.modules.checkpoint import Checkpoint
+    from interlingua.model_files.checkpoint import Checkpoint
     one = Checkpoint.read(work / "one" / "last.pt").weights
     ddp = torch.load(weights, map_location="cpu")
     diff = max(float((one[k].double() - ddp[k].double().cpu()).abs().max()) for k in one if one[k].numel())

@@ -65,7 +65,7 @@ def row_overrides(args: argparse.Namespace, row: str) -> list[str]:
 
 def state_of(work: Path, cfg: Any) -> dict[str, Any]:
     """Where a row's run stands: steps, validations, lowest dev loss, and why it stopped (or that it has not)."""
-    from interlingua.modules.checkpoint import Checkpoint, TrainingState
+    from interlingua.model_files.checkpoint import Checkpoint, TrainingState
     from interlingua.training.patience import patience_spent
     from interlingua.training.trainer import budget_spent
     last = work / "last.pt"

@@ -44,7 +44,7 @@ from interlingua.data.corpus import normalize_line, read_lines  # noqa: E402
 from interlingua.data.vocab import Vocab  # noqa: E402
 from interlingua.demo import DEMO_CONFIG  # noqa: E402
 from interlingua.inference.api import Model, load  # noqa: E402
-from interlingua.modules.checkpoint import build_payload, save_atomic  # noqa: E402
+from interlingua.model_files.checkpoint import build_payload, save_atomic  # noqa: E402
 from interlingua.modules.model import TranslationNetwork  # noqa: E402
 
 DEMO_LANGS = ("de", "en", "fr")

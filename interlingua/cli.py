@@ -210,7 +210,7 @@ def _train_arguments(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_extend(args: argparse.Namespace) -> None:
-    from interlingua.modules.extension import extend_checkpoint
+    from interlingua.training.extension import extend_checkpoint
     given = {k: v for k, v in (("vocab_size", args.vocab_size), ("noise", args.noise)) if v is not None}
     ext = extend_checkpoint(args.checkpoint, args.lang, args.out, corpus=args.corpus, seed=args.seed,
                             force=args.force, **given)
@@ -221,7 +221,7 @@ def cmd_extend(args: argparse.Namespace) -> None:
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from interlingua.inference.api import load
-    from interlingua.modules.checkpoint import check_output
+    from interlingua.model_files.checkpoint import check_output
     if args.output:
         check_output(args.output, [args.model, args.input, args.shortlist], force=args.force, flag="-o")
     _use_threads(args.threads)
@@ -264,7 +264,7 @@ def _direction(text: str) -> tuple[str, str]:
 def cmd_shortlist(args: argparse.Namespace) -> None:
     from interlingua.inference.api import load
     from interlingua.inference.shortlist_build import build_shortlist
-    from interlingua.modules.checkpoint import check_output
+    from interlingua.model_files.checkpoint import check_output
     check_output(args.out, [args.model, args.corpus], force=args.force)
     model = load(args.model, "cpu")
     given = {k: v for k, v in (("per_token", args.per_token), ("frequent", args.frequent)) if v is not None}
@@ -287,7 +287,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     if args.documents and args.pooling != "mean":
         raise InterlinguaError("--documents gives one vector per document (--pooling mean)")
     if args.output:
-        from interlingua.modules.checkpoint import check_output
+        from interlingua.model_files.checkpoint import check_output
         check_output(args.output, [args.model, args.input], force=args.force, flag="-o")
     model = load(args.model, args.device, args.precision)
     if args.documents:
@@ -333,14 +333,14 @@ def cmd_attention(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from interlingua.modules.checkpoint import average_checkpoints
+    from interlingua.model_files.checkpoint import average_checkpoints
     out = average_checkpoints(args.checkpoints, args.out, force=args.force)
     print(f"averaged {len(args.checkpoints)} checkpoint(s) into {out}")
 
 
 def cmd_export(args: argparse.Namespace) -> None:
     if args.format == "ctranslate2":
-        from interlingua.inference.ctranslate2_export import export_ctranslate2
+        from interlingua.model_files.export import export_ctranslate2
         out = export_ctranslate2(args.model, args.out, args.quantization)
         size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
         weights = "float32" if args.quantization == "none" else args.quantization
@@ -350,7 +350,7 @@ def cmd_export(args: argparse.Namespace) -> None:
     if args.quantization != "none":
         raise InterlinguaError("--quantization is for `export ctranslate2` (a model folder keeps the weights "
                                "as trained)")
-    from interlingua.modules.model_folder import export_folder
+    from interlingua.model_files.export import export_folder
     out = export_folder(args.model, args.out)
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
     print(f"wrote {out} ({size / 2**20:.1f} MiB: config.json, model.safetensors, sentencepiece models, README.md); "

@@ -31,7 +31,7 @@ from interlingua.evaluation.dev_curves import dev_curve, offset_from_curve
 from interlingua.evaluation.paper_bleu import paper_bleu
 from interlingua.evaluation.plots import plot_dev_bleu_against_loss
 from interlingua.inference.api import load
-from interlingua.modules.checkpoint import Checkpoint, TrainingState
+from interlingua.model_files.checkpoint import Checkpoint, TrainingState
 from interlingua.training.metrics import MetricsLog
 from interlingua.training.patience import patience_spent
 from interlingua.training.trainer import budget_spent, train
@@ -93,7 +93,7 @@ def extension_of(init: str | None) -> dict[str, Any] | None:
     extended = Checkpoint.read(init).extended
     if not extended:
         return None
-    return {"languages": [e["lang"] for e in extended], "from": extended[0]["from"]}
+    return {"languages": [e.lang for e in extended], "from": extended[0].source}
 
 
 def mean_tokens_per_second(work: Path) -> float | None:

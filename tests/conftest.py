@@ -129,7 +129,7 @@ def untrained_model(trained_model, tmp_path_factory) -> Path:
     """trained_model's architecture and vocabularies with freshly initialised weights: \
 a checkpoint that learned nothing."""
     from interlingua.inference.api import load
-    from interlingua.modules.checkpoint import read_checkpoint, save_atomic
+    from interlingua.model_files.checkpoint import read_checkpoint, save_atomic
     payload = read_checkpoint(trained_model)
     payload.pop("training", None)
     payload["model"] = load(trained_model).untrained_like(seed=1)._network.state_dict()

@@ -1,4 +1,5 @@
 """The public API (`interlingua.load` -> `Model`): what the command line prints is what it returns."""
+import dataclasses
 import io
 import re
 import sys
@@ -13,7 +14,7 @@ import interlingua
 from interlingua.cli import main
 from interlingua.errors import ConfigError, InterlinguaError, LanguageError
 from interlingua.inference.api import Kinds
-from interlingua.modules.checkpoint import read_checkpoint, save_atomic
+from interlingua.model_files.checkpoint import read_checkpoint, save_atomic
 
 SENTENCES = ["a dog runs in the park .", "", "the woman eats a small red ball .", "a child sits ."]
 
@@ -110,8 +111,8 @@ def test_unknown_languages_and_settings(model):
 
 def test_no_training_state_is_kept(model, checkpoint):
     assert "training" in read_checkpoint(checkpoint)  # the file has one...
-    loaded = model._loaded
-    assert "training" not in loaded.payload and "model" not in loaded.payload  # ...the loaded model does not keep it
+    loaded = model._loaded  # ...the loaded model keeps its summary only (what a model card reports)
+    assert set(loaded.provenance.training) == {"step", "max_steps", "elapsed_s", "best_dev_bleu", "dev", "init"}
     assert model.step == 7
     # nothing in the handle but the model's own parameters and buffers holds a tensor
     def tensors(obj, seen):
@@ -124,8 +125,10 @@ def test_no_training_state_is_kept(model, checkpoint):
             return sum(tensors(v, seen) for v in obj.values())
         if isinstance(obj, (list, tuple)):
             return sum(tensors(v, seen) for v in obj)
+        if dataclasses.is_dataclass(obj):
+            return sum(tensors(getattr(obj, f.name), seen) for f in dataclasses.fields(obj))
         return 0
-    assert tensors(loaded.payload, set()) == 0
+    assert tensors(loaded.provenance, set()) == 0
     assert not any(isinstance(v, torch.Tensor) for v in vars(model).values())
 
 
@@ -207,7 +210,7 @@ def test_the_inside_is_private(model):
     with pytest.warns(DeprecationWarning, match="Model.model is deprecated"):
         assert model.model is model._network
     with pytest.warns(DeprecationWarning, match="Model.loaded is deprecated"):
-        assert model.loaded.step == model.step
+        assert model.loaded.provenance.step == model.step
     with pytest.warns(DeprecationWarning, match="Model.pre is deprecated"):
         assert model.pre == model.preprocess
     for name in ("model", "loaded", "pre", "vocabs", "runtime", "config", "kinds"):

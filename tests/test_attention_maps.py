@@ -21,8 +21,8 @@ from interlingua.config import parse_config
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Languages
+from interlingua.model_files.checkpoint import build_payload, read_checkpoint, save_atomic
 from interlingua.modules import transformer
-from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic
 from interlingua.modules.model import TranslationNetwork
 
 TRANSFORMER = {"embed_dim": 32, "encoder": {"type": "transformer", "layers": 2, "heads": 2},

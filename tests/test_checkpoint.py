@@ -9,7 +9,7 @@ from conftest import tiny_config
 from interlingua.config import parse_config
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.inference.api import load
-from interlingua.modules.checkpoint import Checkpoint, TrainingState, load_checkpoint, read_checkpoint
+from interlingua.model_files.checkpoint import Checkpoint, TrainingState, load_checkpoint, read_checkpoint
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
 
@@ -77,7 +77,7 @@ def test_resume_refuses_a_different_model(multi30k_corpus, tmp_path):
 
 
 def test_interrupted_write_keeps_previous_checkpoint(trained_model, tmp_path, monkeypatch):
-    from interlingua.modules import checkpoint as ck
+    from interlingua.model_files import checkpoint as ck
     target = tmp_path / "ckpt.pt"
     shutil.copyfile(trained_model, target)
     before = target.read_bytes()
@@ -131,7 +131,7 @@ def test_config_that_does_not_match_the_weights(trained_model, tmp_path, capsys,
 
 
 def test_newer_checkpoint_format_is_refused(trained_model, tmp_path, capsys, monkeypatch):
-    from interlingua.modules.checkpoint import VERSION
+    from interlingua.model_files.checkpoint import VERSION
     newer = _rewritten(trained_model, tmp_path / "newer.pt", lambda p: p.__setitem__("version", VERSION + 1))
     with pytest.raises(CheckpointError,
                        match=rf"newer interlingua \(checkpoint format {VERSION + 1}, "
@@ -226,4 +226,5 @@ def test_a_checkpoint_round_trips_through_its_typed_form(tmp_path):
     assert back.weights.keys() == ckpt.weights.keys()
     assert all(torch.equal(back.weights[k], v) for k, v in ckpt.weights.items())
     loaded = load_checkpoint(tmp_path / "again.pt")
-    assert loaded.step == 3 and loaded.training["init"] == "base.pt" and "training" not in loaded.payload
+    assert loaded.provenance.step == 3 and loaded.provenance.training["init"] == "base.pt"
+    assert loaded.provenance.kind == "checkpoint" and loaded.provenance.source == tmp_path / "again.pt"

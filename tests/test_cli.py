@@ -36,7 +36,7 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
     assert [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
             if json.loads(line)["type"] == "valid"] == [10, 12, 20]  # resumed at 12, not restarted
     from interlingua.inference.api import load
-    from interlingua.modules.checkpoint import Checkpoint
+    from interlingua.model_files.checkpoint import Checkpoint
     assert Checkpoint.read(tmp_path / "run" / "last.pt").training.step == 20
 
     code, out = run(["translate", "--model", str(ckpt), "--src", "en", "--tgt", "de", "--beam", "2"],

@@ -31,7 +31,7 @@ from interlingua.evaluation.crosslingual_scores import language_probe, pair_vect
 from interlingua.evaluation.crosslingual_translation import pivot_for
 from interlingua.evaluation.sentence.protocol import EvaluationError
 from interlingua.inference.api import Languages
-from interlingua.modules.checkpoint import build_payload, read_checkpoint, save_atomic
+from interlingua.model_files.checkpoint import build_payload, read_checkpoint, save_atomic
 from interlingua.modules.model import TranslationNetwork
 
 LANGS = ("en", "de", "fr")

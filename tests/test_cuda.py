@@ -23,7 +23,7 @@ from interlingua.data.corpus import read_lines
 from interlingua.data.prepare import prepare
 from interlingua.errors import ConfigError
 from interlingua.inference.api import load
-from interlingua.modules.checkpoint import Checkpoint
+from interlingua.model_files.checkpoint import Checkpoint
 from interlingua.modules.transformer import _attention_weights, attention
 from interlingua.training import trainer as trainer_mod
 from interlingua.training.run import build_run

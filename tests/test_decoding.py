@@ -17,7 +17,7 @@ from conftest import tiny_config
 
 from interlingua.config import ModelConfig, parse_config
 from interlingua.data.vocab import BOS, EOS, PAD, Vocab
-from interlingua.modules.checkpoint import build_payload, save_atomic
+from interlingua.model_files.checkpoint import build_payload, save_atomic
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import greedy_search
 

@@ -23,7 +23,7 @@ from conftest import tiny_config
 from interlingua.config import parse_config
 from interlingua.data.batching import shard
 from interlingua.errors import ConfigError
-from interlingua.modules.checkpoint import Checkpoint, read_checkpoint
+from interlingua.model_files.checkpoint import Checkpoint, read_checkpoint
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
 

@@ -6,7 +6,7 @@ from sacrebleu.metrics import BLEU
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.evaluation.sentence.retrieval import cosine_matrix
 from interlingua.inference.api import Model, load
-from interlingua.modules.checkpoint import load_checkpoint
+from interlingua.model_files.checkpoint import load_checkpoint
 
 
 def training_lines(corpus_yaml, n=200):

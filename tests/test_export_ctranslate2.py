@@ -25,9 +25,9 @@ from interlingua.cli import main
 from interlingua.config import ModelConfig, parse_config
 from interlingua.data.vocab import EOS, Vocab, decoder_start, language_tag, source_prefix
 from interlingua.errors import InterlinguaError
-from interlingua.inference import ctranslate2_export
-from interlingua.inference.ctranslate2_export import UnsupportedModelError, unsupported_features
-from interlingua.modules.checkpoint import build_payload, load_checkpoint, save_atomic
+from interlingua.model_files import ctranslate2_export
+from interlingua.model_files.checkpoint import build_payload, load_checkpoint, save_atomic
+from interlingua.model_files.ctranslate2_export import UnsupportedModelError, unsupported_features
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import greedy_search
 

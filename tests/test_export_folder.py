@@ -30,10 +30,11 @@ from interlingua.config import parse_config
 from interlingua.data.vocab import EOS, Vocab, language_tag
 from interlingua.errors import CheckpointError, InterlinguaError
 from interlingua.evaluation.bleu_matrix import MatrixResult
-from interlingua.modules import model_folder
-from interlingua.modules.checkpoint import Checkpoint, build_payload, read_checkpoint, save_atomic
-from interlingua.modules.extension import extend_checkpoint
+from interlingua.model_files import folder as model_folder
+from interlingua.model_files.checkpoint import Checkpoint, build_payload, read_checkpoint, save_atomic
+from interlingua.model_files.export import export_folder
 from interlingua.modules.model import TranslationNetwork
+from interlingua.training.extension import extend_checkpoint
 
 # The session's trained model (conftest) reads and writes en and de.
 EN = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow.",
@@ -290,11 +291,11 @@ def test_an_added_language_round_trips(tmp_path, monkeypatch):
 
 
 def test_exporting_a_folder_again_gives_the_same_folder(kind_checkpoint, tmp_path):
-    first = model_folder.export_folder(kind_checkpoint, tmp_path / "one")
+    first = export_folder(kind_checkpoint, tmp_path / "one")
     files = {p.name: p.read_bytes() for p in first.iterdir()}
-    second = model_folder.export_folder(first, tmp_path / "two")
+    second = export_folder(first, tmp_path / "two")
     assert {p.name: p.read_bytes() for p in second.iterdir()} == files
-    assert model_folder.export_folder(first, first) == first  # in place: read whole, then replaced
+    assert export_folder(first, first) == first  # in place: read whole, then replaced
     assert {p.name: p.read_bytes() for p in first.iterdir()} == files
 
 
@@ -320,7 +321,7 @@ def test_card_test_bleu_only_from_results_of_this_checkpoint(plain_checkpoint, t
     os.utime(old, (ckpt.stat().st_mtime - 100, ckpt.stat().st_mtime - 100))  # scored before these weights
     write_results(run / "eval", "bleu_other_beam1", 22.0, "last.pt on test_2016_flickr")
     write_results(run / "eval", "bleu_test_2016_flickr_beam1", 33.0, "best.pt on test_2016_flickr")
-    card = (model_folder.export_folder(ckpt, tmp_path / "folder") / "README.md").read_text()
+    card = (export_folder(ckpt, tmp_path / "folder") / "README.md").read_text()
     assert ("From `eval/bleu_test_2016_flickr_beam1.json` beside the checkpoint: "
             "split `test_2016_flickr`, beam 1") in card
     assert "| xa-xb | trained | 33.00 | 32.00 |" in card and "| xb-xa | trained | 34.00 | 33.00 |" in card
@@ -339,7 +340,7 @@ def test_card_dev_bleu_from_metrics_jsonl_when_the_state_lacks_it(plain_checkpoi
                {"type": "valid", "step": 40, "mean_bleu": 7.5, "directions": {"xa-xb": {"bleu": 7.5, "chrf": 30.25,
                                                                                        "zero_shot": False}}}]
     (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    card = (model_folder.export_folder(tmp_path / "run" / "last.pt", tmp_path / "folder") / "README.md").read_text()
+    card = (export_folder(tmp_path / "run" / "last.pt", tmp_path / "folder") / "README.md").read_text()
     assert "As recorded at step 40 (metrics.jsonl beside the checkpoint)" in card
     assert "| xa-xb | trained | 7.50 | 30.25 |" in card and "Mean over the trained directions: 7.50." in card
     assert "Steps: 40 of 50 planned, 90 s of training" in card
@@ -349,7 +350,7 @@ def test_card_dev_bleu_from_metrics_jsonl_when_the_state_lacks_it(plain_checkpoi
 
 @pytest.fixture
 def folder(plain_checkpoint, tmp_path) -> Path:
-    return model_folder.export_folder(plain_checkpoint, tmp_path / "folder")
+    return export_folder(plain_checkpoint, tmp_path / "folder")
 
 
 def _truncate(path: Path) -> None:
@@ -385,7 +386,7 @@ def test_a_broken_folder_is_one_clear_error(folder, breakage, capsys, monkeypatc
 
 def test_weights_of_another_model_and_newer_formats_are_refused(folder, tmp_path):
     other = synthetic_checkpoint(tmp_path, {"embed_dim": 16}, "other.pt")
-    model_folder.export_folder(other, tmp_path / "other")
+    export_folder(other, tmp_path / "other")
     shutil.copyfile(tmp_path / "other" / "model.safetensors", folder / "model.safetensors")
     with pytest.raises(CheckpointError, match="does not match config.json"):
         interlingua.load(folder, "cpu")
@@ -511,22 +512,22 @@ def test_export_never_replaces_what_it_did_not_write(plain_checkpoint, tmp_path,
     code, _, lines = cli(["export", "folder", str(plain_checkpoint), str(a_file)], capsys, monkeypatch)
     one_error(code, lines, "is not a folder")
 
-    out = model_folder.export_folder(plain_checkpoint, tmp_path / "out")
+    out = export_folder(plain_checkpoint, tmp_path / "out")
     (out / "README.md").write_text("stale")
-    assert model_folder.export_folder(plain_checkpoint, out) == out  # a previous export is replaced whole
+    assert export_folder(plain_checkpoint, out) == out  # a previous export is replaced whole
     assert (out / "README.md").read_text().startswith("# tiny")
     (out / "LICENSE").write_text("mine")
     with pytest.raises(InterlinguaError, match="also holds LICENSE"):
-        model_folder.export_folder(plain_checkpoint, out)
+        export_folder(plain_checkpoint, out)
     empty = tmp_path / "empty"
     empty.mkdir()
-    model_folder.export_folder(plain_checkpoint, empty)
+    export_folder(plain_checkpoint, empty)
     assert (empty / "config.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
 def test_an_interrupted_export_leaves_the_previous_one(plain_checkpoint, tmp_path, monkeypatch):
-    out = model_folder.export_folder(plain_checkpoint, tmp_path / "out")
+    out = export_folder(plain_checkpoint, tmp_path / "out")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
     def boom(meta: dict) -> str:
@@ -534,8 +535,8 @@ def test_an_interrupted_export_leaves_the_previous_one(plain_checkpoint, tmp_pat
 
     monkeypatch.setattr(model_folder, "render_card", boom)
     with pytest.raises(KeyboardInterrupt):
-        model_folder.export_folder(plain_checkpoint, out)
+        export_folder(plain_checkpoint, out)
     with pytest.raises(KeyboardInterrupt):
-        model_folder.export_folder(plain_checkpoint, tmp_path / "new")
+        export_folder(plain_checkpoint, tmp_path / "new")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left, no "new"

@@ -25,8 +25,8 @@ from interlingua.data.vocab import EOS, decoder_start, language_tag, source_pref
 from interlingua.evaluation.bleu_matrix import MatrixResult
 from interlingua.experiment import run_experiments
 from interlingua.inference.api import Model
-from interlingua.modules.checkpoint import Checkpoint, build_payload, load_checkpoint, read_checkpoint, save_atomic
-from interlingua.modules.extension import extend_checkpoint
+from interlingua.model_files.checkpoint import Checkpoint, build_payload, load_checkpoint, read_checkpoint, save_atomic
+from interlingua.training.extension import extend_checkpoint
 from interlingua.training.trainer import train
 
 OLD = ["xa", "xb", "xc"]

@@ -460,7 +460,7 @@ def test_auto_measures_the_models_dev_bleu_and_picks_int8_where_it_holds(trained
 def test_auto_never_picks_int8_without_a_dev_set(trained, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: 5.0)
-    from interlingua.modules.checkpoint import load_checkpoint
+    from interlingua.model_files.checkpoint import load_checkpoint
     loaded = load_checkpoint(trained)
     loaded.config.corpus = tmp_path / "gone" / "corpus.yaml"
     dev, why = int8_probe.dev_text(loaded)

@@ -22,12 +22,12 @@ import interlingua
 from interlingua.cli import main
 from interlingua.config import ModelConfig, parse_config
 from interlingua.errors import ConfigError, LanguageError
-from interlingua.inference.ctranslate2_export import UnsupportedModelError
+from interlingua.model_files.checkpoint import build_payload, load_checkpoint, save_atomic
+from interlingua.model_files.ctranslate2_export import UnsupportedModelError
 from interlingua.modules import int8
-from interlingua.modules.checkpoint import build_payload, load_checkpoint, save_atomic
-from interlingua.modules.extension import extend_checkpoint
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.transformer import TransformerDecoder
+from interlingua.training.extension import extend_checkpoint
 from interlingua.training.trainer import train
 
 VOCAB = 23

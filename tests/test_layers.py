@@ -1,8 +1,10 @@
-"""Imports follow the data flow, one way: data -> modules -> training / inference -> evaluation -> serving -> cli.
+"""Imports follow the data flow, one way:
+data -> modules -> model_files -> training / inference -> evaluation -> serving -> cli.
 
 Every module of `interlingua/` is parsed (nothing is imported) and each `interlingua.*` import,
-inside functions too, must go to its own layer or a lower one. training and inference stand side
-by side and import neither each other. config, errors, arguments, workers, figures, textio, atomic_files,
+inside functions too, must go to its own layer or a lower one. modules is the network alone;
+model_files writes it to disk and reads it back. training and inference stand side by side and
+import neither each other. config, errors, arguments, workers, figures, textio, atomic_files,
 memory, precision, runtime and distributed are base utilities that every layer may import; they import only each other.
 """
 from __future__ import annotations
@@ -18,7 +20,8 @@ BASE = {"interlingua.config", "interlingua.errors", "interlingua.arguments", "in
         "interlingua.figures", "interlingua.textio", "interlingua.atomic_files", "interlingua.memory",
         "interlingua.precision", "interlingua.runtime", "interlingua.distributed"}
 TOP = {"interlingua", "interlingua.cli", "interlingua.demo", "interlingua.experiment"}
-RANK = {"base": 0, "data": 1, "modules": 2, "training": 3, "inference": 3, "evaluation": 4, "serving": 5, "top": 6}
+RANK = {"base": 0, "data": 1, "modules": 2, "model_files": 3, "training": 4, "inference": 4, "evaluation": 5,
+        "serving": 6, "top": 7}
 SIDE_BY_SIDE = {("training", "inference"), ("inference", "training")}
 
 
@@ -92,5 +95,5 @@ def test_imports_go_one_way(module):
     wrong = [f"{path.relative_to(PACKAGE.parent)}:{line}: {written}  ({src} -> {layer(target)})"
              for line, target, written in interlingua_imports(module, path) if not allowed(src, layer(target))]
     assert not wrong, ("imports against the layers "
-                       "(data -> modules -> training / inference -> evaluation -> serving -> cli):\n"
+                       "(data -> modules -> model_files -> training / inference -> evaluation -> serving -> cli):\n"
                        + "\n".join(wrong))

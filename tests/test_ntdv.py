@@ -14,7 +14,7 @@ from interlingua.cli import main
 from interlingua.config import parse_config
 from interlingua.data.vocab import PAD
 from interlingua.errors import LanguageError
-from interlingua.modules.checkpoint import Checkpoint, read_checkpoint
+from interlingua.model_files.checkpoint import Checkpoint, read_checkpoint
 from interlingua.modules.ntdv import NTDVBridge
 from interlingua.training.run import build_run
 from interlingua.training.step import forward_backward, micro_batches, step_parts

@@ -8,7 +8,7 @@ import pytest
 from test_decoding import random_checkpoint
 
 from interlingua.cli import main
-from interlingua.modules.checkpoint import average_checkpoints, read_checkpoint
+from interlingua.model_files.checkpoint import average_checkpoints, read_checkpoint
 
 
 @pytest.fixture(scope="module")

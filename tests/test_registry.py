@@ -17,9 +17,9 @@ from interlingua.config import BRIDGE_KINDS, DECODER_KINDS, ENCODER_KINDS, Model
 from interlingua.data.vocab import EOS
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Model
+from interlingua.model_files.checkpoint import load_checkpoint, read_checkpoint
 from interlingua.modules.base import Bridge, Decoder, Encoder
 from interlingua.modules.bridges import AttentionBridge, NoBridge
-from interlingua.modules.checkpoint import load_checkpoint, read_checkpoint
 from interlingua.modules.decoders import LSTMDecoder, LSTMDecoderConfig
 from interlingua.modules.encoders import BiLSTMEncoder, BiLSTMEncoderConfig
 from interlingua.modules.model import TranslationNetwork

@@ -23,7 +23,7 @@ from interlingua.config import parse_config
 from interlingua.data.inputs import tokenize_inputs
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import ArgumentError, ArgumentTypeError, LanguageError, TargetMismatchError
-from interlingua.modules.checkpoint import build_payload, save_atomic
+from interlingua.model_files.checkpoint import build_payload, save_atomic
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
 

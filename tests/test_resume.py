@@ -20,7 +20,7 @@ from conftest import tiny_config
 from interlingua.cli import main
 from interlingua.config import parse_config
 from interlingua.data.prepare import prepare
-from interlingua.modules.checkpoint import Checkpoint, read_checkpoint, save_atomic
+from interlingua.model_files.checkpoint import Checkpoint, read_checkpoint, save_atomic
 from interlingua.training import trainer as trainer_mod
 from interlingua.training import validation as validation_mod
 from interlingua.training.run import build_run

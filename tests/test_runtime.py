@@ -120,7 +120,7 @@ def test_train_and_experiment_take_device_from_the_command_line(multi30k_corpus,
     import yaml
 
     from interlingua.cli import build_parser, main
-    from interlingua.modules.checkpoint import read_checkpoint
+    from interlingua.model_files.checkpoint import read_checkpoint
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, tmp_path / "run",
                                                  train={"max_steps": 2, "valid_every": 2})))

@@ -16,7 +16,7 @@ from interlingua.cli import main
 from interlingua.config import ModelConfig, parse_config
 from interlingua.data.prepare import prepare
 from interlingua.errors import CheckpointError, ConfigError
-from interlingua.modules.checkpoint import Checkpoint, average_checkpoints, read_checkpoint
+from interlingua.model_files.checkpoint import Checkpoint, average_checkpoints, read_checkpoint
 from interlingua.modules.model import TranslationNetwork
 from interlingua.training.run import build_run
 from interlingua.training.trainer import Trainer, train

@@ -31,7 +31,7 @@ from conftest import MULTI30K, REPO
 
 from interlingua.cli import main
 from interlingua.inference.api import Model, load
-from interlingua.modules.checkpoint import load_checkpoint
+from interlingua.model_files.checkpoint import load_checkpoint
 from interlingua.serving import schemas
 from interlingua.serving.app import build_app
 from interlingua.serving.batcher import BatcherClosed, DynamicBatcher

@@ -17,7 +17,7 @@ from interlingua.config import parse_config
 from interlingua.data.batching import DirectionBatches, PairTooLong, token_batches
 from interlingua.data.prepare import prepare
 from interlingua.errors import ConfigError
-from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.model_files.checkpoint import read_checkpoint
 from interlingua.training.run import build_run
 from interlingua.training.step import forward_backward, micro_batches, step_parts
 from interlingua.training.trainer import Trainer, train
@@ -179,7 +179,7 @@ def test_the_cli_trains_with_token_batches(multi30k_corpus, tmp_path, capsys):
 
 
 def test_the_model_card_says_what_a_step_trained_on():
-    from interlingua.modules.model_card import _training_section
+    from interlingua.model_files.card import _training_section
     for train_section, said in (({"batch_tokens": 4096}, "steps of at most 4,096 tokens, one batch of every direction"),
                                 ({"batch_size": 64}, "batches of 64 sentence pairs")):
         lines = _training_section({"train": {"optimizer": "adam", "lr": 0.002, **train_section}}, {"step": 10})

@@ -17,7 +17,7 @@ import yaml
 from conftest import MULTI30K, tiny_config, write_multiway_corpus
 
 from interlingua.cli import main
-from interlingua.modules.checkpoint import Checkpoint
+from interlingua.model_files.checkpoint import Checkpoint
 from interlingua.training.metrics import MetricsLog
 
 TORCH_ENOSPC = ("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file data/3: "

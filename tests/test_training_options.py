@@ -18,8 +18,8 @@ from interlingua.config import parse_config
 from interlingua.data.batching import make_batch
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.data.prepare import prepare
+from interlingua.model_files.checkpoint import Checkpoint
 from interlingua.modules import model as model_mod
-from interlingua.modules.checkpoint import Checkpoint
 from interlingua.modules.model import TranslationNetwork
 from interlingua.precision import autocast
 from interlingua.training import precision_probe

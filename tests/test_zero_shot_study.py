@@ -12,7 +12,7 @@ from interlingua.data.directions import build_directions, pair_shares
 from interlingua.data.language_id import identify, off_target_rate
 from interlingua.data.vocab import BOS, language_tag
 from interlingua.experiment import run_experiments
-from interlingua.modules.checkpoint import read_checkpoint
+from interlingua.model_files.checkpoint import read_checkpoint
 from interlingua.training.checkpoints import lowest_loss_steps
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train

@@ -47,8 +47,9 @@ from interlingua.inference.representation import (
     represent_ids,
     weights_fingerprint,
 )
+from interlingua.model_files.load import load_model
+from interlingua.model_files.loaded import LoadedModel
 from interlingua.modules.base import BridgeOutput, Decoder, Encoder
-from interlingua.modules.checkpoint import LoadedCheckpoint, load_checkpoint
 from interlingua.modules.int8 import is_quantized, quantize_network
 from interlingua.modules.model import TranslationNetwork
 from interlingua.precision import model_workload
@@ -151,7 +152,7 @@ def load(path: str | Path, device: str | torch.device = "auto", precision: str =
 class Model:
     """A trained (or freshly initialised) translation model with its vocabularies, for inference."""
 
-    def __init__(self, loaded: LoadedCheckpoint, precision: str = "fp32"):
+    def __init__(self, loaded: LoadedModel, precision: str = "fp32"):
         self._loaded = loaded
         self._network: TranslationNetwork = loaded.network.eval()
         if precision == "int8" and not is_quantized(self._network):
@@ -196,7 +197,7 @@ class Model:
             raise ArgumentTypeError(f"device: expected a device name or torch.device, got {device!r}")
         check_choice("precision", precision, PRECISIONS)  # before a possibly long load
         dev = device if isinstance(device, torch.device) else resolve_device(device)
-        loaded = load_checkpoint(path, dev)
+        loaded = load_model(path, dev)
         if precision != "auto":
             return cls(loaded, resolve_device_precision(precision, dev))
         first = loaded.network.encoder_langs[0]
@@ -257,7 +258,7 @@ class Model:
         not at all; `folder` must be new, empty or a previous export (which it replaces). Returns `folder`.
         A model loaded in int8 holds no fp32 weights for its quantized layers, so it refuses (load it in fp32
         to save it)."""
-        from interlingua.modules.model_folder import write_folder
+        from interlingua.model_files.folder import write_folder
         self._check_fp32_weights("saved")
         return write_folder(self._loaded, folder)
 
@@ -270,7 +271,7 @@ class Model:
         `float16`, `bfloat16`, ...). Written whole or not at all; `folder` must be new, empty or a previous
         CTranslate2 export. Needs `pip install 'interlingua[ctranslate2]'`. Returns `folder`. A model loaded
         in int8 refuses, as `save` does (load it in fp32 and give `quantization="int8"`)."""
-        from interlingua.inference.ctranslate2_export import write_ctranslate2
+        from interlingua.model_files.ctranslate2_export import write_ctranslate2
         self._check_fp32_weights("exported")
         return write_ctranslate2(self._loaded, folder, quantization)
 
@@ -278,9 +279,10 @@ class Model:
         """The same architecture, vocabularies and device with freshly initialised weights: the
         reference point that shows what training bought."""
         loaded = self._loaded
-        if not loaded.payload_path:
+        source = loaded.provenance.source
+        if not source:
             self._check_fp32_weights("re-initialised")
-        fresh = load_checkpoint(loaded.payload_path, self.device) if loaded.payload_path else loaded
+        fresh = load_model(source, self.device) if source else loaded
         torch.manual_seed(seed)
         for module in fresh.network.modules():
             if module is not fresh.network and hasattr(module, "reset_parameters"):
@@ -288,7 +290,8 @@ class Model:
         if fresh.network.cfg.param_init:
             fresh.network.reset_uniform(fresh.network.cfg.param_init)
         # what the trained weights were (step, dev BLEU, the files beside them) does not describe these
-        return Model(dataclasses.replace(fresh, step=None, training=None, payload_path=None), self._runtime.precision)
+        provenance = dataclasses.replace(fresh.provenance, source=None, step=None, training=None)
+        return Model(dataclasses.replace(fresh, provenance=provenance), self._runtime.precision)
 
     def _check_fp32_weights(self, what: str) -> None:
         """Refuse what needs the fp32 weights of a model whose linear layers were quantized (precision int8)."""
@@ -364,12 +367,12 @@ class Model:
     def step(self) -> int | None:
         """The training step the weights were saved at; None where the file holds no training state (and
         for `untrained_like`)."""
-        return self._loaded.step
+        return self._loaded.provenance.step
 
     @property
     def path(self) -> Path | None:
         """The checkpoint file or model folder the weights were read from; None for `untrained_like`."""
-        return self._loaded.payload_path
+        return self._loaded.provenance.source
 
     def check_source(self, lang: str) -> None:
         """Raise `LanguageError` naming `lang` and the source languages where the model has no encoder
@@ -414,7 +417,7 @@ class Model:
         return self._network
 
     @property
-    def loaded(self) -> LoadedCheckpoint:
+    def loaded(self) -> LoadedModel:
         """Deprecated: the checkpoint as read; `config`, `step`, `path` and `languages` say what it holds."""
         _deprecated("loaded", "use Model.config, Model.step, Model.path or Model.languages")
         return self._loaded

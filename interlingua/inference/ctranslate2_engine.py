@@ -23,8 +23,8 @@ import torch
 
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import ConfigError
-from interlingua.inference.ctranslate2_export import read_export_record, unsupported_features, write_ctranslate2
-from interlingua.modules.checkpoint import LoadedCheckpoint
+from interlingua.model_files.ctranslate2_export import exported_weights, unsupported_features, write_ctranslate2
+from interlingua.model_files.loaded import LoadedModel
 from interlingua.precision import measure_speedup
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def export_folder_for(model_path: Path) -> Path:
     return model_path.parent / f"{name}.ctranslate2"
 
 
-def why_not_ctranslate2(loaded: LoadedCheckpoint, device: torch.device, precision: str) -> str | None:
+def why_not_ctranslate2(loaded: LoadedModel, device: torch.device, precision: str) -> str | None:
     """Why this model cannot translate through CTranslate2 here, or None where it can."""
     if device.type != "cpu":
         return f"the model runs on {device.type}; the CTranslate2 engine runs it on the CPU only"
@@ -51,7 +51,7 @@ def why_not_ctranslate2(loaded: LoadedCheckpoint, device: torch.device, precisio
     lacking = unsupported_features(loaded.config.model, loaded.vocabs)
     if lacking:
         return "CTranslate2 cannot compute " + "; ".join(lacking)
-    if loaded.payload_path is None:
+    if loaded.provenance.source is None:
         return "the model was not loaded from a file, so its export has no place beside it"
     try:
         import ctranslate2  # noqa: F401
@@ -73,16 +73,15 @@ class CTranslate2Engine:
                                                   inter_threads=1, intra_threads=torch.get_num_threads())
 
     @classmethod
-    def open(cls, loaded: LoadedCheckpoint, fingerprint: str, precision: str, target_in_source: bool
+    def open(cls, loaded: LoadedModel, fingerprint: str, precision: str, target_in_source: bool
              ) -> CTranslate2Engine:
         """The export beside `loaded`'s file, written (or rewritten, when the weights changed) first."""
-        assert loaded.payload_path is not None
-        folder = export_folder_for(Path(loaded.payload_path))
-        record = read_export_record(folder)
-        if record is None or record.get("weights_sha256") != fingerprint:
+        assert loaded.provenance.source is not None
+        folder = export_folder_for(loaded.provenance.source)
+        if exported_weights(folder) != fingerprint:
             log.info("exporting the model for CTranslate2 into %s (once per weights)", folder)
             try:
-                write_ctranslate2(loaded, folder, record={"weights_sha256": fingerprint})
+                write_ctranslate2(loaded, folder, weights_sha256=fingerprint)
             except OSError as err:
                 raise ConfigError(f"engine ctranslate2 caches the model's export in {folder}, which could not be "
                                   f"written ({err.strerror or err}): use engine native, or a model in a writable "

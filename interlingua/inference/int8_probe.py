@@ -36,7 +36,7 @@ import torch
 from interlingua.data.inputs import tokenize_inputs
 from interlingua.errors import InterlinguaError
 from interlingua.inference.decoding_probe import decode_probe, probe_batch
-from interlingua.modules.checkpoint import LoadedCheckpoint
+from interlingua.model_files.loaded import LoadedModel
 from interlingua.modules.int8 import check_quantizable, plan_network, quantize_network
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
@@ -55,7 +55,7 @@ DevText = list[tuple[str, str, list[str], list[str]]]
 """(source language, target language, sources, references) per direction."""
 
 
-def dev_text(loaded: LoadedCheckpoint, limit: int = DEV_SENTENCES) -> tuple[DevText | None, str]:
+def dev_text(loaded: LoadedModel, limit: int = DEV_SENTENCES) -> tuple[DevText | None, str]:
     """Up to `limit` dev sentence pairs of the model's trained directions from its corpus's `val` split,
     shared out over the directions; or None and why there are none."""
     from interlingua.data.corpus import load_corpus, read_group
@@ -83,7 +83,7 @@ def dev_text(loaded: LoadedCheckpoint, limit: int = DEV_SENTENCES) -> tuple[DevT
 
 
 @torch.inference_mode()
-def dev_bleu(network: TranslationNetwork, loaded: LoadedCheckpoint, dev: DevText) -> float:
+def dev_bleu(network: TranslationNetwork, loaded: LoadedModel, dev: DevText) -> float:
     """Greedy BLEU (lowercased sacreBLEU 13a, as training validation's `corpus_scores`) of `network` on all of
     `dev` at once."""
     from sacrebleu.metrics import BLEU
@@ -149,7 +149,7 @@ def decide_int8(baseline: str, workload: str, speed: Callable[[], float], bleu: 
     return bool(record["int8"])
 
 
-def auto_int8(loaded: LoadedCheckpoint, baseline: str, workload: str) -> LoadedCheckpoint | None:
+def auto_int8(loaded: LoadedModel, baseline: str, workload: str) -> LoadedModel | None:
     """`loaded` with its network quantized where `auto` picks int8 over `baseline` (`decide_int8`), else None.
     Probing needs the fp32 network and an int8 copy side by side for a moment; the fp32 one is dropped
     (by the caller) once int8 is chosen."""

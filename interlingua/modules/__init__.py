@@ -1,1 +1,3 @@
-"""Neural building blocks: encoders, bridges, decoders, the model that joins them, its search and its checkpoints."""
+"""The network: encoders, bridges, decoders, the model that joins them, and its search.
+
+What is written to disk and read back is `interlingua.model_files`'s."""

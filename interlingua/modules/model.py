@@ -20,7 +20,7 @@ from torch import nn
 
 from interlingua.config import AgreementConfig, ModelConfig
 from interlingua.data.batching import Batch
-from interlingua.data.vocab import EOS, PAD
+from interlingua.data.vocab import EOS, PAD, Vocab, vocab_offsets
 from interlingua.errors import ConfigError, LanguageError
 from interlingua.modules.agreement import agreement_losses
 from interlingua.modules.base import BridgeOutput, Decoder, Encoder, masked_mean
@@ -97,6 +97,11 @@ class TranslationNetwork(nn.Module):
             rows = OutputRows(r)
             if lang in self.decoder_langs and rows.prefix != self.decoder_for(lang).generator.out_features:
                 self.output_rows[lang] = rows
+
+    def restrict_to_vocabs(self, vocabs: dict[str, Vocab]) -> None:
+        """Each target language produces only its own vocabulary's ids (only where a language was added)."""
+        if vocab_offsets(vocabs):
+            self.restrict_outputs({lang: v.id_ranges() for lang, v in vocabs.items()})
 
     def reset_uniform(self, scale: float) -> None:
         """Every weight uniform in [-scale, scale]; embedding rows of padding stay zero."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from interlingua.modules.checkpoint import Checkpoint, TrainingState, average_checkpoints
+from interlingua.model_files.checkpoint import Checkpoint, TrainingState, average_checkpoints
 from interlingua.training.run import Run
 
 log = logging.getLogger(__name__)

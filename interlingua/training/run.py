@@ -35,7 +35,6 @@ from interlingua.data.vocab import decoder_start, source_prefix
 from interlingua.distributed import Distributed
 from interlingua.errors import ConfigError, DataError
 from interlingua.memory import memory_for
-from interlingua.modules.checkpoint import restrict_to_vocabs
 from interlingua.modules.model import TranslationNetwork
 from interlingua.runtime import Runtime
 from interlingua.training.distribution import check_batch_split, check_same_vocabs, lock_work_dir, seed_dropout
@@ -194,7 +193,7 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
         model.freeze_translation()
     model.check_agreement(tc.agreement, directions)
     check_synthetic(tc.synthetic, directions, zero_shot)
-    restrict_to_vocabs(model, data.vocabs)
+    model.restrict_to_vocabs(data.vocabs)
     with memory_for("the model (the config's model section)", runtime.device):
         model.to(runtime.device)
 

@@ -4,7 +4,7 @@ from another run's weights (`read_init_checkpoint`, `load_init_weights`).
 
 Every source of randomness is either derived from the seed and a counter (direction order, batch
 order) or saved here (torch's RNG for dropout), so a run resumed from `last.pt` continues exactly
-as an uninterrupted one with the same seed. The file layout is `interlingua.modules.checkpoint`'s.
+as an uninterrupted one with the same seed. The file layout is `interlingua.model_files.checkpoint`'s.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from interlingua.config import ExperimentConfig
 from interlingua.data.directions import Direction
 from interlingua.errors import CheckpointError, ConfigError
-from interlingua.modules.checkpoint import Checkpoint, TrainingState
+from interlingua.model_files.checkpoint import Checkpoint, TrainingState
 from interlingua.modules.model import TranslationNetwork
 from interlingua.training.metrics import empty_window
 

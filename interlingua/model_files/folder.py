@@ -11,7 +11,7 @@
       <lang>.spm.model     the sentencepiece model of each language the model reads or writes;
                            languages that share one (a joint vocabulary) share one file,
                            `joint.spm.model`
-      README.md            the model card (`interlingua.modules.model_card`)
+      README.md            the model card (`interlingua.model_files.card`)
 
 Why: a `.pt` checkpoint is a pickle, and unpickling a file runs whatever it says; a folder of
 JSON, safetensors and sentencepiece protos is data only, so a model can be handed to anyone.
@@ -43,16 +43,10 @@ from interlingua.atomic_files import atomic_folder, check_replaceable
 from interlingua.config import parse_config
 from interlingua.data.vocab import EOS, Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError
-from interlingua.modules.checkpoint import (
-    LoadedCheckpoint,
-    check_finite,
-    check_format_version,
-    finite_json,
-    load_checkpoint,
-    restrict_to_vocabs,
-)
+from interlingua.model_files.card import render_card
+from interlingua.model_files.checkpoint import check_finite, check_format_version, finite_json
+from interlingua.model_files.loaded import AddedLanguage, LoadedModel, Provenance, RecordedResults
 from interlingua.modules.model import TranslationNetwork
-from interlingua.modules.model_card import render_card
 
 log = logging.getLogger(__name__)
 
@@ -65,23 +59,13 @@ CARD = "README.md"
 CHECKSUMS = "sha256"
 """config.json's entry: file name -> SHA-256 (hex) of every other file of the folder."""
 TOKENIZER_SUFFIX = ".spm.model"
-_EXTRAS = ("extended", "averaged_from")
-"""Checkpoint entries about the weights' history that a folder keeps (and its card shows)."""
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 # -- writing ------------------------------------------------------------------------------------
 
-def export_folder(model: str | Path, out: str | Path) -> Path:
-    """`interlingua export folder MODEL OUT`: the checkpoint (or model folder) `model` written as a
-    model folder at `out`; returns `out`."""
-    out = Path(out)
-    check_target(out)  # before a possibly long load
-    return write_folder(load_checkpoint(model, "cpu"), out)
-
-
-def write_folder(loaded: LoadedCheckpoint, out: str | Path) -> Path:
+def write_folder(loaded: LoadedModel, out: str | Path) -> Path:
     """Write `loaded` as a model folder at `out` (see the module's docstring); returns `out`."""
     out = Path(out)
     check_target(out)
@@ -128,11 +112,11 @@ def stored_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dic
     return tensors, tied
 
 
-def folder_config(loaded: LoadedCheckpoint, tied: dict[str, str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+def folder_config(loaded: LoadedModel, tied: dict[str, str]) -> tuple[dict[str, Any], dict[str, bytes]]:
     """config.json's content for `loaded` (`tied`: see `stored_tensors`), and the tokenizer files
-    (name -> sentencepiece proto)."""
-    model, payload = loaded.network, loaded.payload
-    from_folder = payload.get("format") == FOLDER_FORMAT
+    (name -> sentencepiece proto). A folder exported again keeps what its own export recorded."""
+    model, prov = loaded.network, loaded.provenance
+    from_folder = prov.kind == "folder"
     used = set(model.encoder_langs) | set(model.decoder_langs)  # a corpus's other languages are not shipped
     vocabs = {lang: v for lang, v in loaded.vocabs.items() if lang in used}
     files, protos = tokenizer_files(vocabs)
@@ -149,10 +133,11 @@ def folder_config(loaded: LoadedCheckpoint, tied: dict[str, str]) -> tuple[dict[
         "weights": WEIGHTS,
         **({"tied_weights": tied} if tied else {}),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "exported_from": payload.get("exported_from") if from_folder else
-        (loaded.payload_path.name if loaded.payload_path else None),
-        **{k: payload[k] for k in _EXTRAS if k in payload},
-        "record": (payload.get("record") or {}) if from_folder else recorded_results(loaded),
+        "exported_from": prov.exported_from if from_folder else (prov.source.name if prov.source else None),
+        **({"extended": [e.to_json() for e in prov.extended]} if prov.extended else {}),
+        **({"averaged_from": list(prov.averaged_from)} if prov.averaged_from else {}),
+        "record": (prov.recorded.to_json() if prov.recorded else {}) if from_folder else
+        recorded_results(loaded).to_json(),
     }
     return json.loads(json.dumps(meta, allow_nan=False)), protos
 
@@ -180,17 +165,18 @@ def tokenizer_files(vocabs: dict[str, Vocab]) -> tuple[dict[str, str], dict[str,
     return files, protos
 
 
-def recorded_results(loaded: LoadedCheckpoint) -> dict[str, Any]:
+def recorded_results(loaded: LoadedModel) -> RecordedResults:
     """What the model card reports of a checkpoint's history, as recorded, never recomputed: its
     training summary (dev BLEU of its own step from the training state, else from metrics.jsonl
     beside it) and the test BLEU results in `eval/` beside it."""
-    training = dict(loaded.training) if loaded.training else None
-    source = loaded.payload_path if loaded.payload_path and loaded.payload_path.is_file() else None
+    prov = loaded.provenance
+    training = dict(prov.training) if prov.training else None
+    source = prov.source if prov.source and prov.source.is_file() else None
     dev_from = "checkpoint" if training and training.get("dev") else None
     if training and not training.get("dev") and source is not None:
         training["dev"] = metrics_record(source.parent / "metrics.jsonl", training.get("step"))
         dev_from = "metrics.jsonl" if training["dev"] else None
-    return {"training": training, "dev_from": dev_from, "test": test_results(source) if source else []}
+    return RecordedResults(training, dev_from, tuple(test_results(source)) if source else ())
 
 
 def metrics_record(path: Path, step: Any) -> dict[str, Any] | None:
@@ -250,7 +236,7 @@ def check_target(out: Path) -> None:
 
 # -- reading ------------------------------------------------------------------------------------
 
-def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedCheckpoint:
+def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
     """Rebuild a model folder's model (eval mode, on `device`) and vocabularies from JSON, safetensors
     and sentencepiece files: nothing is unpickled. A missing or unreadable file is a
     `CheckpointError` that names it."""
@@ -264,6 +250,7 @@ def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedC
         offsets = {str(k): int(v) for k, v in (meta.get("vocab_offsets") or {}).items()}
         files = {str(k): str(v) for k, v in meta["tokenizers"].items()}
         weights = str(meta.get("weights", WEIGHTS))
+        provenance = folder_provenance(meta, folder)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise CheckpointError(f"{where} is incomplete or malformed (missing or mistyped: {err})") from None
     recorded = recorded_checksums(meta, folder)
@@ -281,12 +268,21 @@ def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedC
         if not path.is_file():
             raise CheckpointError(f"{path} is missing (config.json records its SHA-256)")
         verify_checksum(path, recorded)
-    restrict_to_vocabs(model, vocabs)
+    model.restrict_to_vocabs(vocabs)
     model.to(device).eval()
-    training = (meta.get("record") or {}).get("training")
-    step = training.get("step") if isinstance(training, dict) else None
-    return LoadedCheckpoint(model, vocabs, cfg, directions, meta, folder, step if isinstance(step, int) else None,
-                       training if isinstance(training, dict) else None)
+    return LoadedModel(model, vocabs, cfg, directions, provenance)
+
+
+def folder_provenance(meta: dict[str, Any], folder: Path) -> Provenance:
+    """What config.json records of the weights: the training summary and results its card reports, the
+    file it was exported from, the languages added and the checkpoints averaged."""
+    stored = meta.get("record")
+    recorded = RecordedResults.from_json(stored) if isinstance(stored, dict) and stored else None
+    training = recorded.training if recorded else None
+    step = training.get("step") if training else None
+    return Provenance("folder", folder, step if isinstance(step, int) else None, training,
+                      tuple(AddedLanguage.from_json(e) for e in meta.get("extended") or ()),
+                      tuple(meta.get("averaged_from") or ()), meta.get("exported_from"), recorded)
 
 
 def read_folder_config(folder: Path) -> dict[str, Any]:

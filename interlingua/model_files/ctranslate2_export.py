@@ -63,9 +63,9 @@ from interlingua.atomic_files import atomic_folder, check_replaceable
 from interlingua.config import ModelConfig
 from interlingua.data.vocab import BOS, EOS, UNK, Vocab, language_tag
 from interlingua.errors import ConfigError, InterlinguaError
-from interlingua.modules.checkpoint import LoadedCheckpoint, load_checkpoint
+from interlingua.model_files.folder import tokenizer_files
+from interlingua.model_files.loaded import LoadedModel
 from interlingua.modules.model import SHARED
-from interlingua.modules.model_folder import tokenizer_files
 from interlingua.modules.transformer import (
     DecoderLayer,
     EncoderLayer,
@@ -91,6 +91,8 @@ None (or "none") keeps our float32 weights."""
 MIN_POSITIONS = 1024
 """At least this many sinusoidal positions are written (CTranslate2's default max_input_length)."""
 INSTALL_HINT = "pip install 'interlingua[ctranslate2]'"
+WEIGHTS_SHA256 = "weights_sha256"
+"""interlingua.json's entry where an export cached beside its model records the weights' SHA-256."""
 
 
 class UnsupportedModelError(ConfigError):
@@ -149,7 +151,7 @@ def unsupported_features(cfg: ModelConfig, vocabs: dict[str, Vocab] | None = Non
     return problems
 
 
-def check_exportable(loaded: LoadedCheckpoint) -> None:
+def check_exportable(loaded: LoadedModel) -> None:
     """Raise `UnsupportedModelError` (one line naming every feature CTranslate2 lacks) unless `loaded`
     exports exactly; also checks that the modules are the kinds the config names."""
     problems = unsupported_features(loaded.config.model, _used_vocabs(loaded))
@@ -163,7 +165,7 @@ def check_exportable(loaded: LoadedCheckpoint) -> None:
         raise UnsupportedModelError("cannot export this model to CTranslate2: " + "; ".join(problems))
 
 
-def _used_vocabs(loaded: LoadedCheckpoint) -> dict[str, Vocab]:
+def _used_vocabs(loaded: LoadedModel) -> dict[str, Vocab]:
     used = set(loaded.network.encoder_langs) | set(loaded.network.decoder_langs)
     return {lang: v for lang, v in loaded.vocabs.items() if lang in used}
 
@@ -223,7 +225,7 @@ def _set_inputs(spec: Any, module: TransformerEncoder | TransformerDecoder, rows
     spec.position_encodings.encodings = position_table(module, rows)
 
 
-def sinusoidal_rows(loaded: LoadedCheckpoint) -> int:
+def sinusoidal_rows(loaded: LoadedModel) -> int:
     """How many sinusoidal positions are written: enough for our longest input and output limit."""
     return max(MIN_POSITIONS, 4 * loaded.config.preprocess.max_len + 2)
 
@@ -236,7 +238,7 @@ def layer_norm_epsilon(network: nn.Module) -> float:
     return float(eps.pop()) if eps else 1e-5
 
 
-def build_spec(loaded: LoadedCheckpoint) -> TransformerSpec:
+def build_spec(loaded: LoadedModel) -> TransformerSpec:
     """The filled CTranslate2 `TransformerSpec` of an exportable model (see `check_exportable`)."""
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -291,7 +293,7 @@ def build_spec(loaded: LoadedCheckpoint) -> TransformerSpec:
     return spec
 
 
-def _converter(loaded: LoadedCheckpoint) -> Any:
+def _converter(loaded: LoadedModel) -> Any:
     """A `ctranslate2.converters.Converter` whose `_load` builds our spec."""
     from ctranslate2.converters import Converter
 
@@ -312,7 +314,8 @@ def require_ctranslate2() -> None:
                                f"{INSTALL_HINT}") from None
 
 
-def _quantization(quantization: str | None) -> str | None:
+def check_quantization(quantization: str | None) -> str | None:
+    """The CTranslate2 weight type `quantization` names (None: float32 as trained), or the error that lists them."""
     if quantization in (None, "none"):
         return None
     if quantization not in QUANTIZATIONS:
@@ -323,24 +326,14 @@ def _quantization(quantization: str | None) -> str | None:
 
 # -- writing -------------------------------------------------------------------------------------------
 
-def export_ctranslate2(model: str | Path, out: str | Path, quantization: str | None = None) -> Path:
-    """`interlingua export ctranslate2 MODEL OUT`: the checkpoint (or model folder) `model` written as a
-    CTranslate2 model folder at `out` (see the module's docstring); returns `out`."""
-    out = Path(out)
-    _quantization(quantization)
-    require_ctranslate2()
-    check_target(out)  # before a possibly long load
-    return write_ctranslate2(load_checkpoint(model, "cpu"), out, quantization)
-
-
-def write_ctranslate2(loaded: LoadedCheckpoint, out: str | Path, quantization: str | None = None,
-                      record: dict[str, Any] | None = None) -> Path:
+def write_ctranslate2(loaded: LoadedModel, out: str | Path, quantization: str | None = None,
+                      weights_sha256: str | None = None) -> Path:
     """Write `loaded` as a CTranslate2 model folder at `out`, whole or not at all (a temporary sibling
     folder renamed into place); `out` must be new, empty or a previous export of this kind. `quantization`:
-    None (float32, as trained) or one of `QUANTIZATIONS`; `record`: more fields for interlingua.json.
-    Returns `out`."""
+    None (float32, as trained) or one of `QUANTIZATIONS`; `weights_sha256`: the weights' fingerprint,
+    recorded in interlingua.json for `exported_weights`. Returns `out`."""
     out = Path(out)
-    quant = _quantization(quantization)
+    quant = check_quantization(quantization)
     require_ctranslate2()
     check_target(out)
     check_exportable(loaded)
@@ -351,13 +344,15 @@ def write_ctranslate2(loaded: LoadedCheckpoint, out: str | Path, quantization: s
         written = sorted(p.name for p in tmp.iterdir())
         for name, proto in protos.items():
             (tmp / name).write_bytes(proto)
-        meta = {**export_record(loaded, files, quant, written), **(record or {})}
+        meta = export_record(loaded, files, quant, written)
+        if weights_sha256 is not None:
+            meta[WEIGHTS_SHA256] = weights_sha256
         (tmp / MARKER).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         (tmp / CARD).write_text(render_readme(meta, out.name), encoding="utf-8")
     return out
 
 
-def export_record(loaded: LoadedCheckpoint, files: dict[str, str], quantization: str | None,
+def export_record(loaded: LoadedModel, files: dict[str, str], quantization: str | None,
                   ct2_files: list[str]) -> dict[str, Any]:
     """interlingua.json: what the export holds and how its inputs are prepared."""
     cfg = loaded.config
@@ -376,12 +371,12 @@ def export_record(loaded: LoadedCheckpoint, files: dict[str, str], quantization:
         "preprocess": {"lowercase": pre.lowercase, "normalize": pre.normalize, "max_len": pre.max_len},
         "quantization": quantization or "float32",
         "position_encodings": int(_position_rows(loaded)),
-        "exported_from": loaded.payload_path.name if loaded.payload_path else None,
-        "step": loaded.step,
+        "exported_from": loaded.provenance.source.name if loaded.provenance.source else None,
+        "step": loaded.provenance.step,
     }
 
 
-def _position_rows(loaded: LoadedCheckpoint) -> int:
+def _position_rows(loaded: LoadedModel) -> int:
     """The positions the export has encodings for (the encoder's; the decoder's learned table may differ)."""
     enc = loaded.network.encoders[SHARED]
     assert isinstance(enc, TransformerEncoder)
@@ -465,6 +460,14 @@ def read_export_record(out: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) and meta.get("format") == EXPORT_FORMAT else None
+
+
+def exported_weights(out: Path) -> str | None:
+    """The SHA-256 of the weights the CTranslate2 export at `out` was written from, as `write_ctranslate2`
+    recorded it; None where `out` holds no export or the export records none."""
+    meta = read_export_record(out)
+    found = meta.get(WEIGHTS_SHA256) if meta is not None else None
+    return found if isinstance(found, str) else None
 
 
 def _previous_export(out: Path) -> set[str] | None:

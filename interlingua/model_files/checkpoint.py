@@ -27,6 +27,7 @@ from interlingua.config import ExperimentConfig, parse_config
 from interlingua.data.vocab import Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError, InterlinguaError
 from interlingua.memory import memory_for
+from interlingua.model_files.loaded import AddedLanguage, LoadedModel, Provenance
 from interlingua.modules.model import TranslationNetwork
 
 FORMAT = "interlingua-checkpoint"
@@ -139,8 +140,8 @@ class Checkpoint:
     vocab_offsets: dict[str, int] | None = None
     """Per language, the offset of its ids where a language was added (`interlingua extend`)."""
     training: TrainingState | None = None
-    extended: list[dict[str, Any]] | None = None
-    """The languages `interlingua extend` added, oldest first: {"lang", "from", "vocab_size", "noise", "seed"}."""
+    extended: list[AddedLanguage] | None = None
+    """The languages `interlingua extend` added, oldest first."""
     averaged_from: list[str] | None = None
     """The checkpoints whose weights these are the mean of (`interlingua average`)."""
     path: Path | None = field(default=None, compare=False)
@@ -162,24 +163,18 @@ class Checkpoint:
     @classmethod
     def from_payload(cls, payload: dict[str, Any], path: str | Path) -> Checkpoint:
         try:
-            training = payload.get("training")
+            training, extended = payload.get("training"), payload.get("extended")
             return cls(config=payload["config"], vocab_protos=payload["vocabs"],
                        encoder_langs=list(payload["encoder_langs"]), decoder_langs=list(payload["decoder_langs"]),
                        directions=[(s, t) for s, t in payload["directions"]], weights=payload["model"],
                        vocab_offsets=payload.get("vocab_offsets") or None,
                        training=TrainingState.from_payload(training, path) if isinstance(training, dict) else None,
-                       extended=payload.get("extended"), averaged_from=payload.get("averaged_from"), path=Path(path))
+                       extended=[AddedLanguage.from_json(e) for e in extended] if extended is not None else None,
+                       averaged_from=payload.get("averaged_from"), path=Path(path))
         except (KeyError, TypeError, ValueError) as err:
             detail = " ".join(str(err).split())[:300]
             raise CheckpointError(f"{path} is incomplete (corrupt checkpoint?): missing or malformed "
                                   f"{detail}") from None
-
-    def metadata(self) -> dict[str, Any]:
-        """The file's entries but the weights and the training state, as stored (plain data)."""
-        payload = self.to_payload()
-        payload.pop("model")
-        payload.pop("training", None)
-        return payload
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -197,7 +192,7 @@ class Checkpoint:
         if self.training is not None:
             payload["training"] = self.training.to_payload()
         if self.extended is not None:
-            payload["extended"] = self.extended
+            payload["extended"] = [e.to_json() for e in self.extended]
         if self.averaged_from is not None:
             payload["averaged_from"] = self.averaged_from
         return payload
@@ -219,12 +214,6 @@ def build_payload(cfg: ExperimentConfig, model: TranslationNetwork, vocabs: dict
                   directions: list[tuple[str, str]], training: TrainingState | None = None) -> dict[str, Any]:
     """The file content of `Checkpoint.of(...)` (for tools and tests that write files by hand)."""
     return Checkpoint.of(cfg, model, vocabs, directions, training).to_payload()
-
-
-def restrict_to_vocabs(model: TranslationNetwork, vocabs: dict[str, Vocab]) -> None:
-    """Each target language produces only its own vocabulary's ids (only where a language was added)."""
-    if vocab_offsets(vocabs):
-        model.restrict_outputs({lang: v.id_ranges() for lang, v in vocabs.items()})
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -256,26 +245,6 @@ def check_format_version(version: object, newest: int, kind: str, path: str | Pa
                               f"to {newest}): upgrade interlingua to load it")
 
 
-@dataclass
-class LoadedCheckpoint:
-    """A checkpoint rebuilt for use: the model (eval mode), its vocabularies and config, the trained
-    directions and the payload's small metadata; the optimizer and the rest of the training state are
-    not kept (`step` and the `TrainingState.summary` a model card reports are all that is read from it).
-    A model folder loads into the same (`payload`: its config.json, `payload_path`: the folder)."""
-
-    network: TranslationNetwork
-    vocabs: dict[str, Vocab]
-    config: ExperimentConfig
-    directions: list[tuple[str, str]]
-    payload: dict[str, Any]
-    """The checkpoint's entries other than the weights and the training state (format, config, languages)."""
-    payload_path: Path | None = None
-    step: int | None = None
-    """The training step the checkpoint was written at (None where it holds no training state)."""
-    training: dict[str, Any] | None = None
-    """What a model card reports of the training state (`TrainingState.summary`), plain JSON; None without one."""
-
-
 def finite_json(value: Any) -> Any:
     """`value` with NaN and infinities replaced by None (JSON has no such numbers)."""
     if isinstance(value, float):
@@ -287,16 +256,13 @@ def finite_json(value: Any) -> Any:
     return value if value is None or isinstance(value, (str, int, bool)) else str(value)
 
 
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedCheckpoint:
-    """Rebuild the model and vocabularies of a checkpoint, in eval mode, on `device`.
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
+    """Rebuild the model and vocabularies of a `.pt` checkpoint, in eval mode, on `device` (a model folder
+    is `folder.load_folder`'s; `load.load_model` reads either).
 
     The training state (optimizer moments, RNG, counters) is dropped as soon as the file is read (but
     for its `summary`), and the checkpoint's weights once they are in the model, so that a loaded
-    model holds its weights once. A folder is a model folder (`interlingua.modules.model_folder`),
-    read without unpickling anything."""
-    if Path(path).is_dir():
-        from interlingua.modules.model_folder import load_folder  # it builds on this module
-        return load_folder(path, device)
+    model holds its weights once."""
     ckpt = Checkpoint.read(path)
     step = ckpt.training.step if ckpt.training is not None else None
     summary = ckpt.training.summary() if ckpt.training is not None else None
@@ -310,14 +276,15 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
         model.load_state_dict(ckpt.weights)
         check_finite(ckpt.weights, path)
         ckpt.weights = {}
-        restrict_to_vocabs(model, vocabs)
+        model.restrict_to_vocabs(vocabs)
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
     with memory_for(f"the model of {path}", device):
         model.to(device).eval()
-    return LoadedCheckpoint(model, vocabs, cfg, list(ckpt.directions), ckpt.metadata(), Path(path),
-                       int(step) if isinstance(step, int) else None, summary)
+    provenance = Provenance("checkpoint", Path(path), int(step) if isinstance(step, int) else None, summary,
+                            tuple(ckpt.extended or ()), tuple(ckpt.averaged_from or ()))
+    return LoadedModel(model, vocabs, cfg, list(ckpt.directions), provenance)
 
 
 def check_finite(weights: Mapping[str, torch.Tensor], path: str | Path) -> None:

@@ -17,8 +17,8 @@ Each target language then produces only its own vocabulary's ids (`interlingua.m
 so translating between old languages gives exactly the old model's output; fine-tune the result
 with `interlingua train CONFIG --init extended.pt`.
 
-The new language's training text is read through `interlingua.data.prepare` (the data layer); this
-module only reads and writes checkpoints.
+The new language's training text is read through `interlingua.data.prepare` (the data layer), the
+model through `interlingua.model_files`.
 """
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ import torch
 from interlingua.data.prepare import language_training_text
 from interlingua.data.vocab import EOS, Vocab, language_tag, link_tags
 from interlingua.errors import CheckpointError, ConfigError, LanguageError
-from interlingua.modules.checkpoint import Checkpoint, check_output, load_checkpoint, restrict_to_vocabs
+from interlingua.model_files.checkpoint import Checkpoint, check_output
+from interlingua.model_files.load import load_model
+from interlingua.model_files.loaded import AddedLanguage
 from interlingua.modules.model import TranslationNetwork
 
 DEFAULT_VOCAB_SIZE = 4000
@@ -122,7 +124,7 @@ def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: s
     the one it was trained on) and write the extended, translation-only checkpoint to `out` (refused where
     it is `path`, `corpus` or a training checkpoint, unless `force`: `check_output`)."""
     check_output(out, [path, corpus], force=force)
-    loaded = load_checkpoint(path, "cpu")
+    loaded = load_model(path, "cpu")
     cfg = loaded.config
     if not cfg.model.shared:
         raise ConfigError(f"{path}: adding a language needs a shared model (model.shared: true, one encoder "
@@ -143,10 +145,9 @@ def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: s
                              [*loaded.network.encoder_langs, lang], [*loaded.network.decoder_langs, lang])
     added: list[str] = []
     grown = grow_rows(loaded.network, model, old_size, noise, seed, lang, added)
-    restrict_to_vocabs(model, vocabs)
+    model.restrict_to_vocabs(vocabs)
     extended = Checkpoint.of(cfg, model, vocabs, loaded.directions)
-    extended.extended = [*loaded.payload.get("extended", []),
-                         {"lang": lang, "from": str(path), "vocab_size": vocab_size, "noise": noise, "seed": seed}]
+    extended.extended = [*loaded.provenance.extended, AddedLanguage(lang, str(path), vocab_size, noise, seed)]
     out = Path(out)
     extended.save(out)
     return Extension(out, lang, old_size, len(vocabs[lang]), grown, added)
