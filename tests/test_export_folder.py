@@ -238,6 +238,14 @@ def test_model_card_reports_what_was_recorded(exported, trained_model):
     assert "## Test BLEU\n\nNot recorded" in card
 
 
+def test_an_untrained_copy_of_a_folder_reports_nothing_of_the_trained_weights(exported, tmp_path):
+    """Fresh weights have no training step, dev BLEU or origin: the card of their folder says none."""
+    fresh = interlingua.load(exported, "cpu").untrained_like(seed=1)
+    card = (fresh.save(tmp_path / "fresh") / "README.md").read_text()
+    assert "As recorded at step 600" not in card and "Exported from" not in card
+    assert "Steps: 600 of 600 planned" not in card
+
+
 # -- every kind of model, tied weights, added languages: from Python ---------------------------
 
 @pytest.fixture(scope="module", params=sorted(KINDS))

@@ -290,7 +290,8 @@ class Model:
         if fresh.network.cfg.param_init:
             fresh.network.reset_uniform(fresh.network.cfg.param_init)
         # what the trained weights were (step, dev BLEU, the files beside them) does not describe these
-        provenance = dataclasses.replace(fresh.provenance, source=None, step=None, training=None)
+        provenance = dataclasses.replace(fresh.provenance, source=None, step=None, training=None, recorded=None,
+                                         exported_from=None, averaged_from=())
         return Model(dataclasses.replace(fresh, provenance=provenance), self._runtime.precision)
 
     def _check_fp32_weights(self, what: str) -> None:
