@@ -203,14 +203,10 @@ def test_attention_check(model, tmp_path):
 
 
 def test_the_inside_is_private(model):
-    """The network and the checkpoint as read are behind deprecated read-only names."""
-    with pytest.warns(DeprecationWarning, match="Model.model is deprecated"):
-        assert model.model is model._network
-    with pytest.warns(DeprecationWarning, match="Model.loaded is deprecated"):
-        assert model.loaded.step == model.step
-    with pytest.warns(DeprecationWarning, match="Model.pre is deprecated"):
-        assert model.pre == model.preprocess
-    for name in ("model", "loaded", "pre", "vocabs", "runtime", "config", "kinds"):
+    """The network and the checkpoint as read have no public name; what the model is has read-only ones."""
+    for name in ("model", "loaded", "pre", "network"):
+        assert not hasattr(model, name), name
+    for name in ("vocabs", "runtime", "config", "kinds", "preprocess"):
         with pytest.raises(AttributeError):
             setattr(model, name, None)
 

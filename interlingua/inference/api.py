@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import warnings
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,10 +130,6 @@ class Kinds:
     """e.g. attention, none, ntdv."""
     decoder: str
     """e.g. lstm, transformer."""
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"Model.{old} is deprecated: {new}", DeprecationWarning, stacklevel=3)
 
 
 def load(path: str | Path, device: str | torch.device = "auto", precision: str = "fp32",
@@ -404,26 +399,6 @@ class Model:
             kinds = self.kinds
             raise InterlinguaError(f"this model shows no attention: its bridge ({kinds.bridge}) does not attend "
                                    f"over the source and its encoder ({kinds.encoder}) has no self-attention")
-
-    # --- deprecated names of the inside ------------------------------------------------------
-
-    @property
-    def model(self) -> TranslationNetwork:
-        """Deprecated: the network inside, which the public methods above replace."""
-        _deprecated("model", "use the Model's own methods (kinds, check_source, check_target, ...)")
-        return self._network
-
-    @property
-    def loaded(self) -> LoadedCheckpoint:
-        """Deprecated: the checkpoint as read; `config`, `step`, `path` and `languages` say what it holds."""
-        _deprecated("loaded", "use Model.config, Model.step, Model.path or Model.languages")
-        return self._loaded
-
-    @property
-    def pre(self) -> PreprocessConfig:
-        """Deprecated name of `preprocess` (this one is the model's own object, not a copy)."""
-        _deprecated("pre", "use Model.preprocess")
-        return self._pre
 
     # --- translation -------------------------------------------------------------------------
 
