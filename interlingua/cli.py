@@ -327,8 +327,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_attention(args: argparse.Namespace) -> None:
     from interlingua.evaluation.sentence.heads import plot_head_heatmap
     from interlingua.inference.api import load
-    att, pieces = load(args.model, args.device).attention(args.sentence, args.lang)
-    plot_head_heatmap(att, pieces, Path(args.output), title=f"bridge attention ({args.lang}): {args.sentence}")
+    maps = load(args.model, args.device).attention_maps([args.sentence], args.lang, self_attention=False)[0]
+    if not maps.tokens:
+        raise InterlinguaError("cannot show attention for an empty sentence")
+    assert maps.bridge is not None  # asked for the bridge alone: a model without an attention bridge raised
+    plot_head_heatmap(maps.bridge, maps.tokens, Path(args.output),
+                      title=f"bridge attention ({args.lang}): {args.sentence}")
     print(f"written {args.output}")
 
 

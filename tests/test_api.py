@@ -90,11 +90,13 @@ def test_encode_shape_dtype_and_the_cli_embed(model, checkpoint, capsys, monkeyp
 
 
 def test_attention(model):
-    att, pieces = model.attention("a dog runs .", "en")
-    assert att.shape == (model.heads, len(pieces)) and np.allclose(att.sum(1), 1.0, atol=1e-5)
-    many = model.attentions(["a dog runs .", ""], "en")
-    np.testing.assert_allclose(many[0], att, atol=1e-6)
-    assert many[1].shape == (model.heads, 0)
+    one = model.attention_maps(["a dog runs ."], "en")[0]
+    assert one.self_attention is None  # a BiLSTM encoder has none
+    assert one.bridge.shape == (model.heads, len(one.tokens)) and np.allclose(one.bridge.sum(1), 1.0, atol=1e-5)
+    many = model.attention_maps(["a dog runs .", ""], "en", self_attention=False)
+    assert many[0].tokens == one.tokens and many[0].self_attention is None
+    np.testing.assert_allclose(many[0].bridge, one.bridge, atol=1e-6)
+    assert many[1].tokens == [] and many[1].bridge.shape == (model.heads, 0)
 
 
 def test_unknown_languages_and_settings(model):
@@ -204,6 +206,8 @@ def test_attention_check(model, tmp_path):
 
 def test_the_inside_is_private(model):
     """The network and the checkpoint as read have no public name; what the model is has read-only ones."""
+    with pytest.raises(InterlinguaError, match=r"has no attention bridge \(bridge: none\)"):  # asked for it alone
+        plain.attention_maps(["a"], "en", self_attention=False)
     for name in ("model", "loaded", "pre", "network"):
         assert not hasattr(model, name), name
     for name in ("vocabs", "runtime", "config", "kinds", "preprocess"):

@@ -116,7 +116,7 @@ class AttentionMaps:
     that attends over the source."""
     self_attention: np.ndarray | None
     """(layers, heads, n, n) the encoder's self-attention, layer 1 first, row p what token p attends to;
-    None for an encoder without self-attention (a BiLSTM)."""
+    None for an encoder without self-attention (a BiLSTM), and where `attention_maps` was asked for the bridge only."""
 
 
 @dataclass(frozen=True)
@@ -388,8 +388,7 @@ class Model:
 
     @property
     def bridge_attention(self) -> bool:
-        """Whether the bridge attends over the source, so `attention`, `attentions` and `attention_maps`
-        have its weights A to show."""
+        """Whether the bridge attends over the source, so `attention_maps` has its weights A to show."""
         return self._network.bridge.attention_available
 
     def check_attention(self) -> None:
@@ -615,34 +614,28 @@ class Model:
             states = [torch.nn.functional.pad(s, (0, d - s.size(-1))) for s in states]
         return torch.stack([s.float() for s in states]).cpu().numpy()
 
-    def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
-        """Bridge attention A (k, n) of one sentence and its n subword pieces (for heat maps; a shared
-        model's <2xx> tag, which the bridge attends over too, is the first piece)."""
-        seqs = self._tokenize_for_attention([sentence], lang)
-        if not len(seqs[0]):
-            raise InterlinguaError("cannot show attention for an empty sentence")
-        att = self._attentions(seqs, lang, 1)[0]
-        return att, self._column_pieces(seqs[0], lang)
-
-    def attentions(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
-        """Bridge attention A (k, n_i) of each sentence over its n_i subwords (empty: (k, 0))."""
-        COUNT.check("batch_size", batch_size)
-        return self._attentions(self._tokenize_for_attention(texts, lang), lang, batch_size)
-
     @property
     def self_attention_layers(self) -> int:
         """Encoder layers whose self-attention `attention_maps` shows (0 for a BiLSTM encoder)."""
         return self._network.encoder_for(self.languages.sources[0]).self_attention_layers
 
-    def attention_maps(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[AttentionMaps]:
-        """Everything attention shows of each text, in order: the bridge's heads over its tokens (the
-        same A as `attention`) where the model has an attention bridge, and every encoder layer's
-        self-attention where the encoder has one (a Transformer). An empty text gets no tokens.
-        A model with neither (a BiLSTM without a bridge) raises `InterlinguaError`."""
+    def attention_maps(self, texts: Sequence[str], lang: str, batch_size: int = 64, *,
+                       self_attention: bool = True) -> list[AttentionMaps]:
+        """Everything attention shows of each text, in order: the bridge's heads over its tokens where the
+        model has an attention bridge (`bridge_attention`), and every encoder layer's self-attention where
+        the encoder has one (a Transformer). An empty text gets no tokens (and a (k, 0) `bridge`). A model
+        with neither (a BiLSTM without a bridge) raises `InterlinguaError`.
+
+        `self_attention=False` leaves the encoder's maps out (`self_attention` None): the bridge's heads
+        alone, for many texts, as layers x heads x n x n per text adds up; then a model without an
+        attention bridge has nothing to show and raises `InterlinguaError`."""
         COUNT.check("batch_size", batch_size)
         self.check_source(lang)
-        self.check_attention()
-        bridge, layers = self.bridge_attention, self.self_attention_layers
+        if self_attention:
+            self.check_attention()
+        elif not self.bridge_attention:
+            raise InterlinguaError(f"this model has no attention bridge (bridge: {self._network.bridge.kind})")
+        bridge, layers = self.bridge_attention, self.self_attention_layers if self_attention else 0
         seqs = tokenize_inputs(texts, self._vocabs[lang], self._pre, empty_output="they have no attention")
         heads = self._attentions(seqs, lang, batch_size) if bridge else [None] * len(seqs)
         selfs = self._self_attentions(seqs, lang, batch_size) if layers else [None] * len(seqs)
@@ -676,12 +669,6 @@ class Model:
             empty = torch.stack(weights, dim=1)[0, :, :, :0, :0].cpu().numpy()
             out = [empty.copy() if x is None else x for x in out]
         return out  # type: ignore[return-value]
-
-    def _tokenize_for_attention(self, texts: Sequence[str], lang: str) -> list[np.ndarray]:
-        if not self.bridge_attention:
-            raise InterlinguaError(f"this model has no attention bridge (bridge: {self._network.bridge.kind})")
-        self.check_source(lang)
-        return tokenize_inputs(texts, self._vocabs[lang], self._pre)
 
     @torch.inference_mode()
     def _attentions(self, seqs: list[np.ndarray], lang: str, batch_size: int) -> list[np.ndarray]:
