@@ -168,9 +168,10 @@ class Model:
         outputs may differ in places; refused on other devices, for a model with nothing big enough to quantize and
         where no int8 kernel is faster than fp32 at its layers); `auto`: bf16 or fp16 on a GPU, and on a CPU with
         native bf16 bf16 only where timing this model's own greedy and beam search in both precisions measures it
-        faster here (cached per machine and model), else fp32; then, on a CPU, int8 instead only where it decodes
-        measurably faster still and its dev BLEU is within 0.3 of fp32's (`interlingua.inference.int8_probe`, cached
-        likewise).
+        faster here (cached per machine and model), else fp32; then, on a CPU, int8 instead only where its recorded
+        check (`interlingua check-int8`, `interlingua.inference.int8_probe.check_int8`, in `<model>.int8.json`
+        beside it) found its dev BLEU within 0.3 of fp32's and it decodes measurably faster still (cached
+        likewise). Without such a record `auto` never picks int8: loading reads no corpus.
 
         `engine`: what translates. `native` (default): this package's search. `ctranslate2`: CTranslate2, on
         the model's export cached beside it (`<model>.ctranslate2/`, written on first use and again when the
