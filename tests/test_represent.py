@@ -23,7 +23,7 @@ from interlingua.config import parse_config
 from interlingua.data.inputs import tokenize_inputs
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import ArgumentError, ArgumentTypeError, LanguageError, TargetMismatchError
-from interlingua.modules.checkpoint import build_payload, save_atomic
+from interlingua.modules.checkpoint import build_payload, load_checkpoint, save_atomic
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
 
@@ -54,7 +54,7 @@ def streamed(model: interlingua.Model, texts: list[str], src: str, tgt: str, **s
     no representation kept (the path `translate` took before it was `represent` + `generate`)."""
     seqs = tokenize_inputs(texts, model.vocabs[src], model.preprocess)
     with model.runtime.autocast():
-        return translate_ids(model._network, dict(model.vocabs), seqs, src, tgt,
+        return translate_ids(load_checkpoint(model.path).network, dict(model.vocabs), seqs, src, tgt,
                              max_len_cap=4 * model.preprocess.max_len, **settings)
 
 
