@@ -183,10 +183,10 @@ def bench_lstm_encoder(args: argparse.Namespace, record: Callable[[dict], None])
 
 
 def bench_plan(args: argparse.Namespace, record: Callable[[dict], None]) -> None:
-    import interlingua
+    from interlingua.model_files.load import load_model
     from interlingua.modules import int8
     if args.model:
-        shapes = layer_shapes(interlingua.load(args.model, "cpu", "fp32")._network)
+        shapes = layer_shapes(load_model(args.model, "cpu").network)
     else:
         shapes = {(n_in, n_out) for _, n_in, n_out in LINEAR_SHAPES}
     kernels = working_kernels()
@@ -205,6 +205,8 @@ def bench_plan(args: argparse.Namespace, record: Callable[[dict], None]) -> None
 def bench_model(args: argparse.Namespace, record: Callable[[dict], None]) -> None:
     import interlingua
     from interlingua.data.corpus import read_lines
+    from interlingua.errors import InterlinguaError
+    from interlingua.model_files.load import load_model
     from interlingua.modules import int8
     from interlingua.training.validation import corpus_scores
     if not args.model:
@@ -215,12 +217,16 @@ def bench_model(args: argparse.Namespace, record: Callable[[dict], None]) -> Non
     models = {"fp32": interlingua.load(args.model, "cpu", "fp32")}
     default = int8.MIN_INT8_WEIGHTS
     skipped: dict[str, str] = {}
+    kernels: dict[str, list[str]] = {}  # of each int8 layer, per variant
     for threshold in [default] + [t for t in args.min_weights if t != default]:
         int8.MIN_INT8_WEIGHTS = threshold
+        loaded = load_model(args.model, "cpu")
         try:
-            models[f"int8>={threshold}"] = interlingua.load(args.model, "cpu", "int8")
-        except interlingua.InterlinguaError as err:
+            models[f"int8>={threshold}"] = interlingua.Model(loaded, "int8")  # quantizes loaded.network in place
+        except InterlinguaError as err:
             skipped[f"int8>={threshold}"] = f"refused: {err}"
+            continue
+        kernels[f"int8>={threshold}"] = [m.kernel for m in loaded.network.modules() if isinstance(m, Int8Linear)]
     int8.MIN_INT8_WEIGHTS = default
     first: dict[str, float] = {}
     for name, model in models.items():  # one batch each: a variant 10x slower than fp32 is not timed
@@ -252,10 +258,8 @@ def bench_model(args: argparse.Namespace, record: Callable[[dict], None]) -> Non
                 "speedup_vs_fp32": {name: round(result["fp32"]["min_s"] / r["min_s"], 2)
                                     for name, r in result.items() if name != "fp32"},
                 "bleu": bleu, "same_output_as_fp32": same,
-                "int8_linears": {name: sum(isinstance(m, Int8Linear) for m in model._network.modules())
-                                 for name, model in models.items() if name != "fp32"},
-                "int8_kernels": {name: sorted({m.kernel for m in model._network.modules() if isinstance(m, Int8Linear)})
-                                 for name, model in models.items() if name != "fp32"}})
+                "int8_linears": {name: len(kernels[name]) for name in models if name != "fp32"},
+                "int8_kernels": {name: sorted(set(kernels[name])) for name in models if name != "fp32"}})
 
 
 SECTIONS = {"linear": bench_linear, "lstm_decoder": bench_lstm_decoder, "lstm_encoder": bench_lstm_encoder,

@@ -164,7 +164,8 @@ def _add_precision(parser: argparse.ArgumentParser) -> None:
                              "int8 (weights per channel, inputs per row) where an int8 kernel measures faster "
                              "than fp32 here (else refused), outputs may differ in places; auto: bf16 / "
                              "fp16 on a GPU, on a CPU bf16 only where timing this model's decoding measures it "
-                             "faster, then int8 only where it is faster still and keeps dev BLEU within 0.3 (cached)")
+                             "faster (cached), then int8 only where `interlingua check-int8` recorded that it keeps "
+                             "dev BLEU within 0.3 and it is faster still")
 
 
 def _add_device(parser: argparse.ArgumentParser, overrides_config: bool = False) -> None:
@@ -275,6 +276,15 @@ def cmd_shortlist(args: argparse.Namespace) -> None:
           f"translate with --shortlist {out}")
 
 
+def cmd_check_int8(args: argparse.Namespace) -> None:
+    from interlingua.inference.int8_probe import check_int8, check_path
+    _use_threads(args.threads)
+    check = check_int8(args.model, args.corpus, args.sentences)
+    verdict = ("int8 holds: `--precision auto` picks int8 where it also decodes faster than fp32 / bf16"
+               if check.holds else "int8 does not hold: `--precision auto` keeps fp32 / bf16")
+    print(f"{check.why}; {verdict}; recorded in {check_path(args.model)}")
+
+
 def cmd_embed(args: argparse.Namespace) -> None:
     import numpy as np
 
@@ -327,8 +337,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_attention(args: argparse.Namespace) -> None:
     from interlingua.evaluation.sentence.heads import plot_head_heatmap
     from interlingua.inference.api import load
-    att, pieces = load(args.model, args.device).attention(args.sentence, args.lang)
-    plot_head_heatmap(att, pieces, Path(args.output), title=f"bridge attention ({args.lang}): {args.sentence}")
+    maps = load(args.model, args.device).attention_maps([args.sentence], args.lang, self_attention=False)[0]
+    if not maps.tokens:
+        raise InterlinguaError("cannot show attention for an empty sentence")
+    assert maps.bridge is not None  # asked for the bridge alone: a model without an attention bridge raised
+    plot_head_heatmap(maps.bridge, maps.tokens, Path(args.output),
+                      title=f"bridge attention ({args.lang}): {args.sentence}")
     print(f"written {args.output}")
 
 
@@ -530,6 +544,16 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--max-pairs", type=positive_int, default=None, help="count at most this many pairs per direction")
     _add_force(sl, "--out")
     sl.set_defaults(func=cmd_shortlist)
+
+    ci = sub.add_parser("check-int8", help="measure once whether int8 translates as well as fp32 (dev BLEU) and "
+                                           "record it beside the model, for --precision auto")
+    ci.add_argument("model", metavar="MODEL", help="a .pt checkpoint or a model folder")
+    ci.add_argument("--corpus", default=None, help="corpus YAML whose val split is translated "
+                                                   "(default: the corpus the model was trained on)")
+    ci.add_argument("--sentences", type=positive_int, default=200,
+                    help="dev sentence pairs translated, shared out over the trained directions (default 200)")
+    ci.add_argument("--threads", type=positive_int, default=None)
+    ci.set_defaults(func=cmd_check_int8)
 
     sy = sub.add_parser("synthesize", help="pivot-based synthetic pairs as files, and a corpus YAML that `train` "
                                            "reads (the offline form of train.synthetic)")

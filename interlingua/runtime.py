@@ -11,7 +11,7 @@ global torch state as a side effect:
   (`interlingua.precision`, `training.precision_probe`);
 - precision `int8` (inference on the CPU only; `interlingua.modules.int8`) runs a quantized network
   without autocast; `auto` chooses it for a loaded model only where it measures faster and keeps dev
-  BLEU (`interlingua.inference.int8_probe`);
+  BLEU in a check recorded beside the model (`interlingua.inference.int8_probe`);
 - threads and the seed are applied by `Runtime.apply()`, which the entry point calls.
 """
 from __future__ import annotations

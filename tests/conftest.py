@@ -127,15 +127,9 @@ def trained_model(multi30k_corpus, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def untrained_model(trained_model, tmp_path_factory) -> Path:
     """trained_model's architecture and vocabularies with freshly initialised weights: \
-a checkpoint that learned nothing."""
+a model folder that learned nothing."""
     from interlingua.inference.api import load
-    from interlingua.model_files.checkpoint import read_checkpoint, save_atomic
-    payload = read_checkpoint(trained_model)
-    payload.pop("training", None)
-    payload["model"] = load(trained_model).untrained_like(seed=1)._network.state_dict()
-    path = tmp_path_factory.mktemp("untrained") / "best.pt"
-    save_atomic(payload, path)
-    return path
+    return load(trained_model).untrained_like(seed=1).save(tmp_path_factory.mktemp("untrained") / "model")
 
 
 # --- tiny trained models of every kind, each trained once per session ------------------------------------------

@@ -15,12 +15,18 @@ from interlingua.inference.api import load
 def test_attentions_are_distributions_over_each_sentence(trained_model):
     emb = load(trained_model)
     sents = ["a dog runs on the grass .", "two men .", "", "a woman in a red dress is singing on a stage ."]
-    atts = emb.attentions(sents, "en", batch_size=2)
+    atts = bridge_attentions(emb, sents, batch_size=2)
     assert [a.shape[0] for a in atts] == [4] * 4 and atts[2].shape == (4, 0)
     for a in (atts[0], atts[1], atts[3]):
         assert np.allclose(a.sum(1), 1.0, atol=1e-5)
-    one, pieces = emb.attention(sents[3], "en")
-    assert one.shape[1] == len(pieces) and np.allclose(one, atts[3], atol=1e-6)  # batching does not change A
+    one = emb.attention_maps([sents[3]], "en")[0]
+    assert one.bridge.shape[1] == len(one.tokens)
+    assert np.allclose(one.bridge, atts[3], atol=1e-6)  # batching does not change A
+
+
+def bridge_attentions(model, sentences, batch_size=64):
+    """The bridge's heads over each sentence's tokens, (k, n_i)."""
+    return [m.bridge for m in model.attention_maps(sentences, "en", batch_size, self_attention=False)]
 
 
 def _entropies_by_hand(attentions, max_tokens=40) -> dict[str, list[float]]:
@@ -54,7 +60,7 @@ def test_head_entropy_is_the_entropy_of_each_heads_attention(trained_model):
     sents = ["dog", "two men .", "", "men", "a dog runs on the grass .",
              "a woman in a red dress is singing on a stage ."]
     stats = head_entropy_table({"m": emb}, sents, "en")["m"]
-    groups = _entropies_by_hand(emb.attentions(sents, "en"))
+    groups = _entropies_by_hand(bridge_attentions(emb, sents))
     assert stats["sentences"] == 5 and stats["heads"] == 4  # the empty line has no attention to measure
     assert groups["beyond_length"] and stats["up_to_length"]["count"] + stats["beyond_length"]["count"] == 5 * 4
     _assert_stats_match(stats, groups)
@@ -70,7 +76,7 @@ def test_analyze_heads_writes_table13_and_heat_maps(trained_model, untrained_mod
     assert a["heads"] == b["heads"] == 4 and a["sentences"] == b["sentences"] == 1014
     sentences = [s for g in load_split_texts(multi30k_corpus, "val") for s in g.get("en", [])]
     for stats, ckpt in ((a, trained_model), (b, untrained_model)):  # each model's own attention, not the first's
-        _assert_stats_match(stats, _entropies_by_hand(load(ckpt).attentions(sentences, "en")))
+        _assert_stats_match(stats, _entropies_by_hand(bridge_attentions(load(ckpt), sentences)))
     # trained with the penalty, the heads focus on a few subwords; fresh weights spread over all of them
     assert a["all_heads"]["mean"] < 1.0 < 2.5 < b["all_heads"]["mean"], (a["all_heads"], b["all_heads"])
     md = (out / "heads.md").read_text()

@@ -1,8 +1,10 @@
 """The public API (`interlingua.load` -> `Model`): what the command line prints is what it returns."""
-import dataclasses
+import ast
+import inspect
 import io
-import re
 import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from test_decoding import random_checkpoint
 import interlingua
 from interlingua.cli import main
 from interlingua.errors import ConfigError, InterlinguaError, LanguageError
-from interlingua.inference.api import Kinds
+from interlingua.inference.api import Kinds, Model
 from interlingua.model_files.checkpoint import read_checkpoint, save_atomic
 
 SENTENCES = ["a dog runs in the park .", "", "the woman eats a small red ball .", "a child sits ."]
@@ -91,11 +93,13 @@ def test_encode_shape_dtype_and_the_cli_embed(model, checkpoint, capsys, monkeyp
 
 
 def test_attention(model):
-    att, pieces = model.attention("a dog runs .", "en")
-    assert att.shape == (model.heads, len(pieces)) and np.allclose(att.sum(1), 1.0, atol=1e-5)
-    many = model.attentions(["a dog runs .", ""], "en")
-    np.testing.assert_allclose(many[0], att, atol=1e-6)
-    assert many[1].shape == (model.heads, 0)
+    one = model.attention_maps(["a dog runs ."], "en")[0]
+    assert one.self_attention is None  # a BiLSTM encoder has none
+    assert one.bridge.shape == (model.heads, len(one.tokens)) and np.allclose(one.bridge.sum(1), 1.0, atol=1e-5)
+    many = model.attention_maps(["a dog runs .", ""], "en", self_attention=False)
+    assert many[0].tokens == one.tokens and many[0].self_attention is None
+    np.testing.assert_allclose(many[0].bridge, one.bridge, atol=1e-6)
+    assert many[1].tokens == [] and many[1].bridge.shape == (model.heads, 0)
 
 
 def test_unknown_languages_and_settings(model):
@@ -111,30 +115,29 @@ def test_unknown_languages_and_settings(model):
 
 def test_no_training_state_is_kept(model, checkpoint):
     assert "training" in read_checkpoint(checkpoint)  # the file has one...
-    loaded = model._loaded  # ...the loaded model keeps its summary only (what a model card reports)
-    assert set(loaded.provenance.training) == {"step", "max_steps", "elapsed_s", "best_dev_bleu", "dev", "init"}
-    assert model.step == 7
-    # nothing in the handle but the model's own parameters and buffers holds a tensor
-    def tensors(obj, seen):
-        if id(obj) in seen:
-            return 0
+    assert model.step == 7  # ...of which the model keeps the step
+    # ...and nothing else: no tensor reachable from the model but its network's parameters and buffers
+    tensors, keys, seen, todo = 0, set(), set(), [model]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (torch.nn.Module, type)):
+            continue
         seen.add(id(obj))
         if isinstance(obj, torch.Tensor):
-            return 1
-        if isinstance(obj, dict):
-            return sum(tensors(v, seen) for v in obj.values())
-        if isinstance(obj, (list, tuple)):
-            return sum(tensors(v, seen) for v in obj)
-        if dataclasses.is_dataclass(obj):
-            return sum(tensors(getattr(obj, f.name), seen) for f in dataclasses.fields(obj))
-        return 0
-    assert tensors(loaded.provenance, set()) == 0
-    assert not any(isinstance(v, torch.Tensor) for v in vars(model).values())
+            tensors += 1
+        elif isinstance(obj, dict):
+            keys |= {str(k) for k in obj}
+            todo += obj.values()
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            todo += obj
+        elif hasattr(obj, "__dict__"):
+            todo += vars(obj).values()
+    assert len(seen) > 10 and tensors == 0 and "exp_avg" not in keys  # the optimizer state's
 
 
 def test_device_argument(checkpoint, capsys, monkeypatch):
     cpu = interlingua.load(checkpoint, device="cpu")
-    assert cpu.device.type == "cpu" and next(cpu._network.parameters()).device.type == "cpu"
+    assert cpu.device.type == "cpu"
     auto = interlingua.load(checkpoint, device="auto")
     assert auto.device.type == ("cuda" if torch.cuda.is_available() else auto.device.type)
     assert (auto.translate(SENTENCES[:1], "en", "de") == cpu.translate(SENTENCES[:1], "en", "de")
@@ -203,29 +206,64 @@ def test_attention_check(model, tmp_path):
         plain.check_attention()
     with pytest.raises(LanguageError, match="no encoder for 'xx'"):  # the language is checked first, as before
         plain.attention_maps(["a"], "xx")
+    with pytest.raises(InterlinguaError, match=r"has no attention bridge \(bridge: none\)"):  # asked for it alone
+        plain.attention_maps(["a"], "en", self_attention=False)
 
 
 def test_the_inside_is_private(model):
-    """The network and the checkpoint as read are behind deprecated read-only names."""
-    with pytest.warns(DeprecationWarning, match="Model.model is deprecated"):
-        assert model.model is model._network
-    with pytest.warns(DeprecationWarning, match="Model.loaded is deprecated"):
-        assert model.loaded.provenance.step == model.step
-    with pytest.warns(DeprecationWarning, match="Model.pre is deprecated"):
-        assert model.pre == model.preprocess
-    for name in ("model", "loaded", "pre", "vocabs", "runtime", "config", "kinds"):
+    """The network and the checkpoint as read have no public name; what the model is has read-only ones."""
+    for name in ("model", "loaded", "pre", "network"):
+        assert not hasattr(model, name), name
+    for name in ("vocabs", "runtime", "config", "kinds", "preprocess"):
         with pytest.raises(AttributeError):
             setattr(model, name, None)
 
 
-REACH_IN = re.compile(r"\bmodel\.model\.|\.model\.model\b|\.loaded\.|\._network\b|\._loaded\b")
+def model_private_names() -> set[str]:
+    """`Model`'s private names: its own methods and properties (`Model.__dict__`) and the attributes its
+    methods set on `self` (the network, the checkpoint as read, the engine, ...)."""
+    names = {n for n in vars(Model) if n.startswith("_") and not n.startswith("__")}
+    tree = ast.parse(textwrap.dedent(inspect.getsource(Model)))
+    names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+              and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) and node.value.id == "self"}
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+PRIVATE = model_private_names()
+ATTRIBUTE_CALLS = {"getattr", "setattr", "hasattr", "delattr"}
+
+
+def private_model_uses(path: Path) -> list[str]:
+    """Where a file reaches one of `Model`'s private names: `x._network`, `getattr(x, "_network")`,
+    `monkeypatch.setattr(Model, "_load", ...)`; a class's use of its own (`self._x`) is its own business."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Call) and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                and node.args[1].value in PRIVATE and (getattr(node.func, "id", None) in ATTRIBUTE_CALLS
+                                                       or getattr(node.func, "attr", None) in ATTRIBUTE_CALLS):
+            found.append((node.lineno, node.args[1].value))
+    return [f"{path.relative_to(REPO)}:{line}: {name}" for line, name in sorted(found)]
+
+
+def test_model_has_private_names_to_guard():
+    assert {"_network", "_loaded", "_engine", "_load", "_bridged"} <= PRIVATE
 
 
 def test_no_module_reaches_inside_model():
-    """Evaluation, serving and the rest of inference use `Model`'s public API only."""
+    """Evaluation, serving, the rest of inference, the command line and the benches use `Model`'s public API only."""
     package = REPO / "interlingua"
     files = [*package.glob("evaluation/**/*.py"), *package.glob("serving/**/*.py"), package / "cli.py",
-             *(p for p in package.glob("inference/*.py") if p.name != "api.py")]
-    found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in files
-             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if REACH_IN.search(line)]
+             *(p for p in package.glob("inference/*.py") if p.name != "api.py"), *REPO.glob("bench/*.py"),
+             *REPO.glob("scripts/**/*.py")]
+    found = [use for p in files for use in private_model_uses(p)]
     assert not found, "\n".join(found)
+
+
+def test_no_test_reaches_inside_model():
+    """The tests see a `Model` as a user does: through its public names (a test of the network itself loads
+    the network, `load_model(...).network`)."""
+    found = [use for p in sorted((REPO / "tests").rglob("*.py")) for use in private_model_uses(p)]
+    assert not found, f"{len(found)} uses of Model's private names:\n" + "\n".join(found)

@@ -84,12 +84,12 @@ def test_bridge_maps_are_the_bridge_attention_over_the_subwords(bridge_model):
         if not text:
             assert m.tokens == [] and m.bridge.shape == (bridge_model.heads, 0)
             continue
-        att, pieces = bridge_model.attention(text, "en")
-        assert m.tokens == pieces == [bridge_model.vocabs["en"].id_to_piece(int(i))
-                                      for i in bridge_model.token_ids([text], "en")[0]]
+        alone = bridge_model.attention_maps([text], "en")[0]
+        assert m.tokens == alone.tokens == [bridge_model.vocabs["en"].id_to_piece(int(i))
+                                            for i in bridge_model.token_ids([text], "en")[0]]
         assert m.bridge.shape == (bridge_model.heads, len(m.tokens))
         np.testing.assert_allclose(m.bridge.sum(1), 1.0, atol=1e-5)
-        np.testing.assert_allclose(m.bridge, att, atol=1e-6)  # batching changes nothing
+        np.testing.assert_allclose(m.bridge, alone.bridge, atol=1e-6)  # batching changes nothing
 
 
 def test_transformer_maps_are_every_layers_self_attention(transformer_none):
@@ -111,17 +111,21 @@ def test_transformer_with_a_bridge_shows_both(tmp_path):
     m = model.attention_maps(["a dog runs ."], "en")[0]
     n = len(m.tokens)
     assert m.bridge.shape == (model.heads, n) and m.self_attention.shape == (2, 2, n, n)
+    heads = model.attention_maps(["a dog runs ."], "en", self_attention=False)[0]  # the bridge's alone
+    assert heads.tokens == m.tokens and heads.self_attention is None
+    np.testing.assert_allclose(heads.bridge, m.bridge, atol=1e-6)
 
 
 def test_a_shared_models_language_tag_is_a_column_of_its_own(tmp_path):
-    """The bridge and the encoder attend over the <2xx> tag too: the tokens say so, and agree with `attention`."""
+    """The bridge and the encoder attend over the <2xx> tag too: the tokens say so, with the encoder's maps or
+    without."""
     model = interlingua.load(shared_checkpoint(tmp_path / "model.pt"), "cpu")
     m = model.attention_maps(["a dog runs ."], "en")[0]
     words = [model.vocabs["en"].id_to_piece(int(i)) for i in model.token_ids(["a dog runs ."], "en")[0]]
     assert m.tokens == ["<2en>", *words]
     assert m.bridge.shape == (model.heads, len(m.tokens)) and m.self_attention.shape[-1] == len(m.tokens)
-    att, pieces = model.attention("a dog runs .", "en")
-    assert pieces == m.tokens and att.shape == m.bridge.shape
+    heads = model.attention_maps(["a dog runs ."], "en", self_attention=False)[0]
+    assert heads.tokens == m.tokens and heads.bridge.shape == m.bridge.shape
 
 
 def test_a_model_without_attention_says_so(tmp_path):

@@ -36,6 +36,7 @@ REQUIRED = {
     "extend": ["m.pt", "--lang", "cs", "--out", "x.pt"],
     "serve": ["--model", "m.pt"],
     "shortlist": ["m.pt", "--out", "s.safetensors"],
+    "check-int8": ["m.pt"],
     "synthesize": ["m.pt", "--out", "synthetic"],
     "train": ["c.yaml"],
 }
@@ -59,6 +60,7 @@ NUMERIC = [
     ("extend", "--seed", non_negative_int),
     ("shortlist", "--per-token", positive_int), ("shortlist", "--frequent", non_negative_int),
     ("shortlist", "--max-pairs", positive_int),
+    ("check-int8", "--sentences", positive_int), ("check-int8", "--threads", positive_int),
     ("serve", "--port", port_number), ("serve", "--max-texts", positive_int), ("serve", "--max-chars", positive_int),
     ("serve", "--max-wait-ms", non_negative_float), ("serve", "--max-batch-texts", positive_int),
     ("serve", "--threads", positive_int), ("serve", "--max-batch-tokens", positive_int),

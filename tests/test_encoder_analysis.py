@@ -168,13 +168,15 @@ def test_a_source_prefix_is_read_but_not_returned(tiny_checkpoint, monkeypatch):
     """A shared model's language tag goes in front of the sentence and its state is dropped."""
     from interlingua import load
     from interlingua.inference import api
+    from interlingua.model_files.load import load_model
     model = load(tiny_checkpoint, "cpu")
     plain = model.encoder_layers(["a b c"], "xa")[0]
     monkeypatch.setattr(api, "source_prefix", lambda *args: 5)
     tagged = model.encoder_layers(["a b c"], "xa")[0]
     ids = torch.tensor([[5, *model.token_ids(["a b c"], "xa")[0].tolist()]])
     with torch.no_grad():
-        direct, _ = model._network.encoder_for("xa").layer_states(ids, torch.tensor([ids.size(1)]))
+        encoder = load_model(tiny_checkpoint).network.encoder_for("xa")
+        direct, _ = encoder.layer_states(ids, torch.tensor([ids.size(1)]))
     assert tagged.shape == plain.shape
     np.testing.assert_allclose(tagged, torch.stack(direct)[:, 0, 1:].numpy(), atol=1e-6)
     assert not np.allclose(tagged[-1], plain[-1], atol=1e-4)  # the context now holds the tag

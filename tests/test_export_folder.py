@@ -33,6 +33,7 @@ from interlingua.evaluation.bleu_matrix import MatrixResult
 from interlingua.model_files import folder as model_folder
 from interlingua.model_files.checkpoint import Checkpoint, build_payload, read_checkpoint, save_atomic
 from interlingua.model_files.export import export_folder
+from interlingua.model_files.load import load_model
 from interlingua.modules.model import TranslationNetwork
 from interlingua.training.extension import extend_checkpoint
 
@@ -225,7 +226,7 @@ def test_model_card_reports_what_was_recorded(exported, trained_model):
     assert "de->de (copy)" in card and "en->de" in card and "de->en" in card
     assert "- Zero-shot directions (an encoder and a decoder never trained together): none" in card
     assert "`bilstm`" in card and "`attention` bridge" in card and "`lstm`" in card
-    params = sum(p.numel() for p in interlingua.load(trained_model, "cpu")._network.parameters())
+    params = sum(p.numel() for p in load_model(trained_model).network.parameters())
     assert f"{params:,} parameters" in card
     assert "Steps: 600 of 600 planned" in card
     assert str(parse_config(read_checkpoint(trained_model)["config"]).corpus) in card
@@ -265,11 +266,11 @@ def test_every_kind_round_trips_exactly(kind_checkpoint, tmp_path, monkeypatch):
     no_unpickling(monkeypatch)
     back = interlingua.load(tmp_path / "folder", "cpu")
     same_outputs(model, back, TEXTS, "xa", "xb")
-    weights = dict(back._network.state_dict())
-    assert weights.keys() == model._network.state_dict().keys()
-    assert all(torch.equal(weights[k], v) for k, v in model._network.state_dict().items())
+    assert back.fingerprint == model.fingerprint  # the same weights: names, dtypes, shapes and values
+    network = load_model(tmp_path / "folder").network
+    weights = network.state_dict()
     if back.config.model.decoder.type == "transformer" and back.config.model.decoder.tie_embeddings:
-        for decoder in back._network.decoders.values():  # still one tensor, stored once
+        for decoder in network.decoders.values():  # still one tensor, stored once
             assert decoder.generator.weight is decoder.embedding.embed.weight
         with safe_open(tmp_path / "folder" / "model.safetensors", "pt") as f:
             assert len(list(f.keys())) < len(weights)
@@ -291,11 +292,12 @@ def test_an_added_language_round_trips(tmp_path, monkeypatch):
     assert meta["extended"][0]["lang"] == "xn"
     assert "Language added after training: xn" in (tmp_path / "folder" / "README.md").read_text()
     pt = interlingua.load(ext, "cpu")
+    rows = load_model(ext).network.output_rows.keys()
     no_unpickling(monkeypatch)
     folder = interlingua.load(tmp_path / "folder", "cpu")
     same_outputs(pt, folder, TEXTS, "xa", "xn")
     same_outputs(pt, folder, ["na nb nc", "nh ng"], "xn", "xb")
-    assert folder._network.output_rows.keys() == pt._network.output_rows.keys()
+    assert load_model(tmp_path / "folder").network.output_rows.keys() == rows
 
 
 def test_exporting_a_folder_again_gives_the_same_folder(kind_checkpoint, tmp_path):

@@ -24,8 +24,8 @@ from interlingua.data.batching import make_batch
 from interlingua.data.vocab import EOS, decoder_start, language_tag, source_prefix
 from interlingua.evaluation.bleu_matrix import MatrixResult
 from interlingua.experiment import run_experiments
-from interlingua.inference.api import Model
-from interlingua.model_files.checkpoint import Checkpoint, build_payload, load_checkpoint, read_checkpoint, save_atomic
+from interlingua.model_files.checkpoint import Checkpoint, build_payload, read_checkpoint, save_atomic
+from interlingua.model_files.load import load_model
 from interlingua.training.extension import extend_checkpoint
 from interlingua.training.trainer import train
 
@@ -99,7 +99,7 @@ def test_old_ids_unchanged_and_tags_found_both_ways(trained, corpus):
     assert new.piece_id(language_tag("xa")) == old.vocabs["xa"].piece_id(language_tag("xa"))
     assert ext.vocabs["xa"].piece_id(language_tag(NEW)) == size     # old vocabularies find the new tag
     assert new.id_to_piece(size) == language_tag(NEW)
-    assert ext._network.decoder_for(NEW).generator.out_features == len(new)
+    assert load_model(ext_path).network.decoder_for(NEW).generator.out_features == len(new)
 
 
 def test_old_outputs_and_log_probs_unchanged(trained, corpus):
@@ -112,22 +112,23 @@ def test_old_outputs_and_log_probs_unchanged(trained, corpus):
                 (kind, src, tgt)
     # bit for bit: the step's log-probabilities and the teacher-forced loss of an old direction
     size = len(old.vocabs["xa"])
-    for model in (old, ext):
-        model._network.eval()
     logp, losses = {}, {}
-    for name, m in (("old", old), ("ext", ext)):
-        batch = _batch(m, corpus, "xa", "xb")
+    for name, path in (("old", old_path), ("ext", ext_path)):
+        loaded = load_model(path)  # the network, in eval mode
+        batch = _batch(loaded, corpus, "xa", "xb")
         with torch.inference_mode():
-            bridged = m._network.run_encoder(batch.src, batch.src_lengths, "xa")
-            decoder, state = m._network.start_decoding(bridged, "xb")
+            bridged = loaded.network.run_encoder(batch.src, batch.src_lengths, "xa")
+            decoder, state = loaded.network.start_decoding(bridged, "xb")
             logp[name], _ = decoder.step(batch.tgt_in[:, 0], state)
-            losses[name] = m._network(batch).nll_sum
+            losses[name] = loaded.network(batch).nll_sum
     assert torch.equal(logp["ext"][:, :size], logp["old"])
     assert torch.isneginf(logp["ext"][:, size:]).all()
     assert losses["ext"] == losses["old"]
 
 
-def _batch(model: Model, corpus: Path, src: str, tgt: str, split: str = "test", n: int = 20):
+def _batch(model, corpus: Path, src: str, tgt: str, split: str = "test", n: int = 20):
+    """The first `n` pairs of `split` as a training batch of `model` (a `Model` or a loaded checkpoint: its config
+    and vocabularies)."""
     shared, pos = model.config.model.shared, model.config.model.tag_position
     s = [np.asarray(x) for x in model.vocabs[src].tokenize_batch(sentences(corpus, src, split)[:n])]
     t = [np.asarray(x) for x in model.vocabs[tgt].tokenize_batch(sentences(corpus, tgt, split)[:n])]
@@ -137,7 +138,7 @@ def _batch(model: Model, corpus: Path, src: str, tgt: str, split: str = "test", 
 
 def test_new_rows_are_mean_plus_noise(trained):
     kind, old_path, ext_path = trained
-    old, ext = load_checkpoint(old_path), load_checkpoint(ext_path)
+    old, ext = load_model(old_path), load_model(ext_path)
     before, after = old.network.state_dict(), ext.network.state_dict()
     size = len(old.vocabs["xa"])
     grown = [k for k in after if after[k].shape != before[k].shape]
@@ -174,8 +175,10 @@ def test_extended_checkpoint_saves_loads_and_translates_the_new_language(trained
     assert len(into) == len(back) == 5
     # the new language's outputs stay within its vocabulary
     batch = _batch(ext, corpus, "xb", NEW)
+    loaded = load_model(ext_path)
     with torch.inference_mode():
-        decoder, state = ext._network.start_decoding(ext._network.run_encoder(batch.src, batch.src_lengths, "xb"), NEW)
+        decoder, state = loaded.network.start_decoding(loaded.network.run_encoder(batch.src, batch.src_lengths, "xb"),
+                                                       NEW)
         logp, _ = decoder.step(batch.tgt_in[:, 0], state)
     allowed = torch.zeros(logp.size(1), dtype=torch.bool)
     for a, b in ext.vocabs[NEW].id_ranges():
@@ -183,7 +186,6 @@ def test_extended_checkpoint_saves_loads_and_translates_the_new_language(trained
     assert torch.isfinite(logp[:, allowed]).all() and torch.isneginf(logp[:, ~allowed]).all()
     assert torch.allclose(logp.exp().sum(1), torch.ones(logp.size(0)), atol=1e-5)
     # save (build_payload) -> load again: the same vocabularies, offsets and translations
-    loaded = load_checkpoint(ext_path)
     again = tmp_path / "again.pt"
     save_atomic(build_payload(loaded.config, loaded.network, loaded.vocabs, loaded.directions), again)
     second = load(again, "cpu")
@@ -197,17 +199,17 @@ def test_plain_checkpoints_unchanged(trained):
     _, old_path, _ = trained
     payload = read_checkpoint(old_path)
     assert payload["version"] == 1 and "vocab_offsets" not in payload
-    assert load_checkpoint(old_path).network.output_rows == {}
+    assert load_model(old_path).network.output_rows == {}
     fixture = Path(__file__).parent / "fixtures" / "legacy_attention.pt"
-    legacy = load_checkpoint(fixture)
+    legacy = load_model(fixture)
     assert legacy.network.output_rows == {} and all(v.offset == 0 for v in legacy.vocabs.values())
 
 
-def _nll(model: Model, corpus: Path, src: str, tgt: str) -> float:
-    model._network.eval()
-    batch = _batch(model, corpus, src, tgt, split="val")
+def _nll(path: Path, corpus: Path, src: str, tgt: str) -> float:
+    """The mean teacher-forced loss of the checkpoint at `path` on the val split's first src -> tgt pairs."""
+    loaded = load_model(path)
     with torch.inference_mode():
-        out = model._network(batch)
+        out = loaded.network(_batch(loaded, corpus, src, tgt, split="val"))
     return out.nll_sum / out.n_tokens
 
 
@@ -221,7 +223,7 @@ def test_train_init_fine_tunes_the_new_language(trained, corpus, tmp_path, capsy
     assert "trained 150 steps" in capsys.readouterr().out
     before, after = load(ext_path, "cpu"), load(tmp_path / "finetune" / "last.pt", "cpu")
     for d in ((NEW, "xb"), ("xb", NEW)):
-        b, a = _nll(before, corpus, *d), _nll(after, corpus, *d)
+        b, a = _nll(ext_path, corpus, *d), _nll(tmp_path / "finetune" / "last.pt", corpus, *d)
         assert a < 0.75 * b, (d, b, a)  # measured: xn->xb 2.15 -> 1.21, xb->xn 5.03 -> 1.18
     assert ({k: (v.proto, v.offset) for k, v in after.vocabs.items()}
             == {k: (v.proto, v.offset) for k, v in before.vocabs.items()})
@@ -232,8 +234,8 @@ def test_train_init_fine_tunes_the_new_language(trained, corpus, tmp_path, capsy
     cfg["train"] = {**cfg["train"], "max_steps": 1, "lr": 1e-9}
     cfg_path.write_text(yaml.safe_dump(cfg))
     assert main(["train", str(cfg_path), "--init", str(ext_path)]) == 0
-    one = load_checkpoint(tmp_path / "one_step" / "last.pt").network.state_dict()
-    for k, v in load_checkpoint(ext_path).network.state_dict().items():
+    one = load_model(tmp_path / "one_step" / "last.pt").network.state_dict()
+    for k, v in load_model(ext_path).network.state_dict().items():
         assert torch.allclose(one[k], v, atol=1e-6), k
     assert Checkpoint.read(tmp_path / "one_step" / "last.pt").training.step == 1  # a fresh step count
 

@@ -9,6 +9,7 @@ from interlingua import precision
 from interlingua.cli import main
 from interlingua.errors import ConfigError
 from interlingua.inference.decoding_probe import decoding_bf16_speedup
+from interlingua.model_files.load import load_model
 
 SENTENCES = ["a man is riding a bike .", "two dogs play in the snow .", "a woman sings on a stage ."]
 
@@ -52,7 +53,7 @@ def test_auto_times_the_models_own_decoding_only_where_bf16_is_native(trained_mo
     assert model.runtime.precision in ("fp32", "bf16")
     cached = json.loads((tmp_path / "precision.json").read_text())
     assert len(cached) == 1 and "decoding model" in next(iter(cached)) and "avx512_bf16" in next(iter(cached))
-    assert decoding_bf16_speedup(model._network, len(model.vocabs["en"]), steps=1) > 0
+    assert decoding_bf16_speedup(load_model(trained_model).network, len(model.vocabs["en"]), steps=1) > 0
     assert main(["translate", "--model", str(trained_model), "--src", "en", "--tgt", "de", "--device", "cpu",
                  "--precision", "auto", "-i", str(_one_line(tmp_path)), "-o", str(tmp_path / "out.de")]) == 0
     assert len((tmp_path / "out.de").read_text().splitlines()) == 1

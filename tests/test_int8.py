@@ -13,6 +13,7 @@ measurements.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +30,8 @@ import interlingua
 from interlingua.cli import main
 from interlingua.errors import ConfigError, InterlinguaError
 from interlingua.inference import int8_probe
+from interlingua.inference.representation import weights_fingerprint
+from interlingua.model_files.load import load_model
 from interlingua.modules import int8
 from interlingua.modules.int8 import Int8Linear, LinearLSTM, kernel_works, linear_lstms, quantize_network
 from interlingua.runtime import Runtime, resolve_device_precision
@@ -84,6 +87,15 @@ def trained(request) -> Path:
     return request.getfixturevalue(f"{request.param}_model")
 
 
+def int8_network(path: Path, model: interlingua.Model) -> torch.nn.Module:
+    """The network `model` (`path` loaded in int8) translates with, to look at its layers: the checkpoint's,
+    quantized as loading quantizes it; the same weights, names and dtypes included, as `model`'s."""
+    network = load_model(path).network
+    quantize_network(network)
+    assert weights_fingerprint(network) == model.fingerprint
+    return network
+
+
 def split_text(corpus: Path, split: str = "test") -> tuple[list[str], list[str]]:
     return ((corpus.parent / f"{split}.xa").read_text().splitlines(),
             (corpus.parent / f"{split}.xb").read_text().splitlines())
@@ -110,11 +122,12 @@ def test_the_linear_form_of_an_lstm_is_nn_lstm_in_fp32(layers, fused):
 
 
 def test_an_lstm_decoder_in_linear_form_decodes_as_before(lstm_model):
-    fp32 = interlingua.load(lstm_model, "cpu")
+    loaded = load_model(lstm_model)
+    fp32 = interlingua.Model(loaded)
     sources = split_text(fp32.config.corpus)[0][:40]
     before = fp32.translate(sources, "xa", "xb", beam=3)
-    assert linear_lstms(fp32._network) == 1
-    assert isinstance(fp32._network.decoder_for("xb").lstm, LinearLSTM)
+    assert linear_lstms(loaded.network) == 1  # the network the model translates with, rewritten in place
+    assert isinstance(loaded.network.decoder_for("xb").lstm, LinearLSTM)
     assert fp32.translate(sources, "xa", "xb", beam=3) == before
 
 
@@ -158,12 +171,12 @@ def test_every_kernel_that_works_here_gives_the_same_products():
 
 
 def test_tied_output_layer_is_quantized_and_the_embedding_keeps_its_fp32_table(transformer_model):
-    fp32 = interlingua.load(transformer_model, "cpu")
-    decoder = fp32._network.decoder_for("xb")
+    network = load_model(transformer_model).network
+    decoder = network.decoder_for("xb")
     table = decoder.embedding.embed.weight
     assert decoder.generator.weight is table
     before = table.detach().clone()
-    assert quantize_network(fp32._network) > 0
+    assert quantize_network(network) > 0
     assert isinstance(decoder.generator, Int8Linear)
     assert decoder.embedding.embed.weight is table and table.dtype == torch.float32 and torch.equal(table, before)
 
@@ -232,10 +245,11 @@ def test_the_kernel_measured_fastest_runs_every_layer(lstm_model, kernel, monkey
     monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: kernel))
     fp32 = interlingua.load(lstm_model, "cpu")
     q = interlingua.load(lstm_model, "cpu", precision="int8")
-    layers = [m for m in q._network.modules() if isinstance(m, Int8Linear)]
+    network = int8_network(lstm_model, q)
+    layers = [m for m in network.modules() if isinstance(m, Int8Linear)]
     assert layers and {m.kernel for m in layers} == {kernel}
-    assert not any(type(m) is torch.nn.Linear for m in q._network.modules())
-    assert isinstance(q._network.decoder_for("xb").lstm, LinearLSTM)
+    assert not any(type(m) is torch.nn.Linear for m in network.modules())
+    assert isinstance(network.decoder_for("xb").lstm, LinearLSTM)
     sources = split_text(fp32.config.corpus)[0][:40]
     want, got = fp32.translate(sources, "xa", "xb"), q.translate(sources, "xa", "xb")
     assert sum(a == b for a, b in zip(want, got)) / len(sources) >= MIN_GREEDY_AGREEMENT
@@ -243,14 +257,15 @@ def test_the_kernel_measured_fastest_runs_every_layer(lstm_model, kernel, monkey
 
 def test_layers_where_no_kernel_pays_stay_fp32_and_so_does_their_lstm(lstm_model, monkeypatch):
     fp32 = interlingua.load(lstm_model, "cpu")
-    generator = fp32._network.decoder_for("xb").generator
+    generator = load_model(lstm_model).network.decoder_for("xb").generator
     output_shape = int8.shape_label(generator.in_features, generator.out_features)
     monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: "int_mm" if shape == output_shape else None))
     q = interlingua.load(lstm_model, "cpu", precision="int8")
-    decoder = q._network.decoder_for("xb")
+    network = int8_network(lstm_model, q)
+    decoder = network.decoder_for("xb")
     assert isinstance(decoder.generator, Int8Linear) and decoder.generator.kernel == "int_mm"
     assert isinstance(decoder.lstm, torch.nn.LSTM)  # its gates do not pay: nn.LSTM's fused fp32 kernel is kept
-    others = [m for m in q._network.modules() if isinstance(m, (torch.nn.Linear, Int8Linear)) and m is not
+    others = [m for m in network.modules() if isinstance(m, (torch.nn.Linear, Int8Linear)) and m is not
               decoder.generator and (m.in_features, m.out_features) != (generator.in_features, generator.out_features)]
     assert others and all(type(m) is torch.nn.Linear for m in others)
     sources = split_text(fp32.config.corpus)[0][:20]
@@ -273,12 +288,14 @@ def test_int8_is_refused_in_one_line_where_no_kernel_pays(trained, tmp_path, mon
     assert not (tmp_path / "out.xb").exists()
 
 
-def test_auto_keeps_the_baseline_with_a_warning_where_no_kernel_pays(trained, monkeypatch, caplog):
+def test_auto_keeps_the_baseline_with_a_warning_where_no_kernel_pays(trained, tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: None))
     monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: pytest.fail("the model timed in int8"))
+    path = recorded(trained, tmp_path, holds=True)  # checked elsewhere, where a kernel paid
     caplog.set_level("INFO")
-    model = interlingua.load(trained, "cpu", precision="auto")
-    assert model.runtime.precision in ("fp32", "bf16") and not int8.is_quantized(model._network)
+    model = interlingua.load(path, "cpu", precision="auto")
+    assert model.runtime.precision in ("fp32", "bf16")
+    assert model.fingerprint == interlingua.load(path, "cpu").fingerprint  # the fp32 weights, not quantized
     warned = [r for r in caplog.records if r.levelname == "WARNING" and "int8 refused on this CPU" in r.message]
     assert len(warned) == 1 and f"precision auto: {model.runtime.precision}, not int8" in warned[0].message
 
@@ -290,8 +307,9 @@ def test_int8_translates_and_embeds_as_fp32_does(trained):
     fp32 = interlingua.load(trained, "cpu")
     q = interlingua.load(trained, "cpu", precision="int8")
     assert q.runtime.precision == "int8" and fp32.runtime.precision == "fp32"
-    assert any(isinstance(m, Int8Linear) for m in q._network.modules())
-    assert q._network.decoder_for("xb").generator.__class__ is Int8Linear
+    network = int8_network(trained, q)
+    assert any(isinstance(m, Int8Linear) for m in network.modules())
+    assert network.decoder_for("xb").generator.__class__ is Int8Linear
     sources, references = split_text(fp32.config.corpus)
     for beam in (1, 4):
         want, got = fp32.translate(sources, "xa", "xb", beam=beam), q.translate(sources, "xa", "xb", beam=beam)
@@ -379,7 +397,9 @@ def test_an_int8_model_refuses_to_be_saved_and_reloads_for_untrained_like(traine
         q.save(tmp_path / "folder")
     assert not (tmp_path / "folder").exists()
     fresh = q.untrained_like()
-    assert fresh.runtime.precision == "int8" and any(isinstance(m, Int8Linear) for m in fresh._network.modules())
+    assert fresh.runtime.precision == "int8"
+    with pytest.raises(InterlinguaError, match="loaded in precision int8"):  # its weights are int8 again
+        fresh.save(tmp_path / "fresh")
     with pytest.raises(InterlinguaError, match="cannot be re-initialised"):
         fresh.untrained_like()
 
@@ -400,72 +420,107 @@ def test_torchao_is_imported_only_for_int8_and_quietly():
     assert "Failed to load" not in done.stderr and "Warning" not in done.stderr and not done.stderr.strip(), done.stderr
 
 
-# --- precision auto ------------------------------------------------------------------------------------
+# --- int8's check, and precision auto ------------------------------------------------------------------
 
 
-def test_auto_decision_is_cached_and_gated_on_speed_and_dev_bleu(tmp_path, monkeypatch):
-    monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path))
-    calls: list[str] = []
-
-    def speed(value: float):
-        return lambda: calls.append("speed") or value
-
-    def bleu(value):
-        return lambda: calls.append("bleu") or value
-
-    def fail():
-        raise AssertionError("measured again despite the cache")
-
-    # faster and BLEU within 0.3: int8, cached with its numbers; the next call reads the cache
-    assert int8_probe.decide_int8("fp32", "model A", speed(2.0), bleu((30.0, 29.75, 200))) is True
-    assert calls == ["speed", "bleu"]
-    assert int8_probe.decide_int8("fp32", "model A", fail, fail) is True
-    entry = next(v for k, v in json.loads((tmp_path / "precision.json").read_text()).items() if "model A" in k)
-    assert entry["int8"] is True and entry["speedup"] == 2.0 and entry["dev_sentences"] == 200
-    # faster but BLEU 0.31 lower: not int8 (cached too)
-    assert int8_probe.decide_int8("fp32", "model B", speed(2.0), bleu((30.0, 29.69, 200))) is False
-    assert int8_probe.decide_int8("fp32", "model B", fail, fail) is False
-    # not faster: BLEU is never measured
-    calls.clear()
-    assert int8_probe.decide_int8("bf16", "model C", speed(1.05), bleu((30.0, 30.0, 200))) is False
-    assert calls == ["speed"]
-    # no dev set: never int8, nothing measured, and not cached (next time the dev set may be there)
-    calls.clear()
-    assert int8_probe.decide_int8("fp32", "model D", fail, fail, has_dev=lambda: False) is False
-    assert int8_probe.decide_int8("fp32", "model D", speed(3.0), bleu((20.0, 20.0, 50))) is True
-    assert calls == ["speed", "bleu"]
-    # the baseline is part of what is cached: int8 against bf16 is another question than against fp32
-    assert int8_probe.decide_int8("bf16", "model A", speed(0.9), fail) is False
+def copied(checkpoint: Path, folder: Path) -> Path:
+    """A copy of the session's checkpoint in `folder`, to record a check beside (the session's stays bare)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copyfile(checkpoint, folder / "model.pt"))
 
 
-def test_auto_measures_the_models_dev_bleu_and_picks_int8_where_it_holds(trained, tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path))
+def recorded(checkpoint: Path, folder: Path, holds: bool, weights: str | None = None) -> Path:
+    """A copy of `checkpoint` with an int8 check beside it that says `holds`, for its own weights or for those
+    `weights` names."""
+    path = copied(checkpoint, folder)
+    weights = weights or interlingua.load(path, "cpu").fingerprint
+    int8_probe.Int8Check(holds=holds, fp32_bleu=30.0, int8_bleu=29.9 if holds else 29.0, dev_sentences=50,
+                         corpus="corpus.yaml", weights=weights).write(int8_probe.check_path(path))
+    return path
+
+
+@pytest.fixture
+def no_corpus(monkeypatch):
+    """Any read of a corpus fails the test (loading a model reads none)."""
+    from interlingua.data import corpus
+    for name in ("load_corpus", "read_group", "read_lines", "stream_group"):
+        monkeypatch.setattr(corpus, name, lambda *a, _name=name, **k: pytest.fail(f"a corpus was read ({_name})"))
+
+
+def test_the_check_measures_both_dev_bleus_and_records_them_beside_the_model(trained, tmp_path, capsys):
+    path = copied(trained, tmp_path)
+    check = int8_probe.check_int8(path)
+    assert check.dev_sentences == 50  # the synthetic corpus's whole val split (fewer than DEV_SENTENCES)
+    assert check.holds is (check.int8_bleu >= check.fp32_bleu - int8_probe.MAX_BLEU_DROP)
+    assert check.weights == interlingua.load(path, "cpu").fingerprint
+    assert int8_probe.check_path(path) == tmp_path / "model.int8.json"
+    record = json.loads((tmp_path / "model.int8.json").read_text())
+    assert record["holds"] is check.holds and record["fp32_bleu"] == check.fp32_bleu and record["measured"]
+    assert int8_probe.Int8Check.read(tmp_path / "model.int8.json") == check
+    # the command line: the same check, and what `auto` does with it
+    assert main(["check-int8", str(path), "--sentences", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "on 10 sentences (may be at most 0.3 lower)" in out and f"recorded in {tmp_path / 'model.int8.json'}" in out
+    assert ("int8 holds: `--precision auto` picks int8 where it also decodes faster" in out) is \
+        int8_probe.Int8Check.read(tmp_path / "model.int8.json").holds
+
+
+def test_the_check_without_a_dev_set_is_one_error_and_records_nothing(trained, tmp_path, capsys):
+    path = copied(trained, tmp_path)
+    gone = tmp_path / "gone" / "corpus.yaml"
+    with pytest.raises(InterlinguaError, match="no dev set to check int8's BLEU on: its corpus cannot be read"):
+        int8_probe.check_int8(path, corpus=gone)
+    assert main(["check-int8", str(path), "--corpus", str(gone)]) == 2
+    assert capsys.readouterr().err.startswith("error: no dev set to check int8's BLEU on")
+    assert not int8_probe.check_path(path).exists()
+
+
+def test_auto_reads_no_corpus_and_without_a_check_never_picks_int8(trained, tmp_path, monkeypatch, no_corpus, caplog,
+                                                                     capsys):
+    monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: pytest.fail("int8 timed without a check"))
+    path = copied(trained, tmp_path)
+    caplog.set_level("INFO")
+    model = interlingua.load(path, "cpu", precision="auto")
+    assert model.runtime.precision in ("fp32", "bf16")
+    assert f"no int8 check recorded for this model ({tmp_path / 'model.int8.json'})" in caplog.text
+    assert "`interlingua check-int8 MODEL` measures int8's dev BLEU once" in caplog.text
+    (tmp_path / "in.xa").write_text("a b c\n")
+    assert main(["translate", "--model", str(path), "--src", "xa", "--tgt", "xb", "--device", "cpu",
+                 "--precision", "auto", "-i", str(tmp_path / "in.xa"), "-o", str(tmp_path / "out.xb")]) == 0
+    assert len((tmp_path / "out.xb").read_text().splitlines()) == 1
+    capsys.readouterr()
+
+
+def test_auto_picks_int8_where_the_check_holds_and_it_decodes_faster(trained, tmp_path, monkeypatch, no_corpus,
+                                                                     caplog):
     monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: 5.0)  # a fake probe: int8 "5x faster"
+    path = recorded(trained, tmp_path, holds=True)
     caplog.set_level("INFO")
-    model = interlingua.load(trained, "cpu", precision="auto")
-    entry = next(v for k, v in json.loads((tmp_path / "precision.json").read_text()).items() if "int8 vs" in k)
-    assert entry["dev_sentences"] == 50  # the synthetic corpus's whole val split (fewer than DEV_SENTENCES)
-    held = entry["int8_bleu"] >= entry["fp32_bleu"] - int8_probe.MAX_BLEU_DROP
-    assert entry["int8"] is held
-    assert model.runtime.precision == ("int8" if held else "fp32" if model.runtime.precision == "fp32" else "bf16")
-    assert (model.runtime.precision == "int8") == any(isinstance(m, Int8Linear) for m in model._network.modules())
-    sources = split_text(model.config.corpus)[0][:5]
-    assert len(model.translate(sources, "xa", "xb")) == 5
-    # cached: the next load neither probes nor translates the dev set
-    monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: pytest.fail("probed again"))
-    monkeypatch.setattr(int8_probe, "dev_bleu", lambda *a, **k: pytest.fail("dev BLEU again"))
-    assert interlingua.load(trained, "cpu", precision="auto").runtime.precision == model.runtime.precision
+    model = interlingua.load(path, "cpu", precision="auto")
+    assert model.runtime.precision == "int8" and "its check found dev BLEU int8 29.90 vs fp32 30.00" in caplog.text
+    int8_network(path, model)  # the model translates with the int8 network
+    assert len(model.translate(split_text(model.config.corpus)[0][:5], "xa", "xb")) == 5
+    # the speed-up is cached per machine: the next load times nothing
+    monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: pytest.fail("timed again"))
+    assert interlingua.load(path, "cpu", precision="auto").runtime.precision == "int8"
+    # on a machine where int8 is not faster (another cache): the baseline
+    monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path / "other"))
+    monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: 1.05)
+    assert interlingua.load(path, "cpu", precision="auto").runtime.precision in ("fp32", "bf16")
+    assert "int8 decoding 1.05x the speed" in caplog.text
 
 
-def test_auto_never_picks_int8_without_a_dev_set(trained, tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: 5.0)
-    from interlingua.model_files.checkpoint import load_checkpoint
-    loaded = load_checkpoint(trained)
-    loaded.config.corpus = tmp_path / "gone" / "corpus.yaml"
-    dev, why = int8_probe.dev_text(loaded)
-    assert dev is None and "cannot be read" in why
+def test_auto_keeps_the_baseline_where_the_check_failed_or_is_not_this_models(trained, tmp_path, monkeypatch,
+                                                                              no_corpus, caplog):
+    monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: pytest.fail("int8 timed"))
     caplog.set_level("INFO")
-    assert int8_probe.auto_int8(loaded, "fp32", "model gone") is None
-    assert "no dev set to check its BLEU on" in caplog.text
-    assert not any(isinstance(m, Int8Linear) for m in loaded.network.modules())  # the loaded network untouched
+    failed = recorded(trained, tmp_path / "failed", holds=False)
+    assert interlingua.load(failed, "cpu", precision="auto").runtime.precision in ("fp32", "bf16")
+    assert "not int8: its check found dev BLEU int8 29.00 vs fp32 30.00" in caplog.text
+    other = recorded(trained, tmp_path / "other", holds=True, weights="0" * 64)  # weights trained on since
+    assert interlingua.load(other, "cpu", precision="auto").runtime.precision in ("fp32", "bf16")
+    assert "model.int8.json was measured on other weights than these" in caplog.text
+    broken = copied(trained, tmp_path / "broken")
+    int8_probe.check_path(broken).write_text("{")
+    assert interlingua.load(broken, "cpu", precision="auto").runtime.precision in ("fp32", "bf16")
+    assert "model.int8.json cannot be read" in caplog.text

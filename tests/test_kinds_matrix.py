@@ -20,6 +20,7 @@ from conftest import KIND_STEPS, KINDS
 from interlingua import Model, load
 from interlingua.cli import main
 from interlingua.data.vocab import PAD
+from interlingua.model_files.load import load_model
 from interlingua.modules.search import beam_search, greedy_search
 
 MIN_ACCURACY = 0.85
@@ -88,7 +89,8 @@ def test_kind_learns_the_task_and_translates_reproducibly(name, kind_models, syn
     # beam search with beam 1 is greedy search, token for token
     src, lengths = padded(second, sources, "xa")
     with torch.inference_mode():
-        decoder, state = second._network.start_decoding(second._network.run_encoder(src, lengths, "xa"), "xb")
+        network = load_model(ckpt).network
+        decoder, state = network.start_decoding(network.run_encoder(src, lengths, "xa"), "xb")
         by_greedy = greedy_search(decoder, state, 30)
         by_beam = beam_search(decoder, state, 30, beam_size=1)
     assert by_beam == by_greedy

@@ -237,8 +237,8 @@ def test_trained_model_loads_translates_and_round_trips(trained, corpus, tmp_pat
     for path in (again, folder):
         back = interlingua.load(path, "cpu")
         assert back.translate(texts, "xa", "xb", beam=2) == out["xb"], path
-        vectors = shared_decoder(back._network).language_embeddings
-        assert all(torch.equal(v, shared_decoder(model._network).language_embeddings[k]) for k, v in vectors.items())
+        vectors = shared_decoder(load_checkpoint(path).network).language_embeddings
+        assert all(torch.equal(v, shared_decoder(loaded.network).language_embeddings[k]) for k, v in vectors.items())
 
 
 def test_int8_quantizes_the_projection_and_translates(trained, corpus, monkeypatch, tmp_path):  # noqa: F811
@@ -250,7 +250,10 @@ def test_int8_quantizes_the_projection_and_translates(trained, corpus, monkeypat
     monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: "int_mm"))
     q, fp32 = interlingua.load(old_path, "cpu", "int8"), interlingua.load(old_path, "cpu")
-    assert isinstance(shared_decoder(q._network).embedding.language_proj, int8.Int8Linear)
+    assert q.runtime.precision == "int8"
+    network = load_checkpoint(old_path).network
+    int8.quantize_network(network)  # what loading in int8 does
+    assert isinstance(shared_decoder(network).embedding.language_proj, int8.Int8Linear)
     texts = sentences(corpus, "xa")[:20]
     quantized, plain = q.translate(texts, "xa", "xb"), fp32.translate(texts, "xa", "xb")
     assert len(quantized) == len(texts)
@@ -276,16 +279,15 @@ def test_extend_gives_the_new_language_the_mean_vector_and_fine_tunes(trained, c
     cfg_path = tmp_path / "finetune.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     assert main(["train", str(cfg_path), "--init", str(ext_path)]) == 0
-    tuned = interlingua.load(tmp_path / "finetune" / "last.pt", "cpu")
-    assert not torch.equal(shared_decoder(tuned._network).language_embeddings[NEW].detach(), after[key + NEW])
+    tuned = load_checkpoint(tmp_path / "finetune" / "last.pt")
+    assert not torch.equal(shared_decoder(tuned.network).language_embeddings[NEW].detach(), after[key + NEW])
 
-    def nll(model):
-        model._network.eval()
+    def nll(loaded):
         with torch.inference_mode():
-            out = model._network(_batch(model, corpus, "xb", NEW, split="val"))
+            out = loaded.network(_batch(loaded, corpus, "xb", NEW, split="val"))
         return out.nll_sum / out.n_tokens
 
-    assert nll(tuned) < 0.75 * nll(ext)  # measured: 5.0 -> 1.7
+    assert nll(tuned) < 0.75 * nll(load_checkpoint(ext_path))  # measured: 5.0 -> 1.7
 
 
 def test_cli_extend_names_the_new_languages_own_weights(trained, tmp_path, capsys):  # noqa: F811

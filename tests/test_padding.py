@@ -73,6 +73,7 @@ def test_pooled_vector_independent_of_padding_through_the_embedder(tmp_path, bri
     from test_decoding import random_checkpoint
 
     from interlingua.inference.api import load
+    from interlingua.model_files.load import load_model
     ckpt = random_checkpoint(tmp_path / "random.pt", param_init=0.5,
                              bridge={"type": bridge, "heads": 4, "hidden": 32}, encoder={"hidden": 64, "layers": 2})
     emb = load(ckpt)
@@ -87,6 +88,7 @@ def test_pooled_vector_independent_of_padding_through_the_embedder(tmp_path, bri
     assert np.allclose(batched[2], alone, atol=1e-5)
     # and the padding is not simply ignored by being tiny: pooling over the padded length would differ
     if bridge == "none":
-        mem = emb._network.run_encoder(torch.tensor([emb.vocabs["en"].tokenize(short) + [0] * 10]),
-                               torch.tensor([n_short]), "en").memory[0]
+        network = load_model(ckpt).network
+        mem = network.run_encoder(torch.tensor([emb.vocabs["en"].tokenize(short) + [0] * 10]),
+                                  torch.tensor([n_short]), "en").memory[0]
         assert not np.allclose(mem.mean(0).detach().numpy(), alone, atol=1e-3)

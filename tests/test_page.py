@@ -185,9 +185,9 @@ def test_attention_of_the_bridge_heads(client, bridge_model):
     bridge = np.asarray(body["bridge"])
     assert bridge.shape == (bridge_model.heads, len(body["tokens"]))  # heads x subwords
     np.testing.assert_allclose(bridge.sum(1), 1.0, atol=1e-4)
-    att, pieces = bridge_model.attention(SENTENCE, "en")
-    assert body["tokens"] == pieces
-    np.testing.assert_allclose(bridge, att, atol=1e-5)
+    maps = bridge_model.attention_maps([SENTENCE], "en")[0]
+    assert body["tokens"] == maps.tokens
+    np.testing.assert_allclose(bridge, maps.bridge, atol=1e-5)
     assert (body["self_attention"], body["layer"], body["layers"]) == (None, None, 0)
 
 

@@ -24,6 +24,7 @@ from interlingua.data.inputs import tokenize_inputs
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import ArgumentError, ArgumentTypeError, LanguageError, TargetMismatchError
 from interlingua.model_files.checkpoint import build_payload, save_atomic
+from interlingua.model_files.load import load_model
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
 
@@ -54,7 +55,7 @@ def streamed(model: interlingua.Model, texts: list[str], src: str, tgt: str, **s
     no representation kept (the path `translate` took before it was `represent` + `generate`)."""
     seqs = tokenize_inputs(texts, model.vocabs[src], model.preprocess)
     with model.runtime.autocast():
-        return translate_ids(model._network, dict(model.vocabs), seqs, src, tgt,
+        return translate_ids(load_model(model.path).network, dict(model.vocabs), seqs, src, tgt,
                              max_len_cap=4 * model.preprocess.max_len, **settings)
 
 

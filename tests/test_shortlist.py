@@ -15,7 +15,9 @@ from interlingua.data.shortlist import DirectionTable, Shortlist, count_table
 from interlingua.data.vocab import BOS, EOS
 from interlingua.errors import ConfigError, DataError
 from interlingua.inference.shortlist_build import build_shortlist
+from interlingua.model_files.load import load_model
 from interlingua.modules.base import Decoder
+from interlingua.modules.registry import DECODERS
 from interlingua.modules.search import beam_search_nbest
 
 
@@ -127,7 +129,7 @@ def test_a_shortlist_for_another_model_or_kind_is_refused(trained, monkeypatch):
     with pytest.raises(ConfigError, match="built for another model"):
         model.use_shortlist(wrong)
     assert model.shortlist is None
-    decoder_kind = type(model._network.decoder_for("xa"))
+    decoder_kind = DECODERS.get(model.kinds.decoder)
     with monkeypatch.context() as patch:
         patch.setattr(decoder_kind, "step_states", Decoder.step_states)
         with pytest.raises(ConfigError, match="cannot decode with a shortlist"):
@@ -155,7 +157,7 @@ class RepeatingBeams:
 
 def test_beams_sharing_one_memory_give_the_repeated_memorys_hypotheses_and_scores(trained):
     model = interlingua.load(trained, "cpu")
-    net = model._network
+    net = load_model(trained).network
     source = texts("xa", 10, seed=4)
     ids = model.token_ids(source, "xa")
     lengths = torch.tensor([len(s) for s in ids])

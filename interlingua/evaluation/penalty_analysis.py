@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from interlingua.atomic_files import write_text_atomic
 from interlingua.errors import InterlinguaError
 from interlingua.evaluation.registry import Report, named_checkpoints
@@ -28,9 +30,19 @@ def head_entropy_table(models: dict[str, Model], sentences: list[str], lang: str
     """Table 13 statistics per model, over the sentences of at most `max_tokens` subwords."""
     out = {}
     for name, emb in models.items():
-        atts = [a for a in emb.attentions(sentences, lang) if 0 < a.shape[1] <= max_tokens]
+        atts = [m.bridge for m in emb.attention_maps(sentences, lang, self_attention=False)
+                if m.bridge is not None and 0 < m.bridge.shape[1] <= max_tokens]
         out[name] = head_entropy_stats(atts)
     return out
+
+
+def _example_attention(model: Model, example: str, lang: str) -> tuple[np.ndarray, list[str]]:
+    """The bridge's heads over the example's tokens, and the tokens: what its heat map draws."""
+    maps = model.attention_maps([example], lang, self_attention=False)[0]
+    if not maps.tokens:
+        raise InterlinguaError("cannot show attention for an empty sentence")
+    assert maps.bridge is not None  # asked for the bridge alone: a model without an attention bridge raised
+    return maps.bridge, maps.tokens
 
 
 def _fmt(stat: dict) -> str:
@@ -63,7 +75,7 @@ def penalty_analysis(models: dict[str, Model], sentences: list[str], lang: str, 
     write_text_atomic(out_dir / "heads.md", table_markdown(stats, lang, n_used))
     write_text_atomic(out_dir / "heads.json", json.dumps({"lang": lang, "stats": stats, "paper_table13": PAPER_TABLE13},
                                                          indent=1))
-    attentions = {name: emb.attention(example, lang) for name, emb in models.items()}
+    attentions = {name: _example_attention(emb, example, lang) for name, emb in models.items()}
     pngs = []
     for name, (att, pieces) in attentions.items():
         pngs.append(plot_head_heatmap(att, pieces, out_dir / f"heads_{name}.png", title=f"{name}: {example}"))

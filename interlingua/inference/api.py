@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import warnings
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -118,7 +117,7 @@ class AttentionMaps:
     that attends over the source."""
     self_attention: np.ndarray | None
     """(layers, heads, n, n) the encoder's self-attention, layer 1 first, row p what token p attends to;
-    None for an encoder without self-attention (a BiLSTM)."""
+    None for an encoder without self-attention (a BiLSTM), and where `attention_maps` was asked for the bridge only."""
 
 
 @dataclass(frozen=True)
@@ -132,10 +131,6 @@ class Kinds:
     """e.g. attention, none, ntdv."""
     decoder: str
     """e.g. lstm, transformer."""
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"Model.{old} is deprecated: {new}", DeprecationWarning, stacklevel=3)
 
 
 def load(path: str | Path, device: str | torch.device = "auto", precision: str = "fp32",
@@ -174,9 +169,10 @@ class Model:
         outputs may differ in places; refused on other devices, for a model with nothing big enough to quantize and
         where no int8 kernel is faster than fp32 at its layers); `auto`: bf16 or fp16 on a GPU, and on a CPU with
         native bf16 bf16 only where timing this model's own greedy and beam search in both precisions measures it
-        faster here (cached per machine and model), else fp32; then, on a CPU, int8 instead only where it decodes
-        measurably faster still and its dev BLEU is within 0.3 of fp32's (`interlingua.inference.int8_probe`, cached
-        likewise).
+        faster here (cached per machine and model), else fp32; then, on a CPU, int8 instead only where its recorded
+        check (`interlingua check-int8`, `interlingua.inference.int8_probe.check_int8`, in `<model>.int8.json`
+        beside it) found its dev BLEU within 0.3 of fp32's and it decodes measurably faster still (cached
+        likewise). Without such a record `auto` never picks int8: loading reads no corpus.
 
         `engine`: what translates. `native` (default): this package's search. `ctranslate2`: CTranslate2, on
         the model's export cached beside it (`<model>.ctranslate2/`, written on first use and again when the
@@ -397,8 +393,7 @@ class Model:
 
     @property
     def bridge_attention(self) -> bool:
-        """Whether the bridge attends over the source, so `attention`, `attentions` and `attention_maps`
-        have its weights A to show."""
+        """Whether the bridge attends over the source, so `attention_maps` has its weights A to show."""
         return self._network.bridge.attention_available
 
     def check_attention(self) -> None:
@@ -408,26 +403,6 @@ class Model:
             kinds = self.kinds
             raise InterlinguaError(f"this model shows no attention: its bridge ({kinds.bridge}) does not attend "
                                    f"over the source and its encoder ({kinds.encoder}) has no self-attention")
-
-    # --- deprecated names of the inside ------------------------------------------------------
-
-    @property
-    def model(self) -> TranslationNetwork:
-        """Deprecated: the network inside, which the public methods above replace."""
-        _deprecated("model", "use the Model's own methods (kinds, check_source, check_target, ...)")
-        return self._network
-
-    @property
-    def loaded(self) -> LoadedModel:
-        """Deprecated: the checkpoint as read; `config`, `step`, `path` and `languages` say what it holds."""
-        _deprecated("loaded", "use Model.config, Model.step, Model.path or Model.languages")
-        return self._loaded
-
-    @property
-    def pre(self) -> PreprocessConfig:
-        """Deprecated name of `preprocess` (this one is the model's own object, not a copy)."""
-        _deprecated("pre", "use Model.preprocess")
-        return self._pre
 
     # --- translation -------------------------------------------------------------------------
 
@@ -644,34 +619,28 @@ class Model:
             states = [torch.nn.functional.pad(s, (0, d - s.size(-1))) for s in states]
         return torch.stack([s.float() for s in states]).cpu().numpy()
 
-    def attention(self, sentence: str, lang: str) -> tuple[np.ndarray, list[str]]:
-        """Bridge attention A (k, n) of one sentence and its n subword pieces (for heat maps; a shared
-        model's <2xx> tag, which the bridge attends over too, is the first piece)."""
-        seqs = self._tokenize_for_attention([sentence], lang)
-        if not len(seqs[0]):
-            raise InterlinguaError("cannot show attention for an empty sentence")
-        att = self._attentions(seqs, lang, 1)[0]
-        return att, self._column_pieces(seqs[0], lang)
-
-    def attentions(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[np.ndarray]:
-        """Bridge attention A (k, n_i) of each sentence over its n_i subwords (empty: (k, 0))."""
-        COUNT.check("batch_size", batch_size)
-        return self._attentions(self._tokenize_for_attention(texts, lang), lang, batch_size)
-
     @property
     def self_attention_layers(self) -> int:
         """Encoder layers whose self-attention `attention_maps` shows (0 for a BiLSTM encoder)."""
         return self._network.encoder_for(self.languages.sources[0]).self_attention_layers
 
-    def attention_maps(self, texts: Sequence[str], lang: str, batch_size: int = 64) -> list[AttentionMaps]:
-        """Everything attention shows of each text, in order: the bridge's heads over its tokens (the
-        same A as `attention`) where the model has an attention bridge, and every encoder layer's
-        self-attention where the encoder has one (a Transformer). An empty text gets no tokens.
-        A model with neither (a BiLSTM without a bridge) raises `InterlinguaError`."""
+    def attention_maps(self, texts: Sequence[str], lang: str, batch_size: int = 64, *,
+                       self_attention: bool = True) -> list[AttentionMaps]:
+        """Everything attention shows of each text, in order: the bridge's heads over its tokens where the
+        model has an attention bridge (`bridge_attention`), and every encoder layer's self-attention where
+        the encoder has one (a Transformer). An empty text gets no tokens (and a (k, 0) `bridge`). A model
+        with neither (a BiLSTM without a bridge) raises `InterlinguaError`.
+
+        `self_attention=False` leaves the encoder's maps out (`self_attention` None): the bridge's heads
+        alone, for many texts, as layers x heads x n x n per text adds up; then a model without an
+        attention bridge has nothing to show and raises `InterlinguaError`."""
         COUNT.check("batch_size", batch_size)
         self.check_source(lang)
-        self.check_attention()
-        bridge, layers = self.bridge_attention, self.self_attention_layers
+        if self_attention:
+            self.check_attention()
+        elif not self.bridge_attention:
+            raise InterlinguaError(f"this model has no attention bridge (bridge: {self._network.bridge.kind})")
+        bridge, layers = self.bridge_attention, self.self_attention_layers if self_attention else 0
         seqs = tokenize_inputs(texts, self._vocabs[lang], self._pre, empty_output="they have no attention")
         heads = self._attentions(seqs, lang, batch_size) if bridge else [None] * len(seqs)
         selfs = self._self_attentions(seqs, lang, batch_size) if layers else [None] * len(seqs)
@@ -705,12 +674,6 @@ class Model:
             empty = torch.stack(weights, dim=1)[0, :, :, :0, :0].cpu().numpy()
             out = [empty.copy() if x is None else x for x in out]
         return out  # type: ignore[return-value]
-
-    def _tokenize_for_attention(self, texts: Sequence[str], lang: str) -> list[np.ndarray]:
-        if not self.bridge_attention:
-            raise InterlinguaError(f"this model has no attention bridge (bridge: {self._network.bridge.kind})")
-        self.check_source(lang)
-        return tokenize_inputs(texts, self._vocabs[lang], self._pre)
 
     @torch.inference_mode()
     def _attentions(self, seqs: list[np.ndarray], lang: str, batch_size: int) -> list[np.ndarray]:

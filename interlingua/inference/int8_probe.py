@@ -1,51 +1,62 @@
-"""Whether `precision: auto` runs a loaded model in int8 on this CPU: only where it is measured faster
-*and* translates as well.
+"""Whether `precision: auto` runs a loaded model in int8 on this CPU: only where int8 was checked to
+translate as well as fp32, once, in a step of its own, *and* it measures faster here. Loading reads no corpus.
 
-After `auto` has chosen fp32 or bf16 (the baseline: `runtime.resolve_device_precision`), an int8
-copy of the model (`interlingua.modules.int8.quantize_network`) is timed against the baseline on the
-model's own greedy and beam search (`decoding_probe`: the same random sources for both, the two
-alternating, medians). Only where int8 is at least MIN_INT8_SPEEDUP times as fast are both
-translated on the model's dev set: up to DEV_SENTENCES (200) sentence pairs of the corpus's `val`
-split that its checkpoint config names, shared out over the trained directions (copies left out),
-greedy, scored as training validation scores them (lowercased sacreBLEU 13a over all those
-sentences together). int8 is chosen only where its dev BLEU is at most MAX_BLEU_DROP (0.3) below
-fp32's. The decision, with the speed-up and both BLEU scores, is cached in precision.json beside the
-bf16 one (per CPU model, int8 flags, torch version, thread count and model workload).
+The check (`check_int8`, `interlingua check-int8 MODEL`): an int8 copy of the model
+(`interlingua.modules.int8.quantize_network`: the layers this machine's kernel plan quantizes) and the fp32
+model translate up to DEV_SENTENCES (200) sentence pairs of the corpus's `val` split (the corpus its
+checkpoint config names, or another given), shared out over the trained directions (copies left out),
+greedy, scored as training validation scores them (lowercased sacreBLEU 13a over all those sentences
+together). int8 holds where its dev BLEU is at most MAX_BLEU_DROP (0.3) below fp32's. The result, both
+scores and the SHA-256 of the weights measured (`weights_fingerprint`), is written beside the model as
+`<file stem or folder name>.int8.json` (`check_path`), as `engine: ctranslate2` keeps its export there.
 
-First, the model's layer shapes are timed with each int8 kernel against fp32 (`plan_network`, cached
-per machine): where no kernel pays at any of them, `auto` keeps the baseline with a warning that says
-what was measured (as `precision: int8` would be refused), before anything else is timed.
+At load, after `auto` has chosen fp32 or bf16 (the baseline: `runtime.resolve_device_precision`),
+`auto_int8` reads that record only:
 
-Where no dev set can be read (the corpus file moved, no `val` split, no pair for a trained direction)
-`auto` never picks int8 and measures nothing (the dev set is looked for first); that is logged and
-not cached (the dev set may be there next time). Where nothing of the model can be quantized
-(`check_quantizable`: too small, another device), likewise.
+- no record, an unreadable one, or one of other weights (the file was trained on or replaced since): the
+  baseline, and the log says how to check int8;
+- a record where int8 lost more than MAX_BLEU_DROP: the baseline;
+- a record where int8 held: the model's layer shapes are timed with each int8 kernel against fp32
+  (`plan_network`, cached per machine; where no kernel pays at any of them, the baseline with a warning
+  that says what was measured, as `precision: int8` would be refused), then an int8 copy against the
+  baseline on the model's own greedy and beam search (`decoding_probe`: the same random sources for both,
+  the two alternating, medians). int8 only where it is at least MIN_INT8_SPEEDUP times as fast; the
+  speed-up is cached in precision.json beside the bf16 one (per CPU model, int8 flags, torch version,
+  thread count and model workload).
+
+Where nothing of the model can be quantized (`check_quantizable`: too small, another device), `auto`
+keeps the baseline before reading anything.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import datetime
+import json
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from interlingua.atomic_files import write_text_atomic
 from interlingua.data.inputs import tokenize_inputs
 from interlingua.errors import InterlinguaError
 from interlingua.inference.decoding_probe import decode_probe, probe_batch
+from interlingua.inference.representation import weights_fingerprint
+from interlingua.model_files.load import load_model
 from interlingua.model_files.loaded import LoadedModel
 from interlingua.modules.int8 import check_quantizable, plan_network, quantize_network
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
-from interlingua.precision import _machine_key, _read_cache, _write_cache, cache_path, int8_features, measure_speedup
+from interlingua.precision import cached_speedup, int8_features, measure_speedup
 
 log = logging.getLogger(__name__)
 
 DEV_SENTENCES = 200
-"""Dev sentence pairs the BLEU gate translates (in total, over the trained directions)."""
+"""Dev sentence pairs the check translates by default (in total, over the trained directions)."""
 MAX_BLEU_DROP = 0.3
 """int8's dev BLEU may be at most this much below fp32's."""
 MIN_INT8_SPEEDUP = 1.1
@@ -55,21 +66,22 @@ DevText = list[tuple[str, str, list[str], list[str]]]
 """(source language, target language, sources, references) per direction."""
 
 
-def dev_text(loaded: LoadedModel, limit: int = DEV_SENTENCES) -> tuple[DevText | None, str]:
-    """Up to `limit` dev sentence pairs of the model's trained directions from its corpus's `val` split,
-    shared out over the directions; or None and why there are none."""
+def dev_text(loaded: LoadedModel, limit: int = DEV_SENTENCES, corpus: str | Path | None = None
+             ) -> tuple[DevText | None, str]:
+    """Up to `limit` dev sentence pairs of the model's trained directions from the `val` split of `corpus`
+    (default: the one its config names), shared out over the directions; or None and why there are none."""
     from interlingua.data.corpus import load_corpus, read_group
+    corpus = corpus or loaded.config.corpus
     directions = sorted({(s, t) for s, t in loaded.directions if s != t and s in loaded.network.encoder_langs
                          and t in loaded.network.decoder_langs})
     if not directions:
         return None, "the model has no trained translation direction"
     try:
-        corpus = load_corpus(loaded.config.corpus)
-        groups = [read_group(g) for g in corpus.splits.get("val", [])]
+        groups = [read_group(g) for g in load_corpus(corpus).splits.get("val", [])]
     except (InterlinguaError, OSError) as err:
         return None, f"its corpus cannot be read ({err})"
     if not groups:
-        return None, f"its corpus {loaded.config.corpus} has no 'val' split"
+        return None, f"its corpus {corpus} has no 'val' split"
     per_direction = max(1, limit // len(directions))
     out: DevText = []
     for s, t in directions:
@@ -78,7 +90,7 @@ def dev_text(loaded: LoadedModel, limit: int = DEV_SENTENCES) -> tuple[DevText |
         if pairs:
             out.append((s, t, [a for a, _ in pairs], [b for _, b in pairs]))
     if not out:
-        return None, f"the 'val' split of {loaded.config.corpus} has no sentence pair of a trained direction"
+        return None, f"the 'val' split of {corpus} has no sentence pair of a trained direction"
     return out, ""
 
 
@@ -112,52 +124,117 @@ def int8_speedup(baseline: TranslationNetwork, baseline_precision: str, int8: Tr
     return measure_speedup(run, steps, pair=("baseline", "int8"))
 
 
-def decide_int8(baseline: str, workload: str, speed: Callable[[], float], bleu: Callable[[], tuple[float, float, int]],
-                has_dev: Callable[[], bool] = lambda: True) -> bool:
-    """Whether `auto` picks int8 over `baseline` for `workload`: the cached decision; else, where `has_dev()`
-    (a dev set to check BLEU on: without one never int8, and nothing is cached, as the dev set may be
-    readable next time), `speed()` (the int8 speed-up over the baseline) and, only where it reaches
-    MIN_INT8_SPEEDUP, `bleu()` (fp32 BLEU, int8 BLEU, sentences on the dev set)."""
-    key = _machine_key(int8_features(), f"{workload} | int8 vs {baseline}")
-    path = cache_path()
-    cached = _read_cache(path)
-    entry = cached.get(key)
-    if isinstance(entry, dict) and isinstance(entry.get("int8"), bool):
-        log.info("precision auto: int8 %s (cached in %s: %s)", "chosen" if entry["int8"] else "not chosen", path,
-                 entry.get("why", ""))
-        return entry["int8"]
-    if not has_dev():
-        return False
-    log.info("measuring whether int8 decodes faster than %s here for %s (once per machine)", baseline, workload)
-    speedup = speed()
-    record: dict[str, Any] = {"speedup": round(speedup, 3),
-                              "measured": datetime.datetime.now().isoformat(timespec="seconds")}
-    if speedup < MIN_INT8_SPEEDUP:
-        record.update(int8=False, why=f"int8 decoding {speedup:.2f}x the speed of {baseline} "
-                                      f"(needs {MIN_INT8_SPEEDUP}x)")
-    else:
-        fp32_bleu, int8_bleu, sentences = bleu()
-        ok = int8_bleu >= fp32_bleu - MAX_BLEU_DROP and math.isfinite(int8_bleu)
-        record.update(int8=ok, fp32_bleu=round(fp32_bleu, 2), int8_bleu=round(int8_bleu, 2),
-                      dev_sentences=sentences,
-                      why=f"int8 decoding {speedup:.2f}x the speed of {baseline}; dev BLEU int8 {int8_bleu:.2f} vs "
-                          f"fp32 {fp32_bleu:.2f} on {sentences} sentences (may be at most {MAX_BLEU_DROP} lower)")
-    cached[key] = record
-    _write_cache(path, cached)
-    log.info("precision auto: int8 %s (%s; cached in %s)", "chosen" if record["int8"] else "not chosen",
-             record["why"], path)
-    return bool(record["int8"])
+# --- the check, a step of its own ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Int8Check:
+    """What `check_int8` measured: int8's and fp32's greedy dev BLEU on the same sentences, for the weights
+    whose SHA-256 is `weights` (a record of other weights is not read)."""
+
+    holds: bool
+    """int8's dev BLEU is at most `max_bleu_drop` below fp32's: `auto` may pick int8 where it is faster."""
+    fp32_bleu: float
+    int8_bleu: float
+    dev_sentences: int
+    corpus: str
+    """The corpus whose `val` split was translated."""
+    weights: str
+    """`weights_fingerprint` of the fp32 weights measured."""
+    max_bleu_drop: float = MAX_BLEU_DROP
+    measured: str = ""
+    """When (ISO 8601, local time)."""
+
+    @property
+    def why(self) -> str:
+        """The numbers behind `holds`, for messages."""
+        return (f"dev BLEU int8 {self.int8_bleu:.2f} vs fp32 {self.fp32_bleu:.2f} on {self.dev_sentences} sentences "
+                f"(may be at most {self.max_bleu_drop} lower)")
+
+    def write(self, path: Path) -> Path:
+        write_text_atomic(path, json.dumps(dataclasses.asdict(self), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Int8Check:
+        """The record at `path`; `ValueError` / `TypeError` / `OSError` where it is missing or no such record."""
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        check = cls(**data)
+        if not (isinstance(check.holds, bool) and isinstance(check.weights, str)):
+            raise ValueError("'holds' or 'weights' of the wrong type")
+        return check
+
+
+def check_path(model_path: str | Path) -> Path:
+    """Where the int8 check of the model at `model_path` (a .pt file or a model folder) is recorded: beside
+    it, `<file stem or folder name>.int8.json`."""
+    path = Path(model_path)
+    name = path.stem if path.is_file() else path.name
+    return path.parent / f"{name}.int8.json"
+
+
+def check_int8(model: str | Path, corpus: str | Path | None = None, limit: int = DEV_SENTENCES) -> Int8Check:
+    """Measure once whether int8 translates the model at `model` as well as fp32 (greedy dev BLEU of both on up to
+    `limit` `val` pairs of `corpus`, default the model's own corpus) and record it beside the model
+    (`check_path`), where `precision: auto` reads it. Runs on the CPU, where int8 runs. Raises
+    `InterlinguaError` where there is no dev set or nothing of the model can run in int8 here."""
+    loaded = load_model(model, "cpu")
+    dev, why = dev_text(loaded, limit, corpus)
+    if dev is None:
+        raise InterlinguaError(f"no dev set to check int8's BLEU on: {why}")
+    fingerprint = weights_fingerprint(loaded.network)
+    quantized = copy.deepcopy(loaded.network)
+    quantize_network(quantized)  # refused in one line where int8 cannot run (too small, no kernel pays here)
+    log.info("translating %d dev sentences in fp32 and in int8", sum(len(d[2]) for d in dev))
+    fp32_bleu, int8_bleu = dev_bleu(loaded.network, loaded, dev), dev_bleu(quantized, loaded, dev)
+    check = Int8Check(holds=math.isfinite(int8_bleu) and int8_bleu >= fp32_bleu - MAX_BLEU_DROP,
+                      fp32_bleu=round(fp32_bleu, 2), int8_bleu=round(int8_bleu, 2),
+                      dev_sentences=sum(len(d[2]) for d in dev), corpus=str(corpus or loaded.config.corpus),
+                      weights=fingerprint, measured=datetime.datetime.now().isoformat(timespec="seconds"))
+    check.write(check_path(model))
+    return check
+
+
+def read_check(model_path: Path | None, fingerprint: Callable[[], str]) -> tuple[Int8Check | None, str]:
+    """The recorded int8 check of the model at `model_path` whose weights' fingerprint is `fingerprint()`
+    (worked out only where there is a record), or None and why not."""
+    how = "`interlingua check-int8 MODEL` measures int8's dev BLEU once and records it"
+    if model_path is None:
+        return None, "the model was not loaded from a file, so no int8 check is recorded for it"
+    path = check_path(model_path)
+    if not path.exists():
+        return None, f"no int8 check recorded for this model ({path}); {how}"
+    try:
+        check = Int8Check.read(path)
+    except (OSError, ValueError, TypeError) as err:
+        return None, f"{path} cannot be read ({err}); {how} again"
+    if check.weights != fingerprint():
+        return None, f"{path} was measured on other weights than these; {how} again"
+    return check, ""
+
+
+# --- at load: reading the check, timing int8 ---------------------------------------------------------------
 
 
 def auto_int8(loaded: LoadedModel, baseline: str, workload: str) -> LoadedModel | None:
-    """`loaded` with its network quantized where `auto` picks int8 over `baseline` (`decide_int8`), else None.
-    Probing needs the fp32 network and an int8 copy side by side for a moment; the fp32 one is dropped
-    (by the caller) once int8 is chosen."""
+    """`loaded` with its network quantized where `auto` picks int8 over `baseline`: a recorded check where int8
+    holds its dev BLEU (`read_check`) and a decoding speed-up of at least MIN_INT8_SPEEDUP here; else None.
+    Reads no corpus. Timing needs the fp32 network and an int8 copy side by side for a moment; the fp32 one
+    is dropped (by the caller) once int8 is chosen."""
     network = loaded.network
     try:
         check_quantizable(network)
     except InterlinguaError as err:  # another device, nothing big enough to quantize
         log.info("precision auto: int8 not considered: %s", err)
+        return None
+    check, why = read_check(loaded.provenance.source, lambda: weights_fingerprint(network))
+    if check is None:
+        log.info("precision auto: %s, int8 not considered: %s", baseline, why)
+        return None
+    if not check.holds:
+        log.info("precision auto: %s, not int8: its check found %s", baseline, check.why)
         return None
     try:
         refusal = plan_network(network).refusal()
@@ -178,27 +255,17 @@ def auto_int8(loaded: LoadedModel, baseline: str, workload: str) -> LoadedModel 
         return quantized
 
     first = network.encoder_langs[0]
-
-    def speed() -> float:
-        return int8_speedup(network, baseline, int8_network(), len(loaded.vocabs[first]))
-
-    dev: DevText | None = None
-
-    def has_dev() -> bool:
-        nonlocal dev
-        dev, why = dev_text(loaded)
-        if dev is None:
-            log.info("precision auto: int8 not considered: no dev set to check its BLEU on (%s)", why)
-        return dev is not None
-
-    def bleu() -> tuple[float, float, int]:
-        assert dev is not None
-        return dev_bleu(network, loaded, dev), dev_bleu(int8_network(), loaded, dev), sum(len(d[2]) for d in dev)
-
     try:
-        if not decide_int8(baseline, workload, speed, bleu, has_dev):
+        speedup = cached_speedup(f"{workload} | int8 vs {baseline}",
+                                 lambda: int8_speedup(network, baseline, int8_network(), len(loaded.vocabs[first])),
+                                 int8_features(), what=f"int8 (against {baseline})")
+        if speedup < MIN_INT8_SPEEDUP:
+            log.info("precision auto: %s, not int8: int8 decoding %.2fx the speed of %s here (needs %sx)", baseline,
+                     speedup, baseline, MIN_INT8_SPEEDUP)
             return None
-        if quantized is None:  # decided from the cache: quantize the loaded network itself, no copy
+        log.info("precision auto: int8 (decoding %.2fx the speed of %s here; its check found %s)", speedup,
+                 baseline, check.why)
+        if quantized is None:  # the speed-up was cached: quantize the loaded network itself, no copy
             quantize_network(network)
             return loaded
     except InterlinguaError as err:  # no int8 kernel works here
