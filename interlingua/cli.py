@@ -1,4 +1,7 @@
-"""The `interlingua` command. It only parses arguments and calls library functions."""
+"""The `interlingua` command. It only parses arguments and calls library functions.
+
+Around them it does the little a command needs: torch's thread count for `--threads` (of a command
+that runs no trainer), corpora built from the files it was given, label files read for `evaluate cldc`."""
 from __future__ import annotations
 
 import argparse

@@ -13,6 +13,11 @@ global torch state as a side effect:
   without autocast; `auto` chooses it for a loaded model only where it measures faster and keeps dev
   BLEU in a check recorded beside the model (`interlingua.inference.int8_probe`);
 - threads and the seed are applied by `Runtime.apply()`, which the entry point calls.
+
+Besides `Runtime`, torch's thread count is set in three places, each for a reason: `cli.py`
+(`--threads` of a command that runs no trainer), `experiment.py` (one thread per recipe beside other
+jobs) and `evaluation/sentence/compute.py` / `protocol.py` (one thread inside each probe worker, the
+embedder's own count restored after it).
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ and taken again once the machine is quieter). A layer gets the fastest kernel wh
 `precision: int8` is refused with one line naming what was measured, so int8 is never slower than
 fp32. Only layers that are big enough are considered at all (`MIN_INT8_WEIGHTS`): below that size
 the per-call cost of quantizing the input and calling the kernel is more than fp32's whole product
-(`bench/int8_linear.py`; measured numbers in docs/ARCHITECTURE.md). The decoders' output layers
+(`bench/int8_linear.py`; measured numbers in docs/results/speed.md). The decoders' output layers
 (`generator`) are quantized like any other layer; where a Transformer decoder ties its output
 layer to the target embeddings, the embedding keeps its fp32 table (the int8 copy is the output
 layer's own).
@@ -40,7 +40,9 @@ one at every size. The BiLSTM encoder keeps `nn.LSTM`'s fused fp32 kernel, which
 (input projections of all time steps in one int8 product, then a recurrent loop) beat only at the
 papers' sizes in large batches (`ENCODER_LSTM_INT8`).
 
-torchao is imported only here and only when a model is quantized (`_torchao_primitives`), with
+torchao's own int8 path (`Int8DynamicActivationInt8WeightConfig`) was slower than fp32 on the CPU
+in eager mode (tensor-subclass dispatch) and needs seconds of `torch.compile` per shape, so only its
+quantization primitives are used. torchao is imported only here and only when a model is quantized (`_torchao_primitives`), with
 the messages it prints at import on CPU-only machines (its CUDA extensions failing to load, a
 torch deprecation warning) silenced for that import alone.
 """
