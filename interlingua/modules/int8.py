@@ -42,9 +42,9 @@ papers' sizes in large batches (`ENCODER_LSTM_INT8`).
 
 torchao's own int8 path (`Int8DynamicActivationInt8WeightConfig`) was slower than fp32 on the CPU
 in eager mode (tensor-subclass dispatch) and needs seconds of `torch.compile` per shape, so only its
-quantization primitives are used. torchao is imported only here and only when a model is quantized (`_torchao_primitives`), with
-the messages it prints at import on CPU-only machines (its CUDA extensions failing to load, a
-torch deprecation warning) silenced for that import alone.
+quantization primitives are used. torchao is imported only here and only when a model is quantized
+(`_torchao_primitives`), with the messages it prints at import on CPU-only machines (its CUDA
+extensions failing to load, a torch deprecation warning) silenced for that import alone.
 """
 from __future__ import annotations
 
