@@ -33,7 +33,7 @@ SHARED = "shared"
 @dataclass
 class LossOutput:
     loss: torch.Tensor
-    """What backward() sees: mean token cross-entropy + lambda * mean penalty."""
+    """What backward() sees: (summed token cross-entropy + lambda * summed per-sentence penalty) / target tokens."""
     nll_sum: float
     n_tokens: int
     penalty: float
