@@ -48,7 +48,8 @@ GPU_SETTINGS = ["train.batch_tokens=24576", "train.warmup_steps=400", "train.val
                 "train.max_steps=40000", "train.precision=bf16"]
 """What differs from the CPU recipes besides the device, corpus and folder (see the module's text)."""
 
-TINY_SETTINGS = ["preprocess.vocab_size=300", "preprocess.max_train_sentences=200", "preprocess.max_valid_sentences=8",
+TINY_SETTINGS = ["preprocess.vocab_size=300", "preprocess.max_train_sentences=200", "preprocess.max_valid_sentences=4",
+                 "preprocess.max_len=20",
                  "model.embed_dim=32", "model.encoder.layers=3", "model.encoder.heads=2", "model.encoder.ff_dim=64",
                  "model.decoder.layers=1", "model.decoder.heads=2", "model.decoder.ff_dim=64",
                  "train.batch_tokens=900", "train.warmup_steps=5", "train.lr=0.005", "train.valid_every=4",

@@ -7,6 +7,7 @@ reference sentences of the same language, its ceiling.
 """
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Sequence
 
@@ -24,10 +25,17 @@ LANGUAGES = frozenset({
 `supported` answers from, since loading the model takes seconds and most runs never identify anything."""
 
 
+@functools.cache
+def _full_identifier() -> LanguageIdentifier:
+    """langid.py's model, unpacked once a process: that takes seconds (bz2 and pickle), restricting it none."""
+    return LanguageIdentifier.from_modelstring(model, norm_probs=False)
+
+
 @functools.lru_cache(maxsize=8)
 def _identifier(candidates: tuple[str, ...]) -> LanguageIdentifier:
-    ident = LanguageIdentifier.from_modelstring(model, norm_probs=False)
-    known = set(ident.nb_classes)
+    full = _full_identifier()
+    ident = copy.copy(full)  # set_languages trims from the full model it keeps, so the copies share its arrays
+    known = set(full.nb_classes)
     unknown = [c for c in candidates if c not in known]
     if unknown:
         raise ValueError(f"langid has no model for {', '.join(unknown)}")
