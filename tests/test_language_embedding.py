@@ -22,8 +22,9 @@ import interlingua
 from interlingua.cli import main
 from interlingua.config import ModelConfig, parse_config
 from interlingua.errors import ConfigError, LanguageError
-from interlingua.model_files.checkpoint import build_payload, load_checkpoint, save_atomic
+from interlingua.model_files.checkpoint import build_payload, save_atomic
 from interlingua.model_files.ctranslate2_export import UnsupportedModelError
+from interlingua.model_files.load import load_model
 from interlingua.modules import int8
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.transformer import TransformerDecoder
@@ -230,14 +231,14 @@ def test_trained_model_loads_translates_and_round_trips(trained, corpus, tmp_pat
     with pytest.raises(LanguageError, match="no decoder for 'zz'"):
         model.translate(texts, "xa", "zz")
     # .pt again and a model folder: the same vectors, the same translations
-    loaded = load_checkpoint(old_path)
+    loaded = load_model(old_path)
     again = tmp_path / "again.pt"
     save_atomic(build_payload(loaded.config, loaded.network, loaded.vocabs, loaded.directions), again)
     folder = model.save(tmp_path / "folder")
     for path in (again, folder):
         back = interlingua.load(path, "cpu")
         assert back.translate(texts, "xa", "xb", beam=2) == out["xb"], path
-        vectors = shared_decoder(load_checkpoint(path).network).language_embeddings
+        vectors = shared_decoder(load_model(path).network).language_embeddings
         assert all(torch.equal(v, shared_decoder(loaded.network).language_embeddings[k]) for k, v in vectors.items())
 
 
@@ -251,7 +252,7 @@ def test_int8_quantizes_the_projection_and_translates(trained, corpus, monkeypat
     monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: "int_mm"))
     q, fp32 = interlingua.load(old_path, "cpu", "int8"), interlingua.load(old_path, "cpu")
     assert q.runtime.precision == "int8"
-    network = load_checkpoint(old_path).network
+    network = load_model(old_path).network
     int8.quantize_network(network)  # what loading in int8 does
     assert isinstance(shared_decoder(network).embedding.language_proj, int8.Int8Linear)
     texts = sentences(corpus, "xa")[:20]
@@ -262,7 +263,7 @@ def test_int8_quantizes_the_projection_and_translates(trained, corpus, monkeypat
 
 def test_extend_gives_the_new_language_the_mean_vector_and_fine_tunes(trained, corpus, tmp_path, capsys):  # noqa: F811
     old_path, ext_path = trained
-    before, after = load_checkpoint(old_path).network.state_dict(), load_checkpoint(ext_path).network.state_dict()
+    before, after = load_model(old_path).network.state_dict(), load_model(ext_path).network.state_dict()
     key = "decoders.shared.language_embeddings."
     assert {k for k in after if k.startswith(key)} == {key + lang for lang in [*OLD, NEW]}
     old_vectors = torch.stack([before[key + lang] for lang in OLD])
@@ -279,7 +280,7 @@ def test_extend_gives_the_new_language_the_mean_vector_and_fine_tunes(trained, c
     cfg_path = tmp_path / "finetune.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     assert main(["train", str(cfg_path), "--init", str(ext_path)]) == 0
-    tuned = load_checkpoint(tmp_path / "finetune" / "last.pt")
+    tuned = load_model(tmp_path / "finetune" / "last.pt")
     assert not torch.equal(shared_decoder(tuned.network).language_embeddings[NEW].detach(), after[key + NEW])
 
     def nll(loaded):
@@ -287,7 +288,7 @@ def test_extend_gives_the_new_language_the_mean_vector_and_fine_tunes(trained, c
             out = loaded.network(_batch(loaded, corpus, "xb", NEW, split="val"))
         return out.nll_sum / out.n_tokens
 
-    assert nll(tuned) < 0.75 * nll(load_checkpoint(ext_path))  # measured: 5.0 -> 1.7
+    assert nll(tuned) < 0.75 * nll(load_model(ext_path))  # measured: 5.0 -> 1.7
 
 
 def test_cli_extend_names_the_new_languages_own_weights(trained, tmp_path, capsys):  # noqa: F811
