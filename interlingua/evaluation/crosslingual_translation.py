@@ -12,12 +12,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from interlingua.data.directions import Direction
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix
 from interlingua.inference.api import Languages, Model
 
 log = logging.getLogger(__name__)
 
-Direction = tuple[str, str]
 SCORES = ("bleu", "bleu_cased", "chrf", "off_target")
 """MatrixResult tables copied per direction (pivot scores get the prefix `pivot_`)."""
 
