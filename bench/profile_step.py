@@ -42,7 +42,7 @@ def training_step(run) -> None:
     """One step as the training loop takes it (interlingua/training/trainer.py), without the bookkeeping."""
     from interlingua.precision import autocast
     tc = run.cfg.train
-    batch = run.batches[run.scheduler.next()].next()
+    batch = run.batches[run.direction_scheduler.next()].next()
     with autocast(run.precision):
         out = run.model.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang,
                                  batch.tgt_lang, tc.penalty_weight, tc.label_smoothing, tc.softmax_sample)

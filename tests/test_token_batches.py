@@ -86,8 +86,8 @@ def test_a_step_takes_one_batch_of_each_direction_in_the_rotations_order(multi30
     run = build_run(_config(multi30k_corpus, tmp_path / "run"))
     try:
         for _ in range(3):
-            order = [run.scheduler.next() for _ in range(2)]
-            run.scheduler.load_state_dict({"cycle": run.scheduler.cycle - 1, "position": 0})
+            order = [run.direction_scheduler.next() for _ in range(2)]
+            run.direction_scheduler.load_state_dict({"cycle": run.direction_scheduler.cycle - 1, "position": 0})
             parts = step_parts(run)
             assert [d for d, _ in parts] == order
             assert sum(run.batches[d].tokens(idx) for d, idx in parts) <= 900

@@ -59,8 +59,8 @@ class TrainingState:
     history: list[dict[str, Any]] = field(default_factory=list)
     """The validation records so far, oldest first (as in metrics.jsonl)."""
     optimizer: dict[str, Any] | None = None
-    scheduler: dict[str, Any] | None = None
-    """The direction scheduler's position."""
+    direction_scheduler: dict[str, Any] | None = None
+    """The direction scheduler's position (stored under the key "scheduler", as ever)."""
     lr_scheduler: dict[str, Any] | None = None
     """None in checkpoints written before the learning-rate schedule existed (a constant lr)."""
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -79,7 +79,7 @@ class TrainingState:
             "elapsed": self.elapsed,
             "best_bleu": self.best_bleu,
             "optimizer": self.optimizer,
-            "scheduler": self.scheduler,
+            "scheduler": self.direction_scheduler,
             **({"lr_scheduler": self.lr_scheduler} if self.lr_scheduler is not None else {}),
             "batches": self.batches,
             "torch_rng": self.torch_rng,
@@ -103,7 +103,7 @@ class TrainingState:
             raise CheckpointError(f"{path}: its training history is not a list (corrupt checkpoint?)")
         return cls(step=stored.get("step", 0), max_steps=stored.get("max_steps"), elapsed=stored.get("elapsed", 0.0),
                    best_bleu=stored.get("best_bleu"), history=history, optimizer=stored.get("optimizer"),
-                   scheduler=stored.get("scheduler"), lr_scheduler=stored.get("lr_scheduler"),
+                   direction_scheduler=stored.get("scheduler"), lr_scheduler=stored.get("lr_scheduler"),
                    batches=stored.get("batches") or {}, torch_rng=stored.get("torch_rng"),
                    grad_scaler=stored.get("grad_scaler"), log_window=dict(stored.get("log_window") or {}),
                    init=stored.get("init") or None)

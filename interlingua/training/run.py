@@ -70,10 +70,11 @@ class Run:
     optimizer: torch.optim.Optimizer
     lr_factor: Callable[[int], float]
     lr_scheduler: torch.optim.lr_scheduler.LambdaLR
-    scheduler: DirectionScheduler
+    direction_scheduler: DirectionScheduler
     """Which direction each step trains."""
     batches: dict[Direction, DirectionBatches]
-    """The batch plan of each direction the scheduler rotates over: all, or with `both_directions` one per pair."""
+    """The batch plan of each direction `direction_scheduler` rotates over: all, or with `both_directions` one
+    per pair."""
     max_steps: int
     """The step to stop at: `train.max_steps`, or `train.epochs` passes over every direction (the
     rotation gives each direction one batch per cycle, so directions of equal size end together)."""
@@ -203,7 +204,7 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
     factor = lr_factor(tc.lr_schedule, tc.warmup_steps)
     lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     rotated = step_directions(cfg, directions)
-    scheduler = DirectionScheduler(rotated, tc.seed)
+    direction_scheduler = DirectionScheduler(rotated, tc.seed)
     batches = {d: direction_batches(cfg, data, directions, d, direction_tokens(tc.batch_tokens, len(rotated)))
                for d in rotated}
     max_steps = tc.max_steps if tc.epochs is None else tc.epochs * steps_per_epoch(tc, list(batches.values()))
@@ -219,8 +220,8 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
     log.info("training on %s%s", runtime.describe(),
              f"; process {dist.rank} of {dist.world_size} ({dist.backend})" if dist.active else "")
     devsets = build_devsets(data, directions, zero_shot, cfg.preprocess.max_valid_sentences, cfg.preprocess.max_len)
-    run = Run(cfg, dist, runtime, data, directions, zero_shot, model, optimizer, factor, lr_scheduler, scheduler,
-              batches, max_steps, scaler, devsets, MetricsLog(Path(cfg.work_dir)), init=init_name)
+    run = Run(cfg, dist, runtime, data, directions, zero_shot, model, optimizer, factor, lr_scheduler,
+              direction_scheduler, batches, max_steps, scaler, devsets, MetricsLog(Path(cfg.work_dir)), init=init_name)
 
     if resume_from is not None:
         run.progress = resume_run(run, resume_from)
@@ -240,7 +241,7 @@ def loss_terms(cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def step_directions(cfg: ExperimentConfig, directions: list[Direction]) -> list[Direction]:
-    """The directions the scheduler rotates over: all, or with `both_directions` one per pair (a
+    """The directions the direction scheduler rotates over: all, or with `both_directions` one per pair (a
     step trains it both ways)."""
     if not cfg.train.both_directions:
         return list(directions)

@@ -63,7 +63,7 @@ def capture_state(run: Run, progress: Progress, history: list[dict[str, Any]] | 
         best_bleu=progress.best_bleu if best_bleu is None else best_bleu,
         history=progress.history if history is None else history,
         optimizer=run.optimizer.state_dict(),
-        scheduler=run.scheduler.state_dict(),
+        direction_scheduler=run.direction_scheduler.state_dict(),
         lr_scheduler=run.lr_scheduler.state_dict(),
         batches={direction_name(d): b.state_dict() for d, b in run.batches.items()},
         torch_rng=run.runtime.rng_state(),
@@ -96,13 +96,13 @@ def resume_run(run: Run, ckpt: Checkpoint) -> Progress:
                               f"trained with")
     st = ckpt.training
     assert st is not None  # read_resume_checkpoint's check
-    optimizer, scheduler = st.optimizer, st.scheduler
+    optimizer, direction_scheduler = st.optimizer, st.direction_scheduler
     try:
-        if optimizer is None or scheduler is None:
-            raise KeyError("optimizer" if optimizer is None else "scheduler")
+        if optimizer is None or direction_scheduler is None:
+            raise KeyError("optimizer" if optimizer is None else "scheduler")  # the checkpoint's key
         run.model.load_state_dict(ckpt.weights)
         run.optimizer.load_state_dict(optimizer)
-        run.scheduler.load_state_dict(scheduler)
+        run.direction_scheduler.load_state_dict(direction_scheduler)
         if st.lr_scheduler is not None:  # checkpoints written before the schedule existed: constant lr
             run.lr_scheduler.load_state_dict(st.lr_scheduler)
         for d, b in run.batches.items():
