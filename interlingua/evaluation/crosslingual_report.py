@@ -182,22 +182,22 @@ def summarize(pairs: Mapping[str, dict], probe: Mapping[str, float | int]) -> di
     return out
 
 
-def _open(model_or_path: Model | str | Path, device: str, precision: str) -> tuple[Model, str]:
-    if isinstance(model_or_path, Model):
-        return model_or_path, "model"
-    return load(model_or_path, device, precision), str(model_or_path)
+def _open(checkpoint: Model | str | Path, device: str, precision: str) -> tuple[Model, str]:
+    if isinstance(checkpoint, Model):
+        return checkpoint, "model"
+    return load(checkpoint, device, precision), str(checkpoint)
 
 
-def evaluate_crosslingual(model_or_path: Model | str | Path, corpus: str | Path | None = None,
+def evaluate_crosslingual(checkpoint: Model | str | Path, corpus: str | Path | None = None,
                           split: str = "test_2016_flickr", *, beam: int = 1, pivot: str | None = "en",
                           limit: int | None = None, bleu: bool = True, batch_size: int = 64, device: str = "auto",
                           precision: str = "fp32", seed: int = 0, progress: bool = True,
                           name: str | None = None) -> CrosslingualReport:
-    """The report of the module docstring for a model (or a checkpoint, loaded on `device` in `precision`) on
-    `split` of `corpus` (default: the corpus the model was trained on), its first `limit` lines; `bleu=False`
-    skips translation. `seed` draws the probe's halves."""
+    """The report of the module docstring for `checkpoint` (a loaded Model, or a checkpoint / model folder
+    loaded on `device` in `precision`) on `split` of `corpus` (default: the corpus the model was trained on),
+    its first `limit` lines; `bleu=False` skips translation. `seed` draws the probe's halves."""
     start = time.perf_counter()
-    model, default_name = _open(model_or_path, device, precision)
+    model, default_name = _open(checkpoint, device, precision)
     corpus = Path(corpus or model.config.corpus)
     languages = model.languages
     langs = list(languages.sources)
