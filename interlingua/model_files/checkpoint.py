@@ -148,12 +148,12 @@ class Checkpoint:
     """The file it was read from (for messages); None for one built in memory."""
 
     @classmethod
-    def of(cls, cfg: ExperimentConfig, model: TranslationNetwork, vocabs: dict[str, Vocab],
+    def of(cls, cfg: ExperimentConfig, network: TranslationNetwork, vocabs: dict[str, Vocab],
            directions: list[tuple[str, str]], training: TrainingState | None = None) -> Checkpoint:
         """The checkpoint of a model in use: its weights as they are now (not copied)."""
         return cls(config=cfg.model_dump(mode="json"), vocab_protos={lang: v.proto for lang, v in vocabs.items()},
-                   encoder_langs=model.encoder_langs, decoder_langs=model.decoder_langs,
-                   directions=[(s, t) for s, t in directions], weights=model.state_dict(),
+                   encoder_langs=network.encoder_langs, decoder_langs=network.decoder_langs,
+                   directions=[(s, t) for s, t in directions], weights=network.state_dict(),
                    vocab_offsets=vocab_offsets(vocabs) or None, training=training)
 
     @classmethod
@@ -210,10 +210,10 @@ class Checkpoint:
         return vocabs_from_protos(self.vocab_protos, self.vocab_offsets)
 
 
-def build_payload(cfg: ExperimentConfig, model: TranslationNetwork, vocabs: dict[str, Vocab],
+def build_payload(cfg: ExperimentConfig, network: TranslationNetwork, vocabs: dict[str, Vocab],
                   directions: list[tuple[str, str]], training: TrainingState | None = None) -> dict[str, Any]:
     """The file content of `Checkpoint.of(...)` (for tools and tests that write files by hand)."""
-    return Checkpoint.of(cfg, model, vocabs, directions, training).to_payload()
+    return Checkpoint.of(cfg, network, vocabs, directions, training).to_payload()
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -135,21 +135,21 @@ def read_init_checkpoint(cfg: ExperimentConfig, init: str | Path) -> Checkpoint:
     return ckpt
 
 
-def load_init_weights(model: TranslationNetwork, ckpt: Checkpoint, trainable: str, path: Path) -> None:
+def load_init_weights(network: TranslationNetwork, ckpt: Checkpoint, trainable: str, path: Path) -> None:
     """The checkpoint's weights; with `trainable: bridge` its encoders and decoders only (those of
     languages this run does not use are left out) and the bridge stays new."""
     weights = ckpt.weights
     if trainable == "bridge":
-        wanted = {k for k in model.state_dict() if not k.startswith("bridge.")}
+        wanted = {k for k in network.state_dict() if not k.startswith("bridge.")}
         missing = sorted(wanted - set(weights))
         if missing:
             raise CheckpointError(f"cannot start from {path}: it lacks {len(missing)} weights this run's encoders "
                                   f"and decoders need (languages or directions it was not trained on?), "
                                   f"e.g. {missing[0]}")
         weights = {k: v for k, v in weights.items() if k in wanted}
-        weights.update({k: v for k, v in model.state_dict().items() if k.startswith("bridge.")})
+        weights.update({k: v for k, v in network.state_dict().items() if k.startswith("bridge.")})
     try:
-        model.load_state_dict(weights)
+        network.load_state_dict(weights)
     except (KeyError, RuntimeError) as err:
         raise CheckpointError(f"cannot start from {path}: its weights do not fit this run's model "
                               f"(directions or languages?): {_one_line(err)}") from None
