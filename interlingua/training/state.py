@@ -100,7 +100,7 @@ def resume_run(run: Run, ckpt: Checkpoint) -> Progress:
     try:
         if optimizer is None or direction_scheduler is None:
             raise KeyError("optimizer" if optimizer is None else "scheduler")  # the checkpoint's key
-        run.model.load_state_dict(ckpt.weights)
+        run.network.load_state_dict(ckpt.weights)
         run.optimizer.load_state_dict(optimizer)
         run.direction_scheduler.load_state_dict(direction_scheduler)
         if st.lr_scheduler is not None:  # checkpoints written before the schedule existed: constant lr

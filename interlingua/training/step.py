@@ -106,7 +106,7 @@ def forward_backward(run: Run, micro: list[MicroBatch]) -> StepSums:
     last one only), and this process's sums of the step's loss terms."""
     terms = run.loss_terms()
     without_agreement = {**terms, "agreement": None}
-    trained = run.trained if run.trained is not None else run.model
+    trained = run.trained if run.trained is not None else run.network
     sums = StepSums()
     for i, mb in enumerate(micro):
         with no_sync(trained, skip=i < len(micro) - 1):

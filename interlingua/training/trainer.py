@@ -121,8 +121,8 @@ class Trainer:
                               "to train it further")
         try:
             self._open_logs()
-            run.model.train()
-            self._trained_params = [w for w in run.model.parameters() if w.requires_grad]
+            run.network.train()
+            self._trained_params = [w for w in run.network.parameters() if w.requires_grad]
             with StopSignals() as signals, ProgressBar(tc, run.max_steps, p.step, p.elapsed,
                                                        enabled=run.dist.is_main) as bar:
                 try:
@@ -139,7 +139,7 @@ class Trainer:
                     if not p.validated:
                         self.validate_and_save()
                     self.files.average_lowest_loss(p.history)
-                    if not run.dist.same_weights(run.model):
+                    if not run.dist.same_weights(run.network):
                         raise RuntimeError("the training processes ended with different weights")
                 except KeyboardInterrupt as err:
                     raise self._save_on_interrupt(err, signals) from None
