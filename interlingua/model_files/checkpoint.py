@@ -271,20 +271,20 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
         cfg = ckpt.experiment_config()
         vocabs = ckpt.load_vocabs()
         with memory_for(f"the model of {path}"):
-            model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
-                                     ckpt.encoder_langs, ckpt.decoder_langs)
-        model.load_state_dict(ckpt.weights)
+            network = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
+                                       ckpt.encoder_langs, ckpt.decoder_langs)
+        network.load_state_dict(ckpt.weights)
         check_finite(ckpt.weights, path)
         ckpt.weights = {}
-        model.restrict_to_vocabs(vocabs)
+        network.restrict_to_vocabs(vocabs)
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
     with memory_for(f"the model of {path}", device):
-        model.to(device).eval()
+        network.to(device).eval()
     provenance = Provenance("checkpoint", Path(path), int(step) if isinstance(step, int) else None, summary,
                             tuple(ckpt.extended or ()), tuple(ckpt.averaged_from or ()))
-    return LoadedModel(model, vocabs, cfg, list(ckpt.directions), provenance)
+    return LoadedModel(network, vocabs, cfg, list(ckpt.directions), provenance)
 
 
 def check_finite(weights: Mapping[str, torch.Tensor], path: str | Path) -> None:

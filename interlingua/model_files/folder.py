@@ -259,18 +259,18 @@ def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedM
     if missing:
         raise CheckpointError(f"{where} names no tokenizer for {', '.join(missing)}")
     try:
-        model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, enc, dec)
+        network = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, enc, dec)
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe a model this version builds: {err}") from None
-    read_weights(model, folder / _plain_name(weights, where), recorded)
+    read_weights(network, folder / _plain_name(weights, where), recorded)
     for name in sorted(set(recorded or {}) - {weights, *files.values()}):  # the card: what load does not read
         path = folder / _plain_name(name, where)
         if not path.is_file():
             raise CheckpointError(f"{path} is missing (config.json records its SHA-256)")
         verify_checksum(path, recorded)
-    model.restrict_to_vocabs(vocabs)
-    model.to(device).eval()
-    return LoadedModel(model, vocabs, cfg, directions, provenance)
+    network.restrict_to_vocabs(vocabs)
+    network.to(device).eval()
+    return LoadedModel(network, vocabs, cfg, directions, provenance)
 
 
 def folder_provenance(meta: dict[str, Any], folder: Path) -> Provenance:

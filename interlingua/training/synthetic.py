@@ -210,13 +210,13 @@ class SyntheticPairs:
         """`seqs` translated by the model as it is (greedy, or sampled with `generator`), as target ids, and
         each one's length limit (a sentence that reaches it never ended)."""
         run = self.run
-        model, device = run.network, run.runtime.device
+        network, device = run.network, run.runtime.device
         ids, lengths = pad_sources(seqs, run.prefix(src_lang, tgt_lang))
         with run.runtime.autocast():
-            bridged = model.run_encoder(ids.to(device), lengths.to(device), src_lang)
+            bridged = network.run_encoder(ids.to(device), lengths.to(device), src_lang)
             limit = output_limits(lengths.to(device), self.cfg.max_len, run.cfg.preprocess.max_len,
-                                  model.decoder_for(tgt_lang).max_length)
+                                  network.decoder_for(tgt_lang).max_length)
             if self.cfg.max_len is not None:
                 limit = limit.clamp(max=run.cfg.preprocess.max_len)
-            decoder, state = model.start_decoding(bridged, tgt_lang)
+            decoder, state = network.start_decoding(bridged, tgt_lang)
             return greedy_search(decoder, state, limit, run.start(tgt_lang), sample=generator), limit.tolist()
