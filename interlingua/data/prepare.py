@@ -226,7 +226,7 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
-        return _encode_and_save(corpus, cfg, langs, vocabs, given, cache_dir, work, fp)
+        return _tokenize_and_save(corpus, cfg, langs, vocabs, given, cache_dir, work, fp)
     except BaseException as err:
         if not disk_full(err):
             raise
@@ -236,7 +236,7 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
                                     "encoding is removed; the corpus itself is untouched)", str(where)) from None
 
 
-def _encode_and_save(corpus: Corpus, cfg: ExperimentConfig, langs: list[str], vocabs: dict[str, Vocab], given: bool,
+def _tokenize_and_save(corpus: Corpus, cfg: ExperimentConfig, langs: list[str], vocabs: dict[str, Vocab], given: bool,
                      cache_dir: Path, work: Path, fp: str) -> PreparedData:
     """Encode every split into `work`, then make it the cache: the folder, the vocabularies, meta.json last."""
     pre = cfg.preprocess
