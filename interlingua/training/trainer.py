@@ -86,9 +86,9 @@ def train(cfg: ExperimentConfig, resume: bool = False, init: str | Path | None =
         return Trainer(build_run(cfg, resume=resume, init=init, data=data, dist=dist, device=device)).train()
 
 
-def step_clock(kind: str) -> Callable[[], float]:
+def step_clock(clock: str) -> Callable[[], float]:
     """The clock a step's time is read from (`train.clock`): wall-clock, or this process's CPU time."""
-    return time.process_time if kind == "cpu" else time.perf_counter
+    return time.process_time if clock == "cpu" else time.perf_counter
 
 
 def budget_spent(tc: TrainConfig, max_steps: int, step: int, elapsed: float) -> bool:
