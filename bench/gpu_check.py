@@ -420,7 +420,7 @@ def ddp_worker(config: str, weights: str) -> None:
         Trainer(run).train()
     finally:
         ctx.close()
-    torch.save(run.model.state_dict(), weights)
+    torch.save(run.network.state_dict(), weights)
     agreement = [r.get("agreement") for r in _records(Path(cfg.work_dir)) if r.get("type") == "train"]
     Path(weights).with_suffix(".json").write_text(json.dumps({"backend": backend, "world_size": world,
                                                               "agreement": agreement}))

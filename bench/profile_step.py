@@ -42,13 +42,13 @@ def training_step(run) -> None:
     """One step as the training loop takes it (interlingua/training/trainer.py), without the bookkeeping."""
     from interlingua.precision import autocast
     tc = run.cfg.train
-    batch = run.batches[run.scheduler.next()].next()
+    batch = run.batches[run.direction_scheduler.next()].next()
     with autocast(run.precision):
-        out = run.model.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang,
+        out = run.network.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang,
                                  batch.tgt_lang, tc.penalty_weight, tc.label_smoothing, tc.softmax_sample)
     run.optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
-    torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.clip_norm)
+    torch.nn.utils.clip_grad_norm_(run.network.parameters(), tc.clip_norm)
     run.optimizer.step()
 
 
@@ -66,7 +66,7 @@ def profile_steps(args: argparse.Namespace) -> dict:
         "preprocess.max_valid_sentences=8"])
     (cfg.work_dir / "last.pt").unlink(missing_ok=True)
     run = build_run(cfg)
-    run.model.train()
+    run.network.train()
     for _ in range(args.warmup):
         training_step(run)
     t0 = time.perf_counter()

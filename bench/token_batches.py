@@ -34,7 +34,7 @@ from interlingua.training.trainer import Trainer  # noqa: E402
 def steps_for(run: Run, tokens: int) -> tuple[int, float]:
     """Steps until the run's batches hold `tokens` tokens, and the padding share of those batches
     (the plans are rewound afterwards, so training draws the same batches)."""
-    start = {d: b.state_dict() for d, b in run.batches.items()}, run.scheduler.state_dict()
+    start = {d: b.state_dict() for d, b in run.batches.items()}, run.direction_scheduler.state_dict()
     steps = seen = padded = 0
     while seen < tokens:
         for d, idx in step_parts(run):
@@ -45,7 +45,7 @@ def steps_for(run: Run, tokens: int) -> tuple[int, float]:
         steps += 1
     for d, b in run.batches.items():
         b.load_state_dict(start[0][d])
-    run.scheduler.load_state_dict(start[1])
+    run.direction_scheduler.load_state_dict(start[1])
     return steps, 1 - seen / padded
 
 

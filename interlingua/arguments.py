@@ -55,7 +55,8 @@ class Bound:
     why_high: str = ""
 
     @property
-    def kind(self) -> str:
+    def expected(self) -> str:
+        """What a value must be, for messages: "a whole number" or "a number"."""
         return "a whole number" if self.whole else "a number"
 
     def problem(self, value: float, shown: str) -> str | None:
@@ -73,7 +74,7 @@ class Bound:
         try:
             value: float = int(text) if self.whole else float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {self.kind}, got '{text}'") from None
+            raise argparse.ArgumentTypeError(f"expected {self.expected}, got '{text}'") from None
         problem = self.problem(value, text)
         if problem:
             raise argparse.ArgumentTypeError(problem)
@@ -83,7 +84,7 @@ class Bound:
         """The Python API's check of the argument `name`: `ArgumentTypeError` for a value of another kind
         (a bool, a string, a float where a whole number goes), `ArgumentError` for one out of range."""
         if isinstance(value, bool) or not isinstance(value, numbers.Integral if self.whole else numbers.Real):
-            raise ArgumentTypeError(f"{name}: expected {self.kind}, got {value!r}")
+            raise ArgumentTypeError(f"{name}: expected {self.expected}, got {value!r}")
         problem = self.problem(float(value), str(value))
         if problem:
             raise ArgumentError(f"{name}: {problem}")

@@ -126,22 +126,22 @@ class Distributed:
             self.barrier()
         return result
 
-    def wrap(self, model: torch.nn.Module, some_unused: bool = True) -> torch.nn.Module:
-        """The module to train through: `model` itself, or DistributedDataParallel around it.
+    def wrap(self, network: torch.nn.Module, some_unused: bool = True) -> torch.nn.Module:
+        """The module to train through: `network` itself, or DistributedDataParallel around it.
         `some_unused`: a step leaves some weights without gradient (with several directions, the
         other languages' encoders and decoders; the same ones on every rank), which DDP must then
         look for after each forward pass."""
         if not self.active:
-            return model
+            return network
         ids = [self.local_rank] if self.backend == "nccl" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, find_unused_parameters=some_unused)
+        return torch.nn.parallel.DistributedDataParallel(network, device_ids=ids, find_unused_parameters=some_unused)
 
-    def same_weights(self, model: torch.nn.Module) -> bool:
+    def same_weights(self, network: torch.nn.Module) -> bool:
         """Whether every rank holds bit-identical weights (a digest of them, compared)."""
         if not self.active:
             return True
         h = hashlib.sha256()
-        for name, tensor in sorted(model.state_dict().items()):
+        for name, tensor in sorted(network.state_dict().items()):
             h.update(name.encode())
             h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
         return len(set(self.gather(h.hexdigest()))) == 1

@@ -185,7 +185,7 @@ def test_the_forward_pass_is_unchanged_by_reading_the_weights():
 
 def test_directions_are_supervised_or_zero_shot_with_a_pivot(bridge_model):
     langs = bridge_model.languages
-    assert langs.kind("en", "de") == "supervised" and langs.kind("de", "fr") == "zero-shot"
+    assert langs.route("en", "de") == "supervised" and langs.route("de", "fr") == "zero-shot"
     assert langs.pivot("de", "fr") == "en" and langs.pivot("fr", "de") == "en"
     assert langs.pivot("en", "de") is None  # no third language has both legs
 

@@ -108,9 +108,9 @@ def test_aligned_indices_skip_blank_and_repeated_lines():
     assert aligned_indices(group, ["en", "de"]) == [0, 1, 5]  # 2: blank en; 3: en repeats; 4: de repeats
 
 
-def test_summary_means_by_kind_of_direction():
-    def row(src, tgt, kind, retrieval, bleu=None, pivot_bleu=None):
-        return {**dict.fromkeys(PAIR_KEYS), "src": src, "tgt": tgt, "kind": kind, "retrieval": retrieval,
+def test_summary_means_by_route():
+    def row(src, tgt, route, retrieval, bleu=None, pivot_bleu=None):
+        return {**dict.fromkeys(PAIR_KEYS), "src": src, "tgt": tgt, "route": route, "retrieval": retrieval,
                 "retrieval_centered": retrieval + 10, "margin": 0.1, "bleu": bleu, "off_target": 0.0 if bleu else None,
                 "pivot_bleu": pivot_bleu}
 
@@ -195,10 +195,13 @@ def test_the_report_on_every_model_kind(kind_checkpoint):
         assert list(row) == list(PAIR_KEYS) and key == f"{row['src']}-{row['tgt']}"
         assert 0.0 <= row["retrieval"] <= 100.0 and 0.0 <= row["retrieval_centered"] <= 100.0
         assert -2.0 <= row["margin"] <= 2.0 and row["bleu"] is None and row["pivot"] is None
-        assert row["kind"] == ("zero-shot" if {row["src"], row["tgt"]} == {"de", "fr"} else "supervised")
+        assert row["route"] == ("zero-shot" if {row["src"], row["tgt"]} == {"de", "fr"} else "supervised")
     assert report.probe["train_sentences"] == 15 and report.summary["probe_chance"] == pytest.approx(100 / 3)
     assert report.summary["bleu_supervised_mean"] is None and report.summary["retrieval_pairs"] == 6
     assert CrosslingualReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    written_before = {**report.to_json(), "pairs": {key: {("kind" if k == "route" else k): v for k, v in row.items()}
+                                                    for key, row in report.pairs.items()}}
+    assert CrosslingualReport.from_json(written_before) == report  # a report whose pairs said `kind`
     assert "## Summary" in report.to_markdown() and "BLEU" not in report.to_markdown().split("## Per pair")[1]
 
 
@@ -229,7 +232,7 @@ def test_translation_scores_are_the_bleu_matrix_with_pivots(corpus_dir):
         assert row["pivot"] is None and row["pivot_bleu"] is None
     for s, t in (("de", "fr"), ("fr", "de")):
         row = report.pair(s, t)
-        assert row["kind"] == "zero-shot" and row["bleu"] is not None and row["pivot"] == "en"
+        assert row["route"] == "zero-shot" and row["bleu"] is not None and row["pivot"] == "en"
         assert row["pivot_bleu"] == pivoted.bleu[s][t] and row["pivot_off_target"] == pivoted.off_target[s][t]
     s = report.summary
     assert (s["supervised_directions"], s["zero_shot_directions"], s["pivot_directions"]) == (4, 2, 2)
@@ -251,7 +254,7 @@ def test_cli_without_translation(corpus_dir, tmp_path, capsys):
         assert (out / f"{stem}{suffix}").stat().st_size > 0, suffix
     data = json.loads((out / f"{stem}.json").read_text())
     assert data["sentences"] == 12 and data["beam"] is None and data["corpus"] == str(corpus_dir / "corpus.yaml")
-    assert data["pairs"]["de-fr"]["kind"] == "zero-shot" and data["pairs"]["de-fr"]["bleu"] is None
+    assert data["pairs"]["de-fr"]["route"] == "zero-shot" and data["pairs"]["de-fr"]["bleu"] is None
     assert {"retrieval_mean", "retrieval_centered_mean", "retrieval_min", "margin_mean", "probe_accuracy",
             "probe_chance", "bleu_supervised_mean", "bleu_zero_shot_mean", "bleu_pivot_mean",
             "off_target_zero_shot_mean"} <= set(data["summary"])
@@ -267,7 +270,7 @@ def test_cli_with_translation_on_a_trained_model(trained_model, multi30k_corpus,
     assert sorted(data["languages"]) == ["de", "en"] and data["sentences"] == 16 and data["beam"] == 1
     for pair in ("en-de", "de-en"):
         row = data["pairs"][pair]
-        assert row["kind"] == "supervised" and 0.0 <= row["bleu"] <= 100.0 and row["off_target"] is not None
+        assert row["route"] == "supervised" and 0.0 <= row["bleu"] <= 100.0 and row["off_target"] is not None
     assert data["summary"]["bleu_supervised_mean"] is not None and data["summary"]["bleu_zero_shot_mean"] is None
     assert data["summary"]["probe_chance"] == 50.0
     assert "BLEU lowercased" in capsys.readouterr().out

@@ -77,7 +77,7 @@ def prepared(multi30k_corpus, tmp_path_factory):
 def test_a_tiny_model_trains_on_cuda_in_each_precision(multi30k_corpus, prepared, tmp_path, kind, precision):
     run = build_run(_cfg(multi30k_corpus, tmp_path, kind, precision), data=prepared[kind])
     assert run.runtime.device.type == DEVICE and run.precision == precision
-    assert all(p.device.type == DEVICE for p in run.model.parameters())
+    assert all(p.device.type == DEVICE for p in run.network.parameters())
     assert (run.scaler is not None) == (precision == "fp16")  # a gradient scaler for fp16 only
     result = Trainer(run).train()
     assert result.steps == 40

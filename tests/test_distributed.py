@@ -45,7 +45,7 @@ cfg = load_config(sys.argv[1])
 with process_group(cfg.train.device) as (dist, device):
     run = build_run(cfg, dist=dist, device=device)
     Trainer(run).train()
-    torch.save(run.model.state_dict(), f"{sys.argv[2]}/rank{dist.rank}.pt")
+    torch.save(run.network.state_dict(), f"{sys.argv[2]}/rank{dist.rank}.pt")
 """
 
 # The same for several runs in turn in one launch (one process group): each config's rank weights are saved
@@ -62,7 +62,7 @@ with process_group(configs[0].train.device) as (dist, device):
     for path, cfg in zip(sys.argv[1:], configs):
         run = build_run(cfg, dist=dist, device=device)
         Trainer(run).train()
-        torch.save(run.model.state_dict(), Path(path).parent / f"rank{dist.rank}.pt")
+        torch.save(run.network.state_dict(), Path(path).parent / f"rank{dist.rank}.pt")
 """
 AGREEMENT = {"agreement": {"weight": 2.0, "loss": "contrastive", "temperature": 0.1}}
 TWO_RANK_RUNS = {"combined_batch": {"accumulate": 2}, "agreement": AGREEMENT,

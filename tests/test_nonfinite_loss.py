@@ -17,15 +17,15 @@ from interlingua.training.trainer import Trainer
 
 def _nan_loss_from(trainer, steps):
     """Make the training loss NaN in the steps for which `steps(step number)` holds (not in validations)."""
-    original = trainer.run.model.loss
+    original = trainer.run.network.loss
 
     def loss(*args, **kwargs):
         out = original(*args, **kwargs)
-        if trainer.run.model.training and steps(trainer.progress.step + 1):
+        if trainer.run.network.training and steps(trainer.progress.step + 1):
             out.loss = out.loss * float("nan")
             out.nll_sum = float("nan")
         return out
-    trainer.run.model.loss = loss
+    trainer.run.network.loss = loss
 
 
 def _config(corpus, work, steps=20):

@@ -90,7 +90,7 @@ def _ntdv_config(corpus, work, **train) -> dict:
 
 def test_only_the_new_layers_get_gradients(trained_model, multi30k_corpus, tmp_path):
     run = build_run(parse_config(_ntdv_config(multi30k_corpus, tmp_path / "run")), init=trained_model)
-    model = run.model
+    model = run.network
     model.train()
     assert not model.encoders.training and not model.decoders.training and model.bridge.training
     for direction in (("de", "en"), ("en", "de")):  # each source language has its own projection
@@ -163,12 +163,12 @@ def test_both_directions_sum_the_two_costs_of_the_same_pairs(trained_model, mult
     run.optimizer.zero_grad(set_to_none=True)
     sums = forward_backward(run, micro)
     nll, n_tgt = sums.nll, sums.target_tokens
-    one, two = run.model(forward), run.model(backward)
+    one, two = run.network(forward), run.network(backward)
     assert nll == pytest.approx(one.nll_sum + two.nll_sum, rel=1e-5) and n_tgt == one.n_tokens + two.n_tokens
-    got = {n: p.grad.clone() for n, p in run.model.named_parameters() if p.grad is not None}
+    got = {n: p.grad.clone() for n, p in run.network.named_parameters() if p.grad is not None}
     run.optimizer.zero_grad(set_to_none=True)
     (one.loss + two.loss).backward()
-    assert got and all(torch.allclose(got[n], p.grad, atol=1e-6) for n, p in run.model.named_parameters()
+    assert got and all(torch.allclose(got[n], p.grad, atol=1e-6) for n, p in run.network.named_parameters()
                        if p.grad is not None)
     assert Trainer(run).train().steps == run.max_steps
     cfg["directions"] = {"mode": "explicit", "pairs": [["en", "de"]]}

@@ -123,13 +123,14 @@ def test_directions_are_marked_supervised_or_zero_shot_with_their_pivot(client, 
     langs = bridge_model.languages
     assert {(d["src"], d["tgt"]) for d in directions} == {(s, t) for s in langs.sources for t in langs.targets
                                                           if s != t}
-    by_pair = {(d["src"], d["tgt"]): (d["kind"], d["pivot"]) for d in directions}
+    by_pair = {(d["src"], d["tgt"]): (d["route"], d["pivot"]) for d in directions}
+    assert all(d["kind"] == d["route"] for d in directions)  # the deprecated name still answers
     assert by_pair[("en", "de")] == ("supervised", None) and by_pair[("fr", "en")] == ("supervised", None)
     assert by_pair[("de", "fr")] == ("zero-shot", "en") and by_pair[("fr", "de")] == ("zero-shot", "en")
     # What /translate calls each direction agrees.
-    for (src, tgt), (kind, _) in by_pair.items():
+    for (src, tgt), (route, _) in by_pair.items():
         answer = client.post("/translate", json={"texts": ["a"], "src": src, "tgt": tgt}).json()
-        assert answer["direction"] == kind
+        assert answer["route"] == answer["direction"] == route
 
 
 # --- POST /translate into every target (what the page's Translate button asks) ------------------------------
@@ -148,8 +149,8 @@ def test_every_target_and_the_zero_shot_ones_through_their_pivot(client, bridge_
         for tgt, result in zip(tgts, answer["results"]):
             assert result["translations"] == bridge_model.translate(texts, "de", tgt, beam=beam, pivot=pivot)
             through = pivot not in (None, "de", tgt)
-            assert (result["pivot"], result["direction"]) == ((pivot, "pivot") if through else
-                                                              (None, bridge_model.languages.kind("de", tgt)))
+            assert (result["pivot"], result["route"]) == ((pivot, "pivot") if through else
+                                                          (None, bridge_model.languages.route("de", tgt)))
 
 
 def test_every_target_of_a_model_that_encodes_for_one_target(tmp_path):

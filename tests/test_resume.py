@@ -111,7 +111,7 @@ def _ctrl_c_instead(original, *args, **kwargs):
 
 def _ctrl_c_in_step_13(trainer) -> None:
     """Ctrl-C inside step 13's forward pass: the step is rolled back and last.pt saved at step 12."""
-    _call_hook(trainer.run.model, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
+    _call_hook(trainer.run.network, "loss", LOSS_CALL_OF_STEP_13, _call_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 12: saved"):
         trainer.train()
 
@@ -157,7 +157,7 @@ def test_sigterm_through_the_cli_resumes_exactly(multi30k_corpus, straight, tmp_
 
     def build_then_arm(*args, **kwargs):  # SIGTERM in the forward pass of step 13
         run = real_build(*args, **kwargs)
-        _call_hook(run.model, "loss", LOSS_CALL_OF_STEP_13, _sigterm_mid_call)
+        _call_hook(run.network, "loss", LOSS_CALL_OF_STEP_13, _sigterm_mid_call)
         return run
 
     monkeypatch.setattr(trainer_mod, "build_run", build_then_arm)

@@ -108,7 +108,7 @@ def test_the_trainer_runs_where_the_runtime_says(multi30k_corpus, tmp_path, monk
                                                                        "max_steps": 2, "valid_every": 2}))
     run = build_run(cfg)
     assert run.runtime.device == torch.device("cpu") and run.precision == "fp32"
-    assert all(p.device.type == "cpu" for p in run.model.parameters())
+    assert all(p.device.type == "cpu" for p in run.network.parameters())
     assert Trainer(run).train().steps == 2
     _machine(monkeypatch)
     bad = parse_config(tiny_config(multi30k_corpus, tmp_path / "gpu", train={"device": "cuda"}))

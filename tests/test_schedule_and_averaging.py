@@ -38,14 +38,14 @@ def prepared(multi30k_corpus, tmp_path_factory):
 def _lrs_used(run):
     """The lr of every weight update, read in the training forward pass before it."""
     used = []
-    real = run.model.loss
+    real = run.network.loss
 
     def spy(*args, **kwargs):
-        if run.model.training:
+        if run.network.training:
             used.append(run.optimizer.param_groups[0]["lr"])
         return real(*args, **kwargs)
 
-    run.model.loss = spy
+    run.network.loss = spy
     return used
 
 

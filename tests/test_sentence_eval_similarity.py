@@ -57,7 +57,7 @@ def test_cosine_and_pair_features():
     v = np.array([[2.0, 0.0], [1.0, 0.0], [-1.0, -1.0]])
     np.testing.assert_allclose(cosine_rows(u, v), [1.0, 0.0, -1.0])
     assert pair_features(u, v).shape == (3, 8) and pair_features(u, v, "senteval").shape == (3, 4)
-    with pytest.raises(EvaluationError, match="unknown pair feature kind"):
+    with pytest.raises(EvaluationError, match="unknown pair features"):
         pair_features(u, v, "concat")
     assert correlations([1, 1, 1], [1, 2, 3])["pearson"] == 0.0
     assert aggregate({"a": {"pearson": 0.5, "spearman": 0.4, "n": 1}, "b": {"pearson": 1.0, "spearman": 1.0, "n": 3}}

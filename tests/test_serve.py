@@ -68,7 +68,7 @@ def test_translate_answers_what_the_library_does(client, model, beam):
     status, body = post(client, "/translate", {"texts": texts, "src": "en", "tgt": "de", "beam": beam})
     assert status == 200, body
     assert body == {"translations": model.translate(texts, "en", "de", beam=beam), "src": "en", "tgt": "de",
-                    "pivot": None, "direction": "supervised"}
+                    "pivot": None, "route": "supervised", "direction": "supervised"}
     assert body["translations"][-1] == ""  # an empty line stays empty, as in the library
 
 
@@ -82,10 +82,10 @@ def test_translate_through_a_pivot(client, model):
     status, body = post(client, "/translate", {"texts": EN, "src": "en", "tgt": "en", "pivot": "de"})
     assert status == 200, body
     assert body["translations"] == model.translate(EN, "en", "en", pivot="de")
-    assert (body["pivot"], body["direction"]) == ("de", "pivot")
+    assert (body["pivot"], body["route"], body["direction"]) == ("de", "pivot", "pivot")
     # A pivot equal to the target is the direct translation, and the answer says so.
     status, body = post(client, "/translate", {"texts": EN, "src": "en", "tgt": "de", "pivot": "de"})
-    assert (status, body["pivot"], body["direction"]) == (200, None, "supervised")
+    assert (status, body["pivot"], body["route"]) == (200, None, "supervised")
     assert body["translations"] == model.translate(EN, "en", "de")
 
 
@@ -99,7 +99,7 @@ def test_translate_into_every_target_answers_what_each_target_does(client, model
     assert body == {"src": "en", "results": singles}
     assert [r["translations"] for r in body["results"]] == [model.translate(texts, "en", tgt, beam=beam)
                                                            for tgt in ("de", "en")]
-    assert [r["direction"] for r in body["results"]] == ["supervised", "supervised"]
+    assert [r["route"] for r in body["results"]] == ["supervised", "supervised"]
 
 
 def test_every_target_from_one_encoding(trained_model):
@@ -131,7 +131,7 @@ def test_direction_not_trained_is_reported_as_zero_shot(trained_model):
     model = Model(dataclasses.replace(load_checkpoint(trained_model, "cpu"), directions=[("en", "de")]))
     with TestClient(build_app(model)) as test_client:
         status, body = post(test_client, "/translate", {"texts": DE[:1], "src": "de", "tgt": "en"})
-        assert (status, body["direction"]) == (200, "zero-shot")
+        assert (status, body["route"], body["direction"]) == (200, "zero-shot", "zero-shot")
         assert test_client.get("/languages").json()["zero_shot"] == [["de", "en"]]
 
 
@@ -667,7 +667,8 @@ def test_real_server_answers_and_finishes_the_request_in_flight_on_sigterm(train
             server.kill()
             server.wait()
     assert in_flight["answer"] == (200, {"translations": model.translate(DE[:2], "de", "en"), "src": "de",
-                                         "tgt": "en", "pivot": None, "direction": "supervised"})
+                                         "tgt": "en", "pivot": None, "route": "supervised",
+                                         "direction": "supervised"})
     text = log.read_text()
     assert "stopped on SIGTERM" in text and "Traceback" not in text
     with pytest.raises(OSError):  # nothing listens any more

@@ -119,8 +119,8 @@ def test_pivot_mode_translates_the_pivot_side_into_the_zero_shot_target(cipher_m
             assert set(stats.pairs) <= {"de->fr", "fr->de"} and sum(stats.pairs.values()) > 0
             assert stats.unfinished < sum(stats.pairs.values())  # a model that learned ends its sentences
         # making pairs leaves no gradient behind and the model in training mode
-        assert all(p.grad is None for p in run.model.parameters())
-        assert run.model.training
+        assert all(p.grad is None for p in run.network.parameters())
+        assert run.network.training
     finally:
         run.close()
 
@@ -159,7 +159,7 @@ def test_a_synthetic_run_resumes_exactly(multi30k_corpus, prepared, tmp_path):
     train(straight, data=prepared)
     stopped = _config(multi30k_corpus, tmp_path / "stopped", synthetic)
     trainer = Trainer(build_run(stopped, data=prepared))
-    calls = _call_hook(trainer.run.model, "run_encoder", 25, _ctrl_c_instead)  # inside a step's making
+    calls = _call_hook(trainer.run.network, "run_encoder", 25, _ctrl_c_instead)  # inside a step's making
     with pytest.raises(KeyboardInterrupt, match="saved"):
         trainer.train()
     assert calls["n"] == 25

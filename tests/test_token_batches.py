@@ -86,8 +86,8 @@ def test_a_step_takes_one_batch_of_each_direction_in_the_rotations_order(multi30
     run = build_run(_config(multi30k_corpus, tmp_path / "run"))
     try:
         for _ in range(3):
-            order = [run.scheduler.next() for _ in range(2)]
-            run.scheduler.load_state_dict({"cycle": run.scheduler.cycle - 1, "position": 0})
+            order = [run.direction_scheduler.next() for _ in range(2)]
+            run.direction_scheduler.load_state_dict({"cycle": run.direction_scheduler.cycle - 1, "position": 0})
             parts = step_parts(run)
             assert [d for d, _ in parts] == order
             assert sum(run.batches[d].tokens(idx) for d, idx in parts) <= 900
@@ -106,11 +106,11 @@ def test_a_mixed_step_trains_on_the_mean_over_all_its_target_tokens(multi30k_cor
         assert sum(m.scale for m in micro) == pytest.approx(1.0)
         run.optimizer.zero_grad(set_to_none=True)
         forward_backward(run, micro)
-        got = {n: p.grad.clone() for n, p in run.model.named_parameters() if p.grad is not None}
+        got = {n: p.grad.clone() for n, p in run.network.named_parameters() if p.grad is not None}
         run.optimizer.zero_grad(set_to_none=True)
-        outs = [run.model(m.batch) for m in micro]
+        outs = [run.network(m.batch) for m in micro]
         (sum(o.loss * o.n_tokens for o in outs) / sum(o.n_tokens for o in outs)).backward()  # loss: mean NLL
-        assert got and all(torch.allclose(got[n], p.grad, atol=1e-6) for n, p in run.model.named_parameters()
+        assert got and all(torch.allclose(got[n], p.grad, atol=1e-6) for n, p in run.network.named_parameters()
                            if p.grad is not None)
         assert ntok == sum(int(m.batch.src_lengths.sum()) + int((m.batch.tgt_out > 0).sum()) for m in micro)
     finally:
@@ -132,7 +132,7 @@ def test_ctrl_c_in_the_middle_of_a_mixed_step_resumes_exactly(multi30k_corpus, t
     train(_config(multi30k_corpus, tmp_path / "straight", dropout=0.3), data=data)
     trainer = Trainer(build_run(_config(multi30k_corpus, tmp_path / "run", dropout=0.3), data=data))
     calls = {"n": 0}
-    original = trainer.run.model.loss
+    original = trainer.run.network.loss
 
     def loss(*args, **kwargs):  # steps 1-4: 8 calls, validation at 4: 2, steps 5-6: 4; step 7's second pass
         calls["n"] += 1
@@ -141,7 +141,7 @@ def test_ctrl_c_in_the_middle_of_a_mixed_step_resumes_exactly(multi30k_corpus, t
             raise KeyboardInterrupt
         return out
 
-    trainer.run.model.loss = loss  # type: ignore[method-assign]
+    trainer.run.network.loss = loss  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C at step 6: saved"):
         trainer.train()
     assert train(_config(multi30k_corpus, tmp_path / "run", dropout=0.3), resume=True, data=data).steps == 8

@@ -17,12 +17,12 @@ def test_the_clock_counts_what_it_says(multi30k_corpus, tmp_path, clock):
     cfg = parse_config(tiny_config(multi30k_corpus, tmp_path, train={"max_steps": 4, "valid_every": 4, "log_every": 4,
                                                                      "batch_size": 4, "clock": clock}))
     trainer = Trainer(build_run(cfg))
-    original = trainer.run.model.loss
+    original = trainer.run.network.loss
 
     def slow_loss(*args, **kwargs):
         time.sleep(0.25)  # waiting, as for a core another process holds
         return original(*args, **kwargs)
-    trainer.run.model.loss = slow_loss
+    trainer.run.network.loss = slow_loss
     trainer.train()
     elapsed = trainer.progress.elapsed
     assert elapsed >= 1.0 if clock == "wall" else elapsed < 0.6, elapsed

@@ -150,14 +150,14 @@ def test_auto_precision_times_the_model_being_trained(multi30k_corpus, prepared,
 def test_the_model_probe_leaves_weights_batches_and_random_state_alone(multi30k_corpus, prepared, tmp_path):
     run = build_run(_config(multi30k_corpus, tmp_path / "run", precision="fp32"), data=prepared)
     batches = run.batches[run.directions[0]]
-    weights = {k: v.clone() for k, v in run.model.state_dict().items()}
+    weights = {k: v.clone() for k, v in run.network.state_dict().items()}
     position, rng = json.dumps(batches.state_dict(), default=str), torch.get_rng_state()
-    probe = precision_probe.model_bf16_probe(run.model, batches, run.runtime.device, {"label_smoothing": 0.1},
+    probe = precision_probe.model_bf16_probe(run.network, batches, run.runtime.device, {"label_smoothing": 0.1},
                                              run.runtime.rng_state, run.runtime.set_rng_state, steps=1)
     speedup = probe()
     assert math.isfinite(speedup) and speedup > 0
-    assert all(torch.equal(v, weights[k]) for k, v in run.model.state_dict().items())
-    assert all(p.grad is None for p in run.model.parameters())
+    assert all(torch.equal(v, weights[k]) for k, v in run.network.state_dict().items())
+    assert all(p.grad is None for p in run.network.parameters())
     assert json.dumps(batches.state_dict(), default=str) == position and torch.equal(torch.get_rng_state(), rng)
 
 
@@ -298,13 +298,13 @@ def test_trainer_passes_label_smoothing_to_the_loss(multi30k_corpus, prepared, t
     run = build_run(_config(multi30k_corpus, tmp_path / "run", max_steps=2, label_smoothing=0.15,
                             softmax_sample=7, penalty_weight=0.5), data=prepared)
     calls = []
-    real = run.model.loss
+    real = run.network.loss
 
     def spy(*args, **kwargs):
         calls.append(args[6:9])
         return real(*args, **kwargs)
 
-    run.model.loss = spy
+    run.network.loss = spy
     Trainer(run).train()
     assert calls[:2] == [(0.5, 0.15, 7)] * 2  # the two training steps (validation calls with defaults)
 
@@ -324,8 +324,8 @@ def test_dev_bleu_scores_the_raw_reference_lines(multi30k_corpus, prepared, tmp_
 
     max_len = 2 * cfg.preprocess.max_len
     with autocast(run.precision):  # as the trainer validates
-        hyps = translate_devset(run.model, dev, prepared.vocabs, max_len=max_len)
-        scores = evaluate_devset(run.model, dev, prepared.vocabs, max_len=max_len)
+        hyps = translate_devset(run.network, dev, prepared.vocabs, max_len=max_len)
+        scores = evaluate_devset(run.network, dev, prepared.vocabs, max_len=max_len)
     assert sum(map(len, hyps)) > 0
     direct = sacrebleu.corpus_bleu(hyps, [raw["de"][:30]], lowercase=True)
     assert scores["bleu"] == pytest.approx(direct.score, abs=1e-9)

@@ -161,7 +161,7 @@ def test_dev_loss_starts_the_decoder_with_the_language_tag(multi30k_corpus, tmp_
     from interlingua.data.batching import make_batch
     from interlingua.training.validation import evaluate_devset
     run = build_run(parse_config(_zero_shot_config(multi30k_corpus, tmp_path)))
-    dev, vocabs, model = run.devsets[("de", "en")], run.data.vocabs, run.model.eval()
+    dev, vocabs, model = run.devsets[("de", "en")], run.data.vocabs, run.network.eval()
     reported = evaluate_devset(model, dev, vocabs, batch_size=len(dev.src))["loss"]
 
     def loss(start: int) -> float:

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from interlingua.atomic_files import atomic_output, disk_full, write_bytes_atomic, write_text_atomic
 from interlingua.config import ExperimentConfig, PreprocessConfig
-from interlingua.data.chunk_encoder import ChunkEncoder
+from interlingua.data.chunk_tokenizer import ChunkTokenizer
 from interlingua.data.cleaning import LineFilter
 from interlingua.data.corpus import Corpus, ParallelGroup, load_corpus, normalize_line, read_group, stream_group
 from interlingua.data.token_store import TokenFileWriter, TokenSequences, id_dtype
@@ -153,16 +153,16 @@ def _save_array(path: Path, array: np.ndarray) -> None:
         np.save(f, array)
 
 
-def _encode_group(split: str, gi: int, group: ParallelGroup, mine: list[str], encoder: ChunkEncoder,
+def _tokenize_group(split: str, gi: int, group: ParallelGroup, mine: list[str], tokenizer: ChunkTokenizer,
                   pre: PreprocessConfig, langs: list[str], out_dir: Path, bar: tqdm) -> dict:
     """Stream one file group into flat id files; the group's cleaning report (keep index saved)."""
-    writers = {lang: TokenFileWriter(out_dir / f"{split}.{gi}.{lang}.ids", id_dtype(len(encoder.vocabs[lang])))
+    writers = {lang: TokenFileWriter(out_dir / f"{split}.{gi}.{lang}.ids", id_dtype(len(tokenizer.vocabs[lang])))
                for lang in mine}
     cleaner = LineFilter(pre.clean, pre.max_len, langs) if split in CLEANED_SPLITS else None
     truncated = dict.fromkeys(mine, 0)
     limit = pre.max_train_sentences if split == "train" else None
     try:
-        for enc in encoder.encode(stream_group(group, mine, CHUNK_ROWS, limit)):
+        for enc in tokenizer.tokenize(stream_group(group, mine, CHUNK_ROWS, limit)):
             for lang in mine:
                 truncated[lang] += int((enc.full_lengths[lang] > pre.max_len).sum())
                 writers[lang].write(enc.ids[lang], enc.lengths[lang])
@@ -226,7 +226,7 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
-        return _encode_and_save(corpus, cfg, langs, vocabs, given, cache_dir, work, fp)
+        return _tokenize_and_save(corpus, cfg, langs, vocabs, given, cache_dir, work, fp)
     except BaseException as err:
         if not disk_full(err):
             raise
@@ -236,7 +236,7 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
                                     "encoding is removed; the corpus itself is untouched)", str(where)) from None
 
 
-def _encode_and_save(corpus: Corpus, cfg: ExperimentConfig, langs: list[str], vocabs: dict[str, Vocab], given: bool,
+def _tokenize_and_save(corpus: Corpus, cfg: ExperimentConfig, langs: list[str], vocabs: dict[str, Vocab], given: bool,
                      cache_dir: Path, work: Path, fp: str) -> PreparedData:
     """Encode every split into `work`, then make it the cache: the folder, the vocabularies, meta.json last."""
     pre = cfg.preprocess
@@ -245,13 +245,13 @@ def _encode_and_save(corpus: Corpus, cfg: ExperimentConfig, langs: list[str], vo
     group_langs: dict[str, list[list[str]]] = {}
     cleaning: dict[str, dict[str, dict]] = {}
     with tqdm(desc="encode", unit=" lines", unit_scale=True) as bar, \
-            ChunkEncoder(vocabs, pre, hashes=pre.clean.dedup, texts=pre.clean.language_id) as encoder:
+            ChunkTokenizer(vocabs, pre, hashes=pre.clean.dedup, texts=pre.clean.language_id) as tokenizer:
         for split in corpus.splits:
             used = _used_groups(corpus, split, langs)
             groups_meta[split] = [g.name for g, _ in used]
             group_langs[split] = [sorted(mine) for _, mine in used]
             for i, (g, mine) in enumerate(used):
-                report = _encode_group(split, i, g, sorted(mine), encoder, pre, langs, work, bar)
+                report = _tokenize_group(split, i, g, sorted(mine), tokenizer, pre, langs, work, bar)
                 cleaning.setdefault(split, {})[g.name] = report
     final = cache_dir / "encoded"
     shutil.rmtree(final, ignore_errors=True)

@@ -169,11 +169,11 @@ class _Scorer:
         return self.result
 
 
-def _setup(model_path: str | Path, translator_path: str | Path | None, languages: set[str], device: str,
+def _setup(checkpoint: str | Path, translator_path: str | Path | None, languages: set[str], device: str,
            cache_key: str, precision: str = "fp32") -> tuple[Model, _Translations, Path]:
-    model = load(model_path, device, precision)
-    translator_path = Path(translator_path or model_path)
-    translator = model if translator_path == Path(model_path) else load(translator_path, device, precision)
+    model = load(checkpoint, device, precision)
+    translator_path = Path(translator_path or checkpoint)
+    translator = model if translator_path == Path(checkpoint) else load(translator_path, device, precision)
     for lang in sorted(languages):
         model.check_source(lang)
         translator.check_source(lang)
@@ -184,7 +184,7 @@ def _setup(model_path: str | Path, translator_path: str | Path | None, languages
     return model, _Translations(translator, translator_path.parent / "eval" / "cldc_translations", key), translator_path
 
 
-def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | Path,
+def evaluate_cldc(checkpoint: str | Path, data_root: str | Path, out_dir: str | Path,
                   pairs: list[tuple[str, str]] | None = None, domains: list[str] | None = None,
                   max_documents: int | None = None, batch_size: int = 16, device: str = "auto",
                   seed: int = 0, translator_path: str | Path | None = None, precision: str = "fp32") -> CLDCResult:
@@ -197,9 +197,9 @@ def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | 
     (<its folder>/eval/cldc_translations), so every model evaluated with one translator shares them."""
     pairs = pairs or [("en", "de"), ("en", "fr")]
     domains = domains or list(DOMAINS)
-    model, translations, translator_path = _setup(model_path, translator_path, {x for p in pairs for x in p}, device,
+    model, translations, translator_path = _setup(checkpoint, translator_path, {x for p in pairs for x in p}, device,
                                                   f"{seed}:{max_documents}", precision)
-    result = CLDCResult(str(model_path), str(translator_path), [(a, b) for a, b in pairs], list(domains))
+    result = CLDCResult(str(checkpoint), str(translator_path), [(a, b) for a, b in pairs], list(domains))
     scorer = _Scorer(model, translations, result, batch_size)
     steps = [(p, d) for p in pairs for d in domains]
     for (a, b), domain in tqdm(steps, desc="cldc", unit="pair-domain"):
@@ -218,7 +218,7 @@ def evaluate_cldc(model_path: str | Path, data_root: str | Path, out_dir: str | 
     return scorer.finish(Path(out_dir))
 
 
-def evaluate_cldc_files(model_path: str | Path, train: LabelledDocuments, train_lang: str, test: LabelledDocuments,
+def evaluate_cldc_files(checkpoint: str | Path, train: LabelledDocuments, train_lang: str, test: LabelledDocuments,
                         test_lang: str, out_dir: str | Path, batch_size: int = 16, device: str = "auto",
                         translator_path: str | Path | None = None, name: str = "documents",
                         precision: str = "fp32") -> CLDCResult:
@@ -227,9 +227,9 @@ def evaluate_cldc_files(model_path: str | Path, train: LabelledDocuments, train_
     has no training documents here)."""
     if train_lang == test_lang:
         raise InterlinguaError(f"cross-lingual classification needs two languages (both are '{train_lang}')")
-    model, translations, translator_path = _setup(model_path, translator_path, {train_lang, test_lang}, device,
+    model, translations, translator_path = _setup(checkpoint, translator_path, {train_lang, test_lang}, device,
                                                   "files", precision)
-    result = CLDCResult(str(model_path), str(translator_path), [(train_lang, test_lang)], [name])
+    result = CLDCResult(str(checkpoint), str(translator_path), [(train_lang, test_lang)], [name])
     result.documents = {f"{train_lang} train": len(train.texts), f"{test_lang} test": len(test.texts)}
     scorer = _Scorer(model, translations, result, batch_size)
     train_vectors = scorer.vectors(train.texts, train_lang, test_lang, f"{name}.train")

@@ -74,10 +74,10 @@ def matrix_lines(report: CrosslingualReport, cell: Callable[[dict], str]) -> lis
 
 def pair_lines(report: CrosslingualReport) -> list[str]:
     columns = VECTOR_COLUMNS + (TRANSLATION_COLUMNS if report.beam is not None else ())
-    head = ["pair", "kind", *(c[1] for c in columns)] + (["pivot"] if report.beam is not None else [])
+    head = ["pair", "route", *(c[1] for c in columns)] + (["pivot"] if report.beam is not None else [])
     out = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for key, row in report.pairs.items():
-        cells = [key, row["kind"] or "-", *(_fmt(row[k], digits) for k, _, digits in columns)]
+        cells = [key, row["route"] or "-", *(_fmt(row[k], digits) for k, _, digits in columns)]
         out.append("| " + " | ".join(cells + ([row["pivot"] or "-"] if report.beam is not None else [])) + " |")
     return out
 

@@ -32,7 +32,7 @@ from interlingua.evaluation.registry import Report
 from interlingua.inference.api import Languages, Model, load
 
 GAP_KEYS = ("margin", "margin_centered", "cos_translation", "cos_unrelated", "cos_nearest_unrelated")
-PAIR_KEYS = ("src", "tgt", "kind", *RETRIEVAL_KEYS.values(), *GAP_KEYS, *SCORES,
+PAIR_KEYS = ("src", "tgt", "route", *RETRIEVAL_KEYS.values(), *GAP_KEYS, *SCORES,
              "pivot", *(f"pivot_{s}" for s in SCORES))
 """Every per-pair dict has these keys, in this order (None where a score was not measured)."""
 
@@ -67,7 +67,7 @@ class CrosslingualReport:
         key = "bleu_cased" if self.cased else "bleu"
         rows = tuple(DirectVsPivot(r["src"], r["tgt"], r[key], r[f"pivot_{key}"], r["pivot"])
                      for r in self.pairs.values()
-                     if r["kind"] == "zero-shot" and r[key] is not None and r[f"pivot_{key}"] is not None)
+                     if r["route"] == "zero-shot" and r[key] is not None and r[f"pivot_{key}"] is not None)
         return PivotComparison(rows, "BLEU (cased)" if self.cased else "BLEU (lowercased)")
 
     def pair(self, src: str, tgt: str) -> dict:
@@ -82,14 +82,18 @@ class CrosslingualReport:
 
     @property
     def zero_shot(self) -> set[tuple[str, str]]:
-        return {(r["src"], r["tgt"]) for r in self.pairs.values() if r["kind"] == "zero-shot"}
+        return {(r["src"], r["tgt"]) for r in self.pairs.values() if r["route"] == "zero-shot"}
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping) -> CrosslingualReport:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        """A report as `to_json` wrote it; one written before a pair's `route` was named so calls it `kind`."""
+        report = cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        report.pairs = {key: {("route" if k == "kind" else k): v for k, v in row.items()}
+                        for key, row in report.pairs.items()}
+        return report
 
     def to_markdown(self) -> str:
         from interlingua.evaluation.crosslingual_markdown import markdown
@@ -141,8 +145,8 @@ def _pairs(languages: Languages, vector_scores: Mapping[tuple[str, str], dict],
     """One flat dict per ordered pair with a vector score or a translation, every key of PAIR_KEYS."""
     out = {}
     for s, t in dict.fromkeys([*vector_scores, *translations]):
-        kind = languages.kind(s, t) if s in languages.sources and t in languages.targets else None
-        row = {**dict.fromkeys(PAIR_KEYS), "src": s, "tgt": t, "kind": kind}
+        route = languages.route(s, t) if s in languages.sources and t in languages.targets else None
+        row = {**dict.fromkeys(PAIR_KEYS), "src": s, "tgt": t, "route": route}
         row.update({k: round(v, 2) for k, v in vector_scores.get((s, t), {}).items() if k in RETRIEVAL_KEYS.values()})
         row.update({k: round(v, 4) for k, v in vector_scores.get((s, t), {}).items() if k in GAP_KEYS})
         row.update(translations.get((s, t), {}))
@@ -151,15 +155,15 @@ def _pairs(languages: Languages, vector_scores: Mapping[tuple[str, str], dict],
 
 
 def summarize(pairs: Mapping[str, dict], probe: Mapping[str, float | int]) -> dict[str, float | int | str | None]:
-    """Means over pairs of every score (translation scores per kind of direction), the weakest retrieval
+    """Means over pairs of every score (translation scores per route), the weakest retrieval
     pair, the probe beside chance, and how many pairs and directions each mean covers."""
     rows = list(pairs.values())
 
-    def values(key: str, kind: str | None = None) -> list[float]:
-        return [r[key] for r in rows if r[key] is not None and (kind is None or r["kind"] == kind)]
+    def values(key: str, route: str | None = None) -> list[float]:
+        return [r[key] for r in rows if r[key] is not None and (route is None or r["route"] == route)]
 
-    def mean(key: str, kind: str | None = None) -> float | None:
-        found = values(key, kind)
+    def mean(key: str, route: str | None = None) -> float | None:
+        found = values(key, route)
         return round(float(np.mean(found)), 4) if found else None
 
     out: dict[str, float | int | str | None] = {f"{key}_mean": mean(key)
@@ -178,22 +182,22 @@ def summarize(pairs: Mapping[str, dict], probe: Mapping[str, float | int]) -> di
     return out
 
 
-def _open(model_or_path: Model | str | Path, device: str, precision: str) -> tuple[Model, str]:
-    if isinstance(model_or_path, Model):
-        return model_or_path, "model"
-    return load(model_or_path, device, precision), str(model_or_path)
+def _open(checkpoint: Model | str | Path, device: str, precision: str) -> tuple[Model, str]:
+    if isinstance(checkpoint, Model):
+        return checkpoint, "model"
+    return load(checkpoint, device, precision), str(checkpoint)
 
 
-def evaluate_crosslingual(model_or_path: Model | str | Path, corpus: str | Path | None = None,
+def evaluate_crosslingual(checkpoint: Model | str | Path, corpus: str | Path | None = None,
                           split: str = "test_2016_flickr", *, beam: int = 1, pivot: str | None = "en",
                           limit: int | None = None, bleu: bool = True, batch_size: int = 64, device: str = "auto",
                           precision: str = "fp32", seed: int = 0, progress: bool = True,
                           name: str | None = None) -> CrosslingualReport:
-    """The report of the module docstring for a model (or a checkpoint, loaded on `device` in `precision`) on
-    `split` of `corpus` (default: the corpus the model was trained on), its first `limit` lines; `bleu=False`
-    skips translation. `seed` draws the probe's halves."""
+    """The report of the module docstring for `checkpoint` (a loaded Model, or a checkpoint / model folder
+    loaded on `device` in `precision`) on `split` of `corpus` (default: the corpus the model was trained on),
+    its first `limit` lines; `bleu=False` skips translation. `seed` draws the probe's halves."""
     start = time.perf_counter()
-    model, default_name = _open(model_or_path, device, precision)
+    model, default_name = _open(checkpoint, device, precision)
     corpus = Path(corpus or model.config.corpus)
     languages = model.languages
     langs = list(languages.sources)

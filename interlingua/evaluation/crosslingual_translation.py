@@ -12,12 +12,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from interlingua.data.directions import Direction
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix
 from interlingua.inference.api import Languages, Model
 
 log = logging.getLogger(__name__)
 
-Direction = tuple[str, str]
 SCORES = ("bleu", "bleu_cased", "chrf", "off_target")
 """MatrixResult tables copied per direction (pivot scores get the prefix `pivot_`)."""
 
@@ -52,7 +52,7 @@ def _cells(result: MatrixResult, src: str, tgt: str, prefix: str = "") -> dict[s
 def translation_scores(model: Model, corpus: str | Path, split: str, *, beam: int = 1, pivot: str | None = "en",
                        max_sentences: int | None = None, batch_size: int = 64, progress: bool = True
                        ) -> tuple[dict[Direction, dict], dict[str, float]]:
-    """{(src, tgt): kind, bleu, bleu_cased, chrf, off_target, pivot, pivot_bleu, ...} for every translated
+    """{(src, tgt): route, bleu, bleu_cased, chrf, off_target, pivot, pivot_bleu, ...} for every translated
     direction (pivot fields None for supervised ones and where no pivot has two trained legs), and the
     language identifier's accuracy on each target language's references (the off-target rates' ceiling)."""
     languages = model.languages
@@ -63,7 +63,7 @@ def translation_scores(model: Model, corpus: str | Path, split: str, *, beam: in
                                     progress=progress)
     direct = bleu_matrix(model, corpus, split, pairs=directions, **settings)
     no_pivot = {"pivot": None, **dict.fromkeys(f"pivot_{name}" for name in SCORES)}
-    rows = {d: {"kind": languages.kind(*d), **_cells(direct, *d), **no_pivot} for d in directions}
+    rows = {d: {"route": languages.route(*d), **_cells(direct, *d), **no_pivot} for d in directions}
     routes = pivot_routes(languages, pivot)
     for via in sorted({p for p in routes.values() if p}):
         pairs = [d for d, p in routes.items() if p == via]

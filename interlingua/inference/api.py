@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DirectionKind = Literal["supervised", "zero-shot"]
+DirectRoute = Literal["supervised", "zero-shot"]
+"""How a direct (unpivoted) translation goes: a trained direction or a zero-shot one."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Languages:
         done = set(self.trained)
         return tuple((s, t) for s in self.sources for t in self.targets if s != t and (s, t) not in done)
 
-    def kind(self, src: str, tgt: str) -> DirectionKind:
+    def route(self, src: str, tgt: str) -> DirectRoute:
         """`supervised` where src -> tgt was trained, `zero-shot` where it never was."""
         return "supervised" if (src, tgt) in set(self.trained) else "zero-shot"
 

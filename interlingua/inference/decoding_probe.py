@@ -21,28 +21,28 @@ PROBE_LENGTHS = (6, 26)
 """Source lengths are drawn from this range (the output limit is twice the length + 10, as in translation)."""
 
 
-def probe_batch(model: TranslationNetwork, source_vocab_size: int
+def probe_batch(network: TranslationNetwork, source_vocab_size: int
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str, str]:
     """The probe's sources: PROBE_SENTENCES random ones (ids below `source_vocab_size`), their lengths
     and output limits, on the model's device, and the direction (first encoder, last decoder)."""
-    src_lang, tgt_lang = model.encoder_langs[0], model.decoder_langs[-1]
+    src_lang, tgt_lang = network.encoder_langs[0], network.decoder_langs[-1]
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(*PROBE_LENGTHS, (PROBE_SENTENCES,), generator=gen).sort(descending=True).values
     ids = torch.randint(EOS + 1, max(source_vocab_size, EOS + 2), (PROBE_SENTENCES, int(lengths.max())),
                         generator=gen)
     ids[torch.arange(ids.size(1)).unsqueeze(0) >= lengths.unsqueeze(1)] = PAD
     limits = lengths * 2 + 10
-    return ids.to(model.device), lengths.to(model.device), limits.to(model.device), src_lang, tgt_lang
+    return ids.to(network.device), lengths.to(network.device), limits.to(network.device), src_lang, tgt_lang
 
 
-def decode_probe(model: TranslationNetwork, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor, str, str],
+def decode_probe(network: TranslationNetwork, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor, str, str],
                  precision: str) -> None:
     """Translate the `probe_batch` greedily and with beam 5, under `precision`'s autocast."""
     ids, lengths, limits, src_lang, tgt_lang = batch
     with autocast(precision):
         for beam in (1, 5):
-            bridged = model.run_encoder(ids, lengths, src_lang)
-            decoder, state = model.start_decoding(bridged, tgt_lang)
+            bridged = network.run_encoder(ids, lengths, src_lang)
+            decoder, state = network.start_decoding(bridged, tgt_lang)
             if beam == 1:
                 greedy_search(decoder, state, limits, BOS)
             else:
@@ -50,8 +50,8 @@ def decode_probe(model: TranslationNetwork, batch: tuple[torch.Tensor, torch.Ten
 
 
 @torch.inference_mode()
-def decoding_bf16_speedup(model: TranslationNetwork, source_vocab_size: int, steps: int = 3) -> float:
+def decoding_bf16_speedup(network: TranslationNetwork, source_vocab_size: int, steps: int = 3) -> float:
     """fp32 / bf16 time of translating PROBE_SENTENCES random sources (ids below `source_vocab_size`,
     first encoder, last decoder) greedily and with beam 5."""
-    batch = probe_batch(model, source_vocab_size)
-    return measure_speedup(lambda precision: decode_probe(model, batch, precision), steps)
+    batch = probe_batch(network, source_vocab_size)
+    return measure_speedup(lambda precision: decode_probe(network, batch, precision), steps)

@@ -175,12 +175,12 @@ def check_path(model_path: str | Path) -> Path:
     return path.parent / f"{name}.int8.json"
 
 
-def check_int8(model: str | Path, corpus: str | Path | None = None, limit: int = DEV_SENTENCES) -> Int8Check:
-    """Measure once whether int8 translates the model at `model` as well as fp32 (greedy dev BLEU of both on up to
-    `limit` `val` pairs of `corpus`, default the model's own corpus) and record it beside the model
+def check_int8(checkpoint: str | Path, corpus: str | Path | None = None, limit: int = DEV_SENTENCES) -> Int8Check:
+    """Measure once whether int8 translates the model at `checkpoint` as well as fp32 (greedy dev BLEU of both
+    on up to `limit` `val` pairs of `corpus`, default the model's own corpus) and record it beside the model
     (`check_path`), where `precision: auto` reads it. Runs on the CPU, where int8 runs. Raises
     `InterlinguaError` where there is no dev set or nothing of the model can run in int8 here."""
-    loaded = load_model(model, "cpu")
+    loaded = load_model(checkpoint, "cpu")
     dev, why = dev_text(loaded, limit, corpus)
     if dev is None:
         raise InterlinguaError(f"no dev set to check int8's BLEU on: {why}")
@@ -193,7 +193,7 @@ def check_int8(model: str | Path, corpus: str | Path | None = None, limit: int =
                       fp32_bleu=round(fp32_bleu, 2), int8_bleu=round(int8_bleu, 2),
                       dev_sentences=sum(len(d[2]) for d in dev), corpus=str(corpus or loaded.config.corpus),
                       weights=fingerprint, measured=datetime.datetime.now().isoformat(timespec="seconds"))
-    check.write(check_path(model))
+    check.write(check_path(checkpoint))
     return check
 
 

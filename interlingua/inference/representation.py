@@ -83,32 +83,32 @@ class Representation:
                               tuple(self.source_ids[i] for i in picked) if self.source_ids else (), self.fingerprint)
 
 
-def represent_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src: str,
+def represent_ids(network: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src: str,
                   tgt: str | None, batch_size: int, fingerprint: str = "") -> Representation:
     """The encode half of `translate_ids`, kept: the memory of every batch split into its sentences.
     `tgt` is only read by a `source_prefix` model (whose encoding it changes); pass None otherwise.
     `fingerprint`: the model's `weights_fingerprint`, which the representation carries."""
-    model.eval()
+    network.eval()
     memory: list[torch.Tensor | None] = [None] * len(seqs)
     mask: list[torch.Tensor | None] = [None] * len(seqs)
     lengths = [0] * len(seqs)
-    for idx, batch_lengths, bridged in encoded_batches(model, vocabs, seqs, src, tgt or src, batch_size):
+    for idx, batch_lengths, bridged in encoded_batches(network, vocabs, seqs, src, tgt or src, batch_size):
         rows = _attended_rows(bridged.memory_mask)
         for row, i in enumerate(idx):
             memory[i] = bridged.memory[row, :rows[row]]
             mask[i] = bridged.memory_mask[row, :rows[row]]
             lengths[i] = int(batch_lengths[row])
-    empty_memory, empty_mask = _empty_rows(model, next((m for m in memory if m is not None), None))
+    empty_memory, empty_mask = _empty_rows(network, next((m for m in memory if m is not None), None))
     return Representation(tuple(empty_memory if m is None else m for m in memory),
                           tuple(empty_mask if m is None else m for m in mask), tuple(lengths), src, tgt,
                           tuple(np.asarray(s) for s in seqs), fingerprint)
 
 
-def weights_fingerprint(model: torch.nn.Module) -> str:
+def weights_fingerprint(network: torch.nn.Module) -> str:
     """SHA-256 (hex) of a model's weights: names, dtypes, shapes and values. The same for the same weights
     however they were loaded (a checkpoint or its model folder, twice), different for any other model."""
     digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
+    for name, tensor in network.state_dict().items():
         t = tensor.detach()
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)};".encode())
         if t.numel():
@@ -116,9 +116,9 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def check_representation(rep: object, model: TranslationNetwork, fingerprint: str,
+def check_representation(rep: object, network: TranslationNetwork, fingerprint: str,
                          dtypes: Sequence[torch.dtype]) -> Representation:
-    """`rep` as `generate` may write it out with `model` (whose `weights_fingerprint` is `fingerprint`, and
+    """`rep` as `generate` may write it out with `network` (whose `weights_fingerprint` is `fingerprint`, and
     whose decoders read memory of `dtypes` on the model's device), or the one error that says what is wrong:
     `ArgumentTypeError` for anything but a `Representation`, `ArgumentError` naming the text for another
     model's representation, memory of another width, dtype or device, a mask that does not fit it, NaN or
@@ -133,7 +133,7 @@ def check_representation(rep: object, model: TranslationNetwork, fingerprint: st
     if not len(rep.mask) == len(rep.lengths) == len(rep.memory):
         raise ArgumentError(f"representation: {len(rep.memory)} memories, {len(rep.mask)} masks and "
                             f"{len(rep.lengths)} lengths: one of each per text")
-    width, device = model.bridge.output_dim, model.device
+    width, device = network.bridge.output_dim, network.device
     for i, (memory, mask) in enumerate(zip(rep.memory, rep.mask)):
         where = f"representation: the memory of text {i}"
         if not isinstance(memory, torch.Tensor) or memory.dim() != 2:
@@ -167,16 +167,16 @@ def _attended_rows(mask: torch.Tensor) -> list[int]:
     return (mask * positions).amax(dim=1).tolist() if mask.size(1) else [0] * mask.size(0)
 
 
-def _empty_rows(model: TranslationNetwork, like: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _empty_rows(network: TranslationNetwork, like: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """A memory and mask with no rows, for the empty texts (like the others' dtype where there are any)."""
     if like is not None:
         return like.new_zeros((0, like.size(-1))), torch.zeros(0, dtype=torch.bool, device=like.device)
-    device = model.device
-    return (torch.zeros((0, model.bridge.output_dim), device=device),
+    device = network.device
+    return (torch.zeros((0, network.bridge.output_dim), device=device),
             torch.zeros(0, dtype=torch.bool, device=device))
 
 
-def generate_text(model: TranslationNetwork, vocabs: dict[str, Vocab], rep: Representation, tgt: str, *,
+def generate_text(network: TranslationNetwork, vocabs: dict[str, Vocab], rep: Representation, tgt: str, *,
                   batch_size: int, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
                   max_len_cap: int = 100, beam_stop: str = "all", progress: bool = False,
                   shortlist: DirectionTable | None = None) -> list[str]:
@@ -191,14 +191,14 @@ def generate_text(model: TranslationNetwork, vocabs: dict[str, Vocab], rep: Repr
             f"this representation was encoded for target '{rep.tgt}': the model puts the target's tag before the "
             f"source (model.tag_position: source_prefix), so it cannot be written in '{tgt}'; "
             f"call represent(..., tgt='{tgt}') for that target")
-    model.eval()
+    network.eval()
     out = [""] * len(rep)
     groups = length_sorted_groups(rep.lengths, batch_size)
     for idx in tqdm(groups, total=batches_total(rep.lengths, batch_size), desc=f"{rep.src}->{tgt}", unit="batch",
                     disable=not progress, leave=False):
         bridged, lengths = _batch(rep, idx)
         candidates = None if shortlist is None else [shortlist.candidates(rep.source_ids[i]) for i in idx]
-        texts = decode_batch(model, vocabs, bridged, lengths, tgt, beam=beam, length_penalty=length_penalty,
+        texts = decode_batch(network, vocabs, bridged, lengths, tgt, beam=beam, length_penalty=length_penalty,
                              max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
         for i, text in zip(idx, texts):
             out[i] = text

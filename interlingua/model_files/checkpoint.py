@@ -59,8 +59,8 @@ class TrainingState:
     history: list[dict[str, Any]] = field(default_factory=list)
     """The validation records so far, oldest first (as in metrics.jsonl)."""
     optimizer: dict[str, Any] | None = None
-    scheduler: dict[str, Any] | None = None
-    """The direction scheduler's position."""
+    direction_scheduler: dict[str, Any] | None = None
+    """The direction scheduler's position (stored under the key "scheduler", as ever)."""
     lr_scheduler: dict[str, Any] | None = None
     """None in checkpoints written before the learning-rate schedule existed (a constant lr)."""
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -79,7 +79,7 @@ class TrainingState:
             "elapsed": self.elapsed,
             "best_bleu": self.best_bleu,
             "optimizer": self.optimizer,
-            "scheduler": self.scheduler,
+            "scheduler": self.direction_scheduler,
             **({"lr_scheduler": self.lr_scheduler} if self.lr_scheduler is not None else {}),
             "batches": self.batches,
             "torch_rng": self.torch_rng,
@@ -103,7 +103,7 @@ class TrainingState:
             raise CheckpointError(f"{path}: its training history is not a list (corrupt checkpoint?)")
         return cls(step=stored.get("step", 0), max_steps=stored.get("max_steps"), elapsed=stored.get("elapsed", 0.0),
                    best_bleu=stored.get("best_bleu"), history=history, optimizer=stored.get("optimizer"),
-                   scheduler=stored.get("scheduler"), lr_scheduler=stored.get("lr_scheduler"),
+                   direction_scheduler=stored.get("scheduler"), lr_scheduler=stored.get("lr_scheduler"),
                    batches=stored.get("batches") or {}, torch_rng=stored.get("torch_rng"),
                    grad_scaler=stored.get("grad_scaler"), log_window=dict(stored.get("log_window") or {}),
                    init=stored.get("init") or None)
@@ -148,12 +148,12 @@ class Checkpoint:
     """The file it was read from (for messages); None for one built in memory."""
 
     @classmethod
-    def of(cls, cfg: ExperimentConfig, model: TranslationNetwork, vocabs: dict[str, Vocab],
+    def of(cls, cfg: ExperimentConfig, network: TranslationNetwork, vocabs: dict[str, Vocab],
            directions: list[tuple[str, str]], training: TrainingState | None = None) -> Checkpoint:
         """The checkpoint of a model in use: its weights as they are now (not copied)."""
         return cls(config=cfg.model_dump(mode="json"), vocab_protos={lang: v.proto for lang, v in vocabs.items()},
-                   encoder_langs=model.encoder_langs, decoder_langs=model.decoder_langs,
-                   directions=[(s, t) for s, t in directions], weights=model.state_dict(),
+                   encoder_langs=network.encoder_langs, decoder_langs=network.decoder_langs,
+                   directions=[(s, t) for s, t in directions], weights=network.state_dict(),
                    vocab_offsets=vocab_offsets(vocabs) or None, training=training)
 
     @classmethod
@@ -210,10 +210,10 @@ class Checkpoint:
         return vocabs_from_protos(self.vocab_protos, self.vocab_offsets)
 
 
-def build_payload(cfg: ExperimentConfig, model: TranslationNetwork, vocabs: dict[str, Vocab],
+def build_payload(cfg: ExperimentConfig, network: TranslationNetwork, vocabs: dict[str, Vocab],
                   directions: list[tuple[str, str]], training: TrainingState | None = None) -> dict[str, Any]:
     """The file content of `Checkpoint.of(...)` (for tools and tests that write files by hand)."""
-    return Checkpoint.of(cfg, model, vocabs, directions, training).to_payload()
+    return Checkpoint.of(cfg, network, vocabs, directions, training).to_payload()
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -271,20 +271,20 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
         cfg = ckpt.experiment_config()
         vocabs = ckpt.load_vocabs()
         with memory_for(f"the model of {path}"):
-            model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
-                                     ckpt.encoder_langs, ckpt.decoder_langs)
-        model.load_state_dict(ckpt.weights)
+            network = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()},
+                                       ckpt.encoder_langs, ckpt.decoder_langs)
+        network.load_state_dict(ckpt.weights)
         check_finite(ckpt.weights, path)
         ckpt.weights = {}
-        model.restrict_to_vocabs(vocabs)
+        network.restrict_to_vocabs(vocabs)
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
         raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
     with memory_for(f"the model of {path}", device):
-        model.to(device).eval()
+        network.to(device).eval()
     provenance = Provenance("checkpoint", Path(path), int(step) if isinstance(step, int) else None, summary,
                             tuple(ckpt.extended or ()), tuple(ckpt.averaged_from or ()))
-    return LoadedModel(model, vocabs, cfg, list(ckpt.directions), provenance)
+    return LoadedModel(network, vocabs, cfg, list(ckpt.directions), provenance)
 
 
 def check_finite(weights: Mapping[str, torch.Tensor], path: str | Path) -> None:

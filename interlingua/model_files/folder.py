@@ -90,7 +90,7 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def stored_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def stored_tensors(network: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors model.safetensors holds, and the tied names left out (name -> the stored name it is).
 
     safetensors refuses tensors that share memory: a weight under two names (tied embeddings) is
@@ -100,7 +100,7 @@ def stored_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dic
     tied: dict[str, str] = {}
     seen: dict[tuple[Any, ...], str] = {}
     storages: set[int] = set()
-    for name, t in model.state_dict().items():
+    for name, t in network.state_dict().items():
         ptr = t.untyped_storage().data_ptr()
         key = (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
         if t.numel() and key in seen:
@@ -259,18 +259,18 @@ def load_folder(path: str | Path, device: torch.device | str = "cpu") -> LoadedM
     if missing:
         raise CheckpointError(f"{where} names no tokenizer for {', '.join(missing)}")
     try:
-        model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, enc, dec)
+        network = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in vocabs.items()}, enc, dec)
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe a model this version builds: {err}") from None
-    read_weights(model, folder / _plain_name(weights, where), recorded)
+    read_weights(network, folder / _plain_name(weights, where), recorded)
     for name in sorted(set(recorded or {}) - {weights, *files.values()}):  # the card: what load does not read
         path = folder / _plain_name(name, where)
         if not path.is_file():
             raise CheckpointError(f"{path} is missing (config.json records its SHA-256)")
         verify_checksum(path, recorded)
-    model.restrict_to_vocabs(vocabs)
-    model.to(device).eval()
-    return LoadedModel(model, vocabs, cfg, directions, provenance)
+    network.restrict_to_vocabs(vocabs)
+    network.to(device).eval()
+    return LoadedModel(network, vocabs, cfg, directions, provenance)
 
 
 def folder_provenance(meta: dict[str, Any], folder: Path) -> Provenance:
@@ -356,8 +356,8 @@ def read_tokenizers(folder: Path, files: dict[str, str], recorded: dict[str, str
     return protos
 
 
-def read_weights(model: TranslationNetwork, path: Path, recorded: dict[str, str] | None = None) -> None:
-    """Load `path` (safetensors) into `model`; the names `stored_tensors` left out because they are a
+def read_weights(network: TranslationNetwork, path: Path, recorded: dict[str, str] | None = None) -> None:
+    """Load `path` (safetensors) into `network`; the names `stored_tensors` left out because they are a
     stored tensor under another name (tied weights) are filled by it, since the model ties them itself.
     Before anything is copied: every tensor's name, dtype and shape are the model's (`load_state_dict`
     would cast an int32 header's values silently), every value is finite, and the file's SHA-256 is
@@ -369,7 +369,7 @@ def read_weights(model: TranslationNetwork, path: Path, recorded: dict[str, str]
     except Exception as err:  # safetensors raises its own error type, and others for odd files
         detail = " ".join(str(err).split())[:200] or type(err).__name__
         raise CheckpointError(f"{path} is not a readable safetensors file (truncated or corrupt?): {detail}") from None
-    state = model.state_dict()
+    state = network.state_dict()
     unexpected = [k for k in tensors if k not in state]
     stored = {state[k].untyped_storage().data_ptr() for k in tensors if k in state and state[k].numel()}
     missing = [k for k in state if k not in tensors
@@ -389,7 +389,7 @@ def read_weights(model: TranslationNetwork, path: Path, recorded: dict[str, str]
     check_finite(tensors, path)
     verify_checksum(path, recorded)
     try:
-        model.load_state_dict(tensors, strict=False)
+        network.load_state_dict(tensors, strict=False)
     except RuntimeError as err:
         detail = " ".join(str(err).split())[:300]
         raise CheckpointError(f"{path} does not match config.json and the tokenizers: {detail}") from None

@@ -158,15 +158,15 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
     return [sorted(f, key=lambda x: -x[0]) for f in finished]
 
 
-def encoded_batches(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
+def encoded_batches(network: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
                     tgt_lang: str, batch_size: int) -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
     """The encode half of translation: (original indices, source lengths with the prefix, encoder + bridge
     output on the model's device) per length-sorted batch of the non-empty sources. `tgt_lang` matters only
     to a model that puts the target's tag before the source (`source_prefix`)."""
-    prefix = source_prefix(vocabs[src_lang], tgt_lang, model.cfg.shared, model.cfg.tag_position)
-    device = model.device
+    prefix = source_prefix(vocabs[src_lang], tgt_lang, network.cfg.shared, network.cfg.tag_position)
+    device = network.device
     for idx, ids, lengths in length_sorted_batches(list(seqs), batch_size, prefix):
-        yield idx, lengths, model.run_encoder(ids.to(device), lengths.to(device), src_lang)
+        yield idx, lengths, network.run_encoder(ids.to(device), lengths.to(device), src_lang)
 
 
 def output_limits(lengths: torch.Tensor, max_len: int | None, max_len_cap: int, readable: int | None) -> torch.Tensor:
@@ -178,7 +178,7 @@ def output_limits(lengths: torch.Tensor, max_len: int | None, max_len_cap: int, 
     return limit if readable is None else limit.clamp(max=readable)
 
 
-def decode_batch(model: TranslationNetwork, vocabs: dict[str, Vocab], bridged: BridgeOutput, lengths: torch.Tensor,
+def decode_batch(network: TranslationNetwork, vocabs: dict[str, Vocab], bridged: BridgeOutput, lengths: torch.Tensor,
                  tgt_lang: str, *, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
                  max_len_cap: int = 100, beam_stop: str = "all",
                  candidates: Sequence[np.ndarray] | None = None) -> list[str]:
@@ -188,9 +188,9 @@ def decode_batch(model: TranslationNetwork, vocabs: dict[str, Vocab], bridged: B
     `candidates`: per sentence, the target ids of its shortlist (`data.shortlist`); None: the whole
     vocabulary."""
     vocab = vocabs[tgt_lang]
-    start = decoder_start(vocab, tgt_lang, model.cfg.shared, model.cfg.tag_position)
-    limit = output_limits(lengths, max_len, max_len_cap, model.decoder_for(tgt_lang).max_length)
-    decoder, state = model.start_decoding(bridged, tgt_lang)
+    start = decoder_start(vocab, tgt_lang, network.cfg.shared, network.cfg.tag_position)
+    limit = output_limits(lengths, max_len, max_len_cap, network.decoder_for(tgt_lang).max_length)
+    decoder, state = network.start_decoding(bridged, tgt_lang)
     searched: Any = decoder
     shortlist = None
     if candidates is not None:
@@ -211,7 +211,7 @@ def batches_total(lengths: Sequence[int], batch_size: int) -> int:
 
 
 @torch.inference_mode()
-def translate_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
+def translate_ids(network: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
                   tgt_lang: str, *, batch_size: int, beam: int = 1, length_penalty: float = 1.0,
                   max_len: int | None = None, max_len_cap: int = 100, progress: bool = False,
                   beam_stop: str = "all", shortlist: DirectionTable | None = None) -> list[str]:
@@ -222,13 +222,13 @@ def translate_ids(model: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Seq
     `output_limits`), so no batch's memory outlives its search. With a `shortlist` each sentence's output
     layer is restricted to its candidates (`modules.shortlist_decoding`). `Model.translate` runs the same two
     halves with the whole representation kept in between (`Model.represent`, `Model.generate`)."""
-    model.eval()
+    network.eval()
     out = [""] * len(seqs)
-    batches = encoded_batches(model, vocabs, seqs, src_lang, tgt_lang, batch_size)
+    batches = encoded_batches(network, vocabs, seqs, src_lang, tgt_lang, batch_size)
     for idx, lengths, bridged in tqdm(batches, total=batches_total([len(s) for s in seqs], batch_size),
                                       desc=f"{src_lang}->{tgt_lang}", unit="batch", disable=not progress, leave=False):
         candidates = None if shortlist is None else [shortlist.candidates(seqs[i]) for i in idx]
-        texts = decode_batch(model, vocabs, bridged, lengths, tgt_lang, beam=beam, length_penalty=length_penalty,
+        texts = decode_batch(network, vocabs, bridged, lengths, tgt_lang, beam=beam, length_penalty=length_penalty,
                              max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
         for i, text in zip(idx, texts):
             out[i] = text

@@ -152,8 +152,8 @@ class _LanguageCheck:
                 raise RequestFieldError(f"body.tgts.{index}", f"target language '{lang}' is in `tgts` twice")
         return tgts
 
-    def direction(self, call: TranslateCall) -> TranslationRoute:
-        return "pivot" if call.pivot is not None else self.languages.kind(call.src, call.tgt)
+    def route(self, call: TranslateCall) -> TranslationRoute:
+        return "pivot" if call.pivot is not None else self.languages.route(call.src, call.tgt)
 
 
 class _AttentionCheck:
@@ -254,8 +254,9 @@ async def _encode_each(request: Request, texts: list[str], langs: list[str], cou
 
 def _translated(call: TranslateCall, translations: list[str], check: _LanguageCheck) -> TranslateResponse:
     """One target's answer: what a request with that `tgt` gets."""
+    route = check.route(call)
     return TranslateResponse(translations=translations, src=call.src, tgt=call.tgt, pivot=call.pivot,
-                             direction=check.direction(call))
+                             route=route, direction=route)
 
 
 def _base64_float32(vector: np.ndarray) -> str:
@@ -324,7 +325,7 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
                                     "with the model's pivot: send it with `tgt` and without `pivot`")
         if body.tgts is None:
             through = model.languages.pivot(body.src, calls[0].tgt) if (
-                body.compare_pivot and check.direction(calls[0]) == "zero-shot") else None
+                body.compare_pivot and check.route(calls[0]) == "zero-shot") else None
             if through is None:
                 answer = _translated(calls[0], await _submit(request, calls[0], body.texts), check)
                 if body.compare_pivot:
@@ -388,11 +389,11 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
     @app.get("/directions", response_model=DirectionsResponse)
     async def directions() -> DirectionsResponse:
         """Every direction between two of the model's languages: supervised (trained) or zero-shot, and a
-        language to pivot through instead (`Languages.kind`, `Languages.pivot`)."""
+        language to pivot through instead (`Languages.route`, `Languages.pivot`)."""
         langs = check.languages
         return DirectionsResponse(directions=[
-            DirectionInfo(src=s, tgt=t, kind=langs.kind(s, t), pivot=langs.pivot(s, t))
-            for s in langs.sources for t in langs.targets if s != t])
+            DirectionInfo(src=s, tgt=t, route=route, kind=route, pivot=langs.pivot(s, t))
+            for s in langs.sources for t in langs.targets if s != t for route in [langs.route(s, t)]])
 
     @app.get("/model", response_model=ModelInfoResponse)
     async def model_info() -> ModelInfoResponse:

@@ -12,11 +12,12 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 
 from interlingua.data.inputs import text_problem
+from interlingua.inference.api import DirectRoute
 from interlingua.serving.model_calls import Pooling
 
-TranslationRoute = Literal["supervised", "zero-shot", "pivot"]
+TranslationRoute = Literal[DirectRoute, "pivot"]
 """How a translation went: a trained direction, a zero-shot one, or through a pivot language (a direction
-itself is a (src, tgt) pair, `interlingua.data.directions.Direction`)."""
+itself is a (src, tgt) pair, `interlingua.data.directions.Direction`). Every answer names it `route`."""
 
 
 def _valid_unicode(value: str) -> str:
@@ -95,8 +96,10 @@ class TranslateResponse(BaseModel):
     src: str
     tgt: str
     pivot: str | None = Field(description="The language translated through, or null for a direct translation.")
-    direction: TranslationRoute = Field(description="supervised: a trained direction; zero-shot: never trained "
-                                             "together; pivot: through `pivot`.")
+    route: TranslationRoute = Field(description="supervised: a trained direction; zero-shot: never trained "
+                                                "together; pivot: through `pivot`.")
+    direction: TranslationRoute = Field(description="Deprecated: the same as `route`, under its former name; "
+                                                    "read `route`.", deprecated=True)
     through_pivot: PivotTranslations | None = Field(
         None, description="With `compare_pivot`: the same texts through the model's pivot for a zero-shot "
                           "direction (null where the direction is not zero-shot or has no pivot); absent otherwise.")
@@ -184,9 +187,11 @@ class LanguagesResponse(BaseModel):
 class DirectionInfo(BaseModel):
     src: str
     tgt: str
-    kind: Literal["supervised", "zero-shot"] = Field(description="supervised: trained; zero-shot: the model has "
-                                                                 "this encoder and decoder but never trained them "
-                                                                 "together.")
+    route: DirectRoute = Field(description="supervised: trained; zero-shot: the model has this encoder and decoder "
+                                           "but never trained them together (the values of POST /translate's "
+                                           "`route`).")
+    kind: DirectRoute = Field(description="Deprecated: the same as `route`, under its former name; read `route`.",
+                              deprecated=True)
     pivot: str | None = Field(description="A language with both legs trained (src -> pivot and pivot -> tgt), to "
                                           "translate a zero-shot direction through (POST /translate with `pivot`); "
                                           "the hub of the trained directions first; null where none has both.")

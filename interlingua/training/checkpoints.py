@@ -37,7 +37,7 @@ class CheckpointFiles:
         if self.before_write is not None:
             self.before_write()
         run = self.run
-        Checkpoint.of(run.cfg, run.model, run.data.vocabs, run.directions, state).save(path)
+        Checkpoint.of(run.cfg, run.network, run.data.vocabs, run.directions, state).save(path)
         return path
 
     def after_validation(self, state: TrainingState, best: bool) -> None:

@@ -141,12 +141,12 @@ def extend_checkpoint(path: str | Path, lang: str, out: str | Path, *, corpus: s
     new_vocab = new_language_vocab(texts, lang, vocab_size, old_size, cfg.preprocess.vocab_sample)
     vocabs = {**loaded.vocabs, lang: new_vocab}
     link_tags(vocabs)
-    model = TranslationNetwork(cfg.model, {code: len(v) for code, v in vocabs.items()},
-                             [*loaded.network.encoder_langs, lang], [*loaded.network.decoder_langs, lang])
+    network = TranslationNetwork(cfg.model, {code: len(v) for code, v in vocabs.items()},
+                               [*loaded.network.encoder_langs, lang], [*loaded.network.decoder_langs, lang])
     added: list[str] = []
-    grown = grow_rows(loaded.network, model, old_size, noise, seed, lang, added)
-    model.restrict_to_vocabs(vocabs)
-    extended = Checkpoint.of(cfg, model, vocabs, loaded.directions)
+    grown = grow_rows(loaded.network, network, old_size, noise, seed, lang, added)
+    network.restrict_to_vocabs(vocabs)
+    extended = Checkpoint.of(cfg, network, vocabs, loaded.directions)
     extended.extended = [*loaded.provenance.extended, AddedLanguage(lang, str(path), vocab_size, noise, seed)]
     out = Path(out)
     extended.save(out)

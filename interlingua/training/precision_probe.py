@@ -24,10 +24,10 @@ PROBE_BATCHES = 3
 """Distinct batches the probe cycles through (lengths differ from batch to batch)."""
 
 
-def model_bf16_probe(model: TranslationNetwork, batches: DirectionBatches, device: torch.device,
+def model_bf16_probe(network: TranslationNetwork, batches: DirectionBatches, device: torch.device,
                      loss_options: dict[str, Any], rng_state: Callable[[], Any],
                      set_rng_state: Callable[[Any], None], steps: int = 4) -> Callable[[], float]:
-    """A probe for `precision.resolve_precision`: fp32 / bf16 time of `model`'s training step
+    """A probe for `precision.resolve_precision`: fp32 / bf16 time of `network`'s training step
     (forward with `loss_options`, backward) on the next batches of `batches`."""
 
     def probe() -> float:
@@ -38,9 +38,9 @@ def model_bf16_probe(model: TranslationNetwork, batches: DirectionBatches, devic
 
         def step(precision: str) -> None:
             with autocast(precision):
-                out = model(next(cycle), **loss_options)
+                out = network(next(cycle), **loss_options)
             out.loss.backward()
-            model.zero_grad(set_to_none=True)
+            network.zero_grad(set_to_none=True)
 
         try:
             return measure_speedup(step, steps)
@@ -50,9 +50,9 @@ def model_bf16_probe(model: TranslationNetwork, batches: DirectionBatches, devic
     return probe
 
 
-def auto_precision(cfg: ExperimentConfig, model: TranslationNetwork, batches: DirectionBatches, runtime: Runtime,
+def auto_precision(cfg: ExperimentConfig, network: TranslationNetwork, batches: DirectionBatches, runtime: Runtime,
                    loss_options: dict[str, Any], vocab_sizes: dict[str, int]) -> str:
     """What `precision: auto` trains in here: bf16 only where this model's own steps measure faster in it."""
-    probe = model_bf16_probe(model, batches, runtime.device, loss_options, runtime.rng_state, runtime.set_rng_state)
+    probe = model_bf16_probe(network, batches, runtime.device, loss_options, runtime.rng_state, runtime.set_rng_state)
     workload = model_workload(cfg.model.model_dump(mode="json"), vocab_sizes, cfg.train.batch_size)
     return resolve_device_precision("auto", runtime.device, probe, workload)

@@ -42,5 +42,6 @@ class ProgressBar:
     def __enter__(self) -> ProgressBar:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, err: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()

@@ -66,14 +66,15 @@ class Run:
     data: PreparedData
     directions: list[Direction]
     zero_shot: list[Direction]
-    model: TranslationNetwork
+    network: TranslationNetwork
     optimizer: torch.optim.Optimizer
     lr_factor: Callable[[int], float]
     lr_scheduler: torch.optim.lr_scheduler.LambdaLR
-    scheduler: DirectionScheduler
+    direction_scheduler: DirectionScheduler
     """Which direction each step trains."""
     batches: dict[Direction, DirectionBatches]
-    """The batch plan of each direction the scheduler rotates over: all, or with `both_directions` one per pair."""
+    """The batch plan of each direction `direction_scheduler` rotates over: all, or with `both_directions` one
+    per pair."""
     max_steps: int
     """The step to stop at: `train.max_steps`, or `train.epochs` passes over every direction (the
     rotation gives each direction one batch per cycle, so directions of equal size end together)."""
@@ -86,7 +87,7 @@ class Run:
     """The checkpoint a fine-tuning run started from (`--init`), kept across resumes."""
     progress: Progress = field(default_factory=Progress)
     trained: torch.nn.Module | None = None
-    """The module the steps run through: the model, or DDP around it (which shares its weights)."""
+    """The module the steps run through: `network`, or DDP around it (which shares its weights)."""
     lock: WorkDirLock | None = None
 
     @property
@@ -118,7 +119,7 @@ class Run:
 
     def validate(self, step: int) -> dict[str, Any]:
         """One validation record: dev loss, BLEU and chrF per direction, mean BLEU of the trained ones."""
-        return validate(self.model, self.devsets, self.data.vocabs, self.zero_shot, step, self.runtime.autocast,
+        return validate(self.network, self.devsets, self.data.vocabs, self.zero_shot, step, self.runtime.autocast,
                         beam=self.cfg.train.valid_beam, max_len=2 * self.cfg.preprocess.max_len,
                         zero_resource=self.zero_resource)
 
@@ -184,33 +185,33 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
     directions = build_directions(cfg.directions, data.languages)
     zero_shot = zero_shot_directions(directions, data.languages)
     with memory_for("the model (the config's model section)"):
-        model = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in data.vocabs.items()},
-                                 sorted({s for s, _ in directions}), sorted({t for _, t in directions}))
+        network = TranslationNetwork(cfg.model, {lang: len(v) for lang, v in data.vocabs.items()},
+                                   sorted({s for s, _ in directions}), sorted({t for _, t in directions}))
     if init_from is not None and resume_from is None:
         assert init is not None
-        load_init_weights(model, init_from, tc.trainable, Path(init))
+        load_init_weights(network, init_from, tc.trainable, Path(init))
     if tc.trainable == "bridge":
-        model.freeze_translation()
-    model.check_agreement(tc.agreement, directions)
+        network.freeze_translation()
+    network.check_agreement(tc.agreement, directions)
     check_synthetic(tc.synthetic, directions, zero_shot)
-    model.restrict_to_vocabs(data.vocabs)
+    network.restrict_to_vocabs(data.vocabs)
     with memory_for("the model (the config's model section)", runtime.device):
-        model.to(runtime.device)
+        network.to(runtime.device)
 
-    trained = [p for p in model.parameters() if p.requires_grad]
+    trained = [p for p in network.parameters() if p.requires_grad]
     optimizer = (torch.optim.SGD(trained, lr=tc.lr) if tc.optimizer == "sgd"
                  else torch.optim.Adam(trained, lr=tc.lr, betas=tc.adam_betas, fused=True))
     factor = lr_factor(tc.lr_schedule, tc.warmup_steps)
     lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     rotated = step_directions(cfg, directions)
-    scheduler = DirectionScheduler(rotated, tc.seed)
+    direction_scheduler = DirectionScheduler(rotated, tc.seed)
     batches = {d: direction_batches(cfg, data, directions, d, direction_tokens(tc.batch_tokens, len(rotated)))
                for d in rotated}
     max_steps = tc.max_steps if tc.epochs is None else tc.epochs * steps_per_epoch(tc, list(batches.values()))
 
     if tc.precision == "auto":
         vocab_sizes = {lang: len(v) for lang, v in data.vocabs.items()}
-        chosen = (auto_precision(cfg, model, next(iter(batches.values())), runtime, loss_terms(cfg), vocab_sizes)
+        chosen = (auto_precision(cfg, network, next(iter(batches.values())), runtime, loss_terms(cfg), vocab_sizes)
                   if dist.is_main else None)
         decided = dist.broadcast(chosen)  # rank 0's
         assert decided is not None
@@ -219,8 +220,8 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
     log.info("training on %s%s", runtime.describe(),
              f"; process {dist.rank} of {dist.world_size} ({dist.backend})" if dist.active else "")
     devsets = build_devsets(data, directions, zero_shot, cfg.preprocess.max_valid_sentences, cfg.preprocess.max_len)
-    run = Run(cfg, dist, runtime, data, directions, zero_shot, model, optimizer, factor, lr_scheduler, scheduler,
-              batches, max_steps, scaler, devsets, MetricsLog(Path(cfg.work_dir)), init=init_name)
+    run = Run(cfg, dist, runtime, data, directions, zero_shot, network, optimizer, factor, lr_scheduler,
+              direction_scheduler, batches, max_steps, scaler, devsets, MetricsLog(Path(cfg.work_dir)), init=init_name)
 
     if resume_from is not None:
         run.progress = resume_run(run, resume_from)
@@ -228,7 +229,7 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
         raise ConfigError(f"{run.work_dir} already holds a run (last.pt); use --resume to continue it or choose "
                           f"another work_dir")
     seed_dropout(dist, tc.seed, run.progress.step)
-    run.trained = dist.wrap(model, some_unused=len(rotated) > 1)
+    run.trained = dist.wrap(network, some_unused=len(rotated) > 1)
     return run
 
 
@@ -240,7 +241,7 @@ def loss_terms(cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def step_directions(cfg: ExperimentConfig, directions: list[Direction]) -> list[Direction]:
-    """The directions the scheduler rotates over: all, or with `both_directions` one per pair (a
+    """The directions the direction scheduler rotates over: all, or with `both_directions` one per pair (a
     step trains it both ways)."""
     if not cfg.train.both_directions:
         return list(directions)

@@ -35,7 +35,8 @@ class StopSignals:
                 self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, err: BaseException | None,
+                 tb: TracebackType | None) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()

@@ -63,7 +63,7 @@ def capture_state(run: Run, progress: Progress, history: list[dict[str, Any]] | 
         best_bleu=progress.best_bleu if best_bleu is None else best_bleu,
         history=progress.history if history is None else history,
         optimizer=run.optimizer.state_dict(),
-        scheduler=run.scheduler.state_dict(),
+        direction_scheduler=run.direction_scheduler.state_dict(),
         lr_scheduler=run.lr_scheduler.state_dict(),
         batches={direction_name(d): b.state_dict() for d, b in run.batches.items()},
         torch_rng=run.runtime.rng_state(),
@@ -96,13 +96,13 @@ def resume_run(run: Run, ckpt: Checkpoint) -> Progress:
                               f"trained with")
     st = ckpt.training
     assert st is not None  # read_resume_checkpoint's check
-    optimizer, scheduler = st.optimizer, st.scheduler
+    optimizer, direction_scheduler = st.optimizer, st.direction_scheduler
     try:
-        if optimizer is None or scheduler is None:
-            raise KeyError("optimizer" if optimizer is None else "scheduler")
-        run.model.load_state_dict(ckpt.weights)
+        if optimizer is None or direction_scheduler is None:
+            raise KeyError("optimizer" if optimizer is None else "scheduler")  # the checkpoint's key
+        run.network.load_state_dict(ckpt.weights)
         run.optimizer.load_state_dict(optimizer)
-        run.scheduler.load_state_dict(scheduler)
+        run.direction_scheduler.load_state_dict(direction_scheduler)
         if st.lr_scheduler is not None:  # checkpoints written before the schedule existed: constant lr
             run.lr_scheduler.load_state_dict(st.lr_scheduler)
         for d, b in run.batches.items():
@@ -135,21 +135,21 @@ def read_init_checkpoint(cfg: ExperimentConfig, init: str | Path) -> Checkpoint:
     return ckpt
 
 
-def load_init_weights(model: TranslationNetwork, ckpt: Checkpoint, trainable: str, path: Path) -> None:
+def load_init_weights(network: TranslationNetwork, ckpt: Checkpoint, trainable: str, path: Path) -> None:
     """The checkpoint's weights; with `trainable: bridge` its encoders and decoders only (those of
     languages this run does not use are left out) and the bridge stays new."""
     weights = ckpt.weights
     if trainable == "bridge":
-        wanted = {k for k in model.state_dict() if not k.startswith("bridge.")}
+        wanted = {k for k in network.state_dict() if not k.startswith("bridge.")}
         missing = sorted(wanted - set(weights))
         if missing:
             raise CheckpointError(f"cannot start from {path}: it lacks {len(missing)} weights this run's encoders "
                                   f"and decoders need (languages or directions it was not trained on?), "
                                   f"e.g. {missing[0]}")
         weights = {k: v for k, v in weights.items() if k in wanted}
-        weights.update({k: v for k, v in model.state_dict().items() if k.startswith("bridge.")})
+        weights.update({k: v for k, v in network.state_dict().items() if k.startswith("bridge.")})
     try:
-        model.load_state_dict(weights)
+        network.load_state_dict(weights)
     except (KeyError, RuntimeError) as err:
         raise CheckpointError(f"cannot start from {path}: its weights do not fit this run's model "
                               f"(directions or languages?): {_one_line(err)}") from None

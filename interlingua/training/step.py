@@ -63,11 +63,11 @@ StepPart = tuple[Direction, np.ndarray]
 
 def step_parts(run: Run) -> list[StepPart]:
     """The step's batch: the next direction's next batch, or with `train.batch_tokens` a batch of each
-    direction the scheduler rotates over, in the order of its rotation (a whole cycle a step)."""
+    direction the direction scheduler rotates over, in the order of its rotation (a whole cycle a step)."""
     count = len(run.batches) if run.cfg.train.batch_tokens is not None else 1
     parts = []
     for _ in range(count):
-        direction = run.scheduler.next()
+        direction = run.direction_scheduler.next()
         parts.append((direction, run.batches[direction].next_indices()))
     return parts
 
@@ -106,7 +106,7 @@ def forward_backward(run: Run, micro: list[MicroBatch]) -> StepSums:
     last one only), and this process's sums of the step's loss terms."""
     terms = run.loss_terms()
     without_agreement = {**terms, "agreement": None}
-    trained = run.trained if run.trained is not None else run.model
+    trained = run.trained if run.trained is not None else run.network
     sums = StepSums()
     for i, mb in enumerate(micro):
         with no_sync(trained, skip=i < len(micro) - 1):
@@ -132,17 +132,17 @@ class StepStart:
     """What a step changes before it updates the weights (cheap to copy every step), so that a step
     stopped part-way is undone: which direction comes next, the batch positions, the RNG."""
 
-    scheduler: dict[str, Any]
+    direction_scheduler: dict[str, Any]
     batches: dict[Direction, dict[str, Any]]
     torch_rng: Any
 
     @classmethod
     def of(cls, run: Run) -> StepStart:
-        return cls(run.scheduler.state_dict(), {d: b.state_dict() for d, b in run.batches.items()},
+        return cls(run.direction_scheduler.state_dict(), {d: b.state_dict() for d, b in run.batches.items()},
                    run.runtime.rng_state())
 
     def rewind(self, run: Run) -> None:
-        run.scheduler.load_state_dict(self.scheduler)
+        run.direction_scheduler.load_state_dict(self.direction_scheduler)
         for d, b in run.batches.items():
             if b.state_dict() != self.batches[d]:
                 b.load_state_dict(self.batches[d])

@@ -61,8 +61,8 @@ class SyntheticPairs:
         self.directions = set(synthetic_directions(self.cfg.directions, run.zero_shot))
         trained = set(run.directions)
         self.trained = trained
-        self.sources = sorted(run.model.encoder_langs)
-        self.targets = set(run.model.decoder_langs)
+        self.sources = sorted(run.network.encoder_langs)
+        self.targets = set(run.network.decoder_langs)
         languages = sorted(set(self.sources) | self.targets)
         self.identify = supported(languages)
         self.languages = languages
@@ -130,8 +130,8 @@ class SyntheticPairs:
             generator.manual_seed(int(np.random.default_rng([tc.seed, step, run.dist.rank, 0x5A]).integers(2**62)))
         made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]] = []
         checked = off = unfinished = 0
-        was_training = run.model.training
-        run.model.eval()
+        was_training = run.network.training
+        run.network.eval()
         try:
             for job in jobs:
                 (s, t), idx = parts[job.part]
@@ -163,7 +163,7 @@ class SyntheticPairs:
                         kept_made = [np.asarray([UNK], dtype=np.int64)]  # one token: an encoder needs one
                     made.append((job, kept_given, kept_made, not keep))
         finally:
-            run.model.train(was_training)
+            run.network.train(was_training)
         micro, keys = self._passes(parts, made)
         seconds = clock() - t0
         pairs: dict[str, int] = {}
@@ -210,13 +210,13 @@ class SyntheticPairs:
         """`seqs` translated by the model as it is (greedy, or sampled with `generator`), as target ids, and
         each one's length limit (a sentence that reaches it never ended)."""
         run = self.run
-        model, device = run.model, run.runtime.device
+        network, device = run.network, run.runtime.device
         ids, lengths = pad_sources(seqs, run.prefix(src_lang, tgt_lang))
         with run.runtime.autocast():
-            bridged = model.run_encoder(ids.to(device), lengths.to(device), src_lang)
+            bridged = network.run_encoder(ids.to(device), lengths.to(device), src_lang)
             limit = output_limits(lengths.to(device), self.cfg.max_len, run.cfg.preprocess.max_len,
-                                  model.decoder_for(tgt_lang).max_length)
+                                  network.decoder_for(tgt_lang).max_length)
             if self.cfg.max_len is not None:
                 limit = limit.clamp(max=run.cfg.preprocess.max_len)
-            decoder, state = model.start_decoding(bridged, tgt_lang)
+            decoder, state = network.start_decoding(bridged, tgt_lang)
             return greedy_search(decoder, state, limit, run.start(tgt_lang), sample=generator), limit.tolist()

@@ -86,9 +86,9 @@ def train(cfg: ExperimentConfig, resume: bool = False, init: str | Path | None =
         return Trainer(build_run(cfg, resume=resume, init=init, data=data, dist=dist, device=device)).train()
 
 
-def step_clock(kind: str) -> Callable[[], float]:
+def step_clock(clock: str) -> Callable[[], float]:
     """The clock a step's time is read from (`train.clock`): wall-clock, or this process's CPU time."""
-    return time.process_time if kind == "cpu" else time.perf_counter
+    return time.process_time if clock == "cpu" else time.perf_counter
 
 
 def budget_spent(tc: TrainConfig, max_steps: int, step: int, elapsed: float) -> bool:
@@ -121,8 +121,8 @@ class Trainer:
                               "to train it further")
         try:
             self._open_logs()
-            run.model.train()
-            self._trained_params = [w for w in run.model.parameters() if w.requires_grad]
+            run.network.train()
+            self._trained_params = [w for w in run.network.parameters() if w.requires_grad]
             with StopSignals() as signals, ProgressBar(tc, run.max_steps, p.step, p.elapsed,
                                                        enabled=run.dist.is_main) as bar:
                 try:
@@ -139,7 +139,7 @@ class Trainer:
                     if not p.validated:
                         self.validate_and_save()
                     self.files.average_lowest_loss(p.history)
-                    if not run.dist.same_weights(run.model):
+                    if not run.dist.same_weights(run.network):
                         raise RuntimeError("the training processes ended with different weights")
                 except KeyboardInterrupt as err:
                     raise self._save_on_interrupt(err, signals) from None

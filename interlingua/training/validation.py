@@ -48,29 +48,29 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> tuple[float, 
 
 
 @torch.inference_mode()
-def translate_devset(model: TranslationNetwork, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
+def translate_devset(network: TranslationNetwork, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
                      beam: int = 1, max_len: int = 100) -> list[str]:
     """The model's translations of the dev sources (greedy, or beam search), in their order."""
-    return translate_ids(model, vocabs, dev.src, dev.src_lang, dev.tgt_lang, batch_size=batch_size,
+    return translate_ids(network, vocabs, dev.src, dev.src_lang, dev.tgt_lang, batch_size=batch_size,
                          beam=beam, max_len_cap=max_len)
 
 
 @torch.inference_mode()
-def evaluate_devset(model: TranslationNetwork, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
+def evaluate_devset(network: TranslationNetwork, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
                     beam: int = 1, max_len: int = 100) -> dict[str, float]:
     """Teacher-forced loss on the (subword) dev pairs; BLEU and chrF of the translations against
     `dev.references`, the corpus's own target lines."""
-    model.eval()
-    prefix = source_prefix(vocabs[dev.src_lang], dev.tgt_lang, model.cfg.shared, model.cfg.tag_position)
-    start = decoder_start(vocabs[dev.tgt_lang], dev.tgt_lang, model.cfg.shared, model.cfg.tag_position)
+    network.eval()
+    prefix = source_prefix(vocabs[dev.src_lang], dev.tgt_lang, network.cfg.shared, network.cfg.tag_position)
+    start = decoder_start(vocabs[dev.tgt_lang], dev.tgt_lang, network.cfg.shared, network.cfg.tag_position)
     nll, ntok = 0.0, 0
     for first in range(0, len(dev.src), batch_size):
         b = make_batch(dev.src[first:first + batch_size], dev.tgt[first:first + batch_size], dev.src_lang, dev.tgt_lang,
                        prefix, start)
-        out = model(b)
+        out = network(b)
         nll += out.nll_sum
         ntok += out.n_tokens
-    hyps = translate_devset(model, dev, vocabs, batch_size, beam, max_len)
+    hyps = translate_devset(network, dev, vocabs, batch_size, beam, max_len)
     bleu, chrf = corpus_scores(hyps, dev.references)
     return {"loss": nll / max(ntok, 1), "ppl": float(np.exp(min(nll / max(ntok, 1), 50))), "bleu": bleu, "chrf": chrf}
 
@@ -118,7 +118,7 @@ def check_dev_files(data: PreparedData, corpus_path: str | Path) -> None:
                     "dev sentences there, or remove the 'val' split to train without validation")
 
 
-def validate(model: TranslationNetwork, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
+def validate(network: TranslationNetwork, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
              zero_shot: list[Direction], step: int, autocast: Callable[[], AbstractContextManager], *,
              beam: int, max_len: int, zero_resource: Collection[Direction] = ()) -> dict[str, Any]:
     """The validation record of `step`: per-direction dev scores; the mean BLEU and mean loss of the
@@ -128,12 +128,12 @@ def validate(model: TranslationNetwork, devsets: dict[Direction, DevSet], vocabs
     results = {}
     for d, dev in devsets.items():
         with autocast():
-            r = evaluate_devset(model, dev, vocabs, beam=beam, max_len=max_len)
+            r = evaluate_devset(network, dev, vocabs, beam=beam, max_len=max_len)
         r["zero_shot"] = d in zero_shot
         r["zero_resource"] = d in zero_resource
         results[f"{d[0]}-{d[1]}"] = r
     supervised = [r for r in results.values() if not r["zero_shot"]]
     mean_bleu = float(np.mean([r["bleu"] for r in supervised])) if supervised else None
     mean_loss = float(np.mean([r["loss"] for r in supervised])) if supervised else None
-    model.train()
+    network.train()
     return {"type": "valid", "step": step, "mean_bleu": mean_bleu, "mean_loss": mean_loss, "directions": results}

@@ -25,11 +25,11 @@ def cosine_rows(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
 
-def pair_features(u: np.ndarray, v: np.ndarray, kind: str = "full") -> np.ndarray:
+def pair_features(u: np.ndarray, v: np.ndarray, features: str = "full") -> np.ndarray:
     """Features of a sentence pair for a classifier/regressor on frozen vectors."""
     _check_pair(u, v)
-    if kind == "full":
+    if features == "full":
         return np.hstack([u, v, np.abs(u - v), u * v]).astype(np.float32)
-    if kind == "senteval":
+    if features == "senteval":
         return np.hstack([np.abs(u - v), u * v]).astype(np.float32)
-    raise EvaluationError(f"unknown pair feature kind '{kind}' (use one of {sorted(PAIR_FEATURES)})")
+    raise EvaluationError(f"unknown pair features '{features}' (use one of {sorted(PAIR_FEATURES)})")

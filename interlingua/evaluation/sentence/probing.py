@@ -65,13 +65,13 @@ class StackedMLP(torch.nn.Module):
         return torch.matmul(hidden, self.w2) + self.b2
 
 
-def _accuracies(model: StackedMLP, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Accuracy of each member, shape (models,)."""
-    model.eval()
+def _accuracies(probes: StackedMLP, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Accuracy of each member, shape (members,)."""
+    probes.eval()
     with torch.no_grad():
         if not len(y):
-            return torch.zeros(model.w1.shape[0])
-        return (model(X).argmax(-1) == y).float().mean(-1)
+            return torch.zeros(probes.w1.shape[0])
+        return (probes(X).argmax(-1) == y).float().mean(-1)
 
 
 def train_probes(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_dev: torch.Tensor, n_classes: int,
@@ -84,8 +84,8 @@ def train_probes(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_
     with torch.random.fork_rng(), single_thread():
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
-        model = StackedMLP(m, X_tr.shape[-1], cfg.hidden, n_classes, cfg.dropout)
-        params = list(model.parameters())
+        probes = StackedMLP(m, X_tr.shape[-1], cfg.hidden, n_classes, cfg.dropout)
+        params = list(probes.parameters())
         decay = torch.tensor(l2s, dtype=torch.float32)
         opt = torch.optim.Adam(params, lr=cfg.lr)
         best = [-1.0] * m
@@ -93,10 +93,10 @@ def train_probes(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_
         bad, checks, running = [0] * m, [0] * m, [True] * m
         epoch = 0
         while epoch < cfg.max_epochs and any(running):
-            model.train()
+            probes.train()
             for _ in range(cfg.epoch_size):
                 for idx in torch.randperm(X_tr.shape[1], generator=gen).split(cfg.batch_size):
-                    logits = model(X_tr[:, idx])                                 # (m, b, c)
+                    logits = probes(X_tr[:, idx])                                 # (m, b, c)
                     target = y_tr[idx].expand(m, -1)
                     per_model = torch.nn.functional.cross_entropy(
                         logits.reshape(-1, n_classes), target.reshape(-1), reduction="none").view(m, -1).mean(1)
@@ -108,7 +108,7 @@ def train_probes(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_
                             p.grad.add_(p * decay.view(-1, *([1] * (p.dim() - 1))))
                     opt.step()
             epoch += 1
-            accs = _accuracies(model, X_dev, y_dev).tolist()
+            accs = _accuracies(probes, X_dev, y_dev).tolist()
             for i in range(m):
                 if not running[i]:
                     continue
@@ -124,7 +124,7 @@ def train_probes(X_tr: torch.Tensor, y_tr: torch.Tensor, X_dev: torch.Tensor, y_
                 assert weights is not None  # the first dev check (accuracy >= 0) beats -1.0
                 for p, w in zip(params, weights):
                     p[i].copy_(w)
-    return model, best, checks
+    return probes, best, checks
 
 
 def _standardise(train: np.ndarray, *others: np.ndarray) -> list[torch.Tensor]:
@@ -152,8 +152,8 @@ def probe_accuracies(X_tr: np.ndarray, y_tr: Sequence, X_dev: np.ndarray, y_dev:
 
     S_tr, S_dev, S_te = _standardise(X_tr, X_dev, X_te)
     t_tr, t_dev, t_te = labels(y_tr), labels(y_dev), labels(y_te)
-    model, devs, checks = train_probes(S_tr, t_tr, S_dev, t_dev, len(classes), l2s=l2s, cfg=cfg, seed=seed)
-    tests = _accuracies(model, S_te, t_te).tolist()
+    probes, devs, checks = train_probes(S_tr, t_tr, S_dev, t_dev, len(classes), l2s=l2s, cfg=cfg, seed=seed)
+    tests = _accuracies(probes, S_te, t_te).tolist()
     return [{"acc": 100.0 * test, "dev_acc": 100.0 * dev, "l2": l2, "epochs": n, "n_classes": len(classes),
              "n_train": len(t_tr), "n_test": len(t_te)} for test, dev, n, l2 in zip(tests, devs, checks, l2s)]
 

@@ -11,7 +11,7 @@ const NAMES = {
 
 const state = {
   model: null,            // GET /model
-  directions: new Map(),  // "src>tgt" -> {kind, pivot}
+  directions: new Map(),  // "src>tgt" -> {route, pivot}
   lastSentence: null,     // {text, lang, translations: Map(tgt -> text)}
   rows: 0,                // similarity rows made so far (ids stay unique)
   key: "",                // the API key where sessionStorage is blocked
@@ -185,8 +185,8 @@ function updateCount() {
   $("source-count").classList.toggle("over", max !== null && n > max);
 }
 
-function badge(kind) {
-  return el("span", { class: `badge ${kind}`, text: kind });
+function badge(route) {
+  return el("span", { class: `badge ${route}`, text: route });
 }
 
 async function translateAll(event) {
@@ -208,12 +208,12 @@ async function translateAll(event) {
   state.lastSentence = sentence;
   const cells = new Map();
   for (const tgt of targets) {
-    const info = state.directions.get(`${src}>${tgt}`) || { kind: "zero-shot", pivot: null };
+    const info = state.directions.get(`${src}>${tgt}`) || { route: "zero-shot", pivot: null };
     const output = el("td", { class: "output pending", text: "translating…" });
     output.lang = tgt;
     const pivotCell = el("td", { class: "pivot-col" });
     body.append(el("tr", { "data-tgt": tgt }, [
-      el("th", { scope: "row", text: languageName(tgt) }), el("td", {}, badge(info.kind)), output, pivotCell]));
+      el("th", { scope: "row", text: languageName(tgt) }), el("td", {}, badge(info.route)), output, pivotCell]));
     cells.set(tgt, { info, output, pivotCell });
   }
   const button = $("translate-button");
@@ -223,7 +223,7 @@ async function translateAll(event) {
   const jobs = targets.length ? [translateDirect(text, src, targets, beam, cells, sentence)] : [];
   const throughPivot = new Map();  // pivot -> the zero-shot targets that go through it
   for (const [tgt, { info, pivotCell }] of cells) {
-    if (info.kind !== "zero-shot") {
+    if (info.route !== "zero-shot") {
       pivotCell.textContent = "";
     } else if (!info.pivot) {
       pivotCell.append(el("span", { class: "muted", text: "no language has both legs trained" }));

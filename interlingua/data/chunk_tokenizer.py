@@ -1,7 +1,7 @@
-"""Normalising and encoding chunks of lines on every core, in order, with a bounded number in flight.
+"""Tokenizing chunks of lines (normalised, into subword ids) on every core, in order, with a bounded number in flight.
 
 Sentencepiece's own threads barely help (turning its ids into Python lists dominates), so whole
-chunks go to worker processes instead: each normalises, encodes, truncates and flattens its chunk
+chunks go to worker processes instead: each normalises, tokenizes, truncates and flattens its chunk
 into arrays, which come back cheaply. At most two chunks per worker are in flight, so memory does
 not grow with the corpus.
 """
@@ -26,7 +26,7 @@ from interlingua.data.vocab import Vocab
 
 
 @dataclass
-class EncodedChunk:
+class TokenizedChunk:
     ids: dict[str, np.ndarray]
     """Per language: the chunk's ids laid end to end, each line cut to `max_len`."""
     lengths: dict[str, np.ndarray]
@@ -55,8 +55,8 @@ def _start_worker(settings: _Settings) -> None:
     _worker = (settings, {lang: Vocab(proto, offset) for lang, (proto, offset) in settings.protos.items()})
 
 
-def encode_chunk(settings: _Settings, vocabs: dict[str, Vocab], chunk: dict[str, list[str]]) -> EncodedChunk:
-    """One chunk of raw aligned lines (language -> lines) normalised, encoded and flattened."""
+def tokenize_chunk(settings: _Settings, vocabs: dict[str, Vocab], chunk: dict[str, list[str]]) -> TokenizedChunk:
+    """One chunk of raw aligned lines (language -> lines) normalised, tokenized and flattened."""
     texts = {lang: [normalize_line(x, settings.lowercase, settings.normalize) for x in lines]
              for lang, lines in chunk.items()}
     ids, lengths, full = {}, {}, {}
@@ -67,18 +67,18 @@ def encode_chunk(settings: _Settings, vocabs: dict[str, Vocab], chunk: dict[str,
         lengths[lang] = cut
         ids[lang] = np.fromiter(chain.from_iterable(x[:settings.max_len] for x in encoded),
                                 dtype=id_dtype(len(vocabs[lang])), count=int(cut.sum()))
-    return EncodedChunk(ids, lengths, full, row_hashes(texts) if settings.hashes else None,
+    return TokenizedChunk(ids, lengths, full, row_hashes(texts) if settings.hashes else None,
                         texts if settings.texts else None)
 
 
-def _encode_in_worker(chunk: dict[str, list[str]]) -> EncodedChunk:
+def _tokenize_in_worker(chunk: dict[str, list[str]]) -> TokenizedChunk:
     assert _worker is not None, "the worker was not started with _start_worker"
-    return encode_chunk(_worker[0], _worker[1], chunk)
+    return tokenize_chunk(_worker[0], _worker[1], chunk)
 
 
-class ChunkEncoder:
-    """`encode(chunks)` yields the EncodedChunk of each chunk in order; a context manager that owns
-    its worker processes (none with one worker: the chunks are encoded in this process)."""
+class ChunkTokenizer:
+    """`tokenize(chunks)` yields the TokenizedChunk of each chunk in order; a context manager that owns
+    its worker processes (none with one worker: the chunks are tokenized in this process)."""
 
     def __init__(self, vocabs: dict[str, Vocab], pre: PreprocessConfig, *, hashes: bool, texts: bool):
         self.settings = _Settings({lang: (v.proto, v.offset) for lang, v in vocabs.items()}, pre.lowercase,
@@ -87,7 +87,7 @@ class ChunkEncoder:
         self.workers = pre.workers or os.cpu_count() or 1
         self._pool: ProcessPoolExecutor | None = None
 
-    def __enter__(self) -> ChunkEncoder:
+    def __enter__(self) -> ChunkTokenizer:
         return self
 
     def _started_pool(self) -> ProcessPoolExecutor:
@@ -104,19 +104,19 @@ class ChunkEncoder:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
 
-    def encode(self, chunks: Iterable[dict[str, list[str]]]) -> Iterator[EncodedChunk]:
+    def tokenize(self, chunks: Iterable[dict[str, list[str]]]) -> Iterator[TokenizedChunk]:
         chunks = iter(chunks)
         first = next(chunks, None)
         second = next(chunks, None) if first is not None else None
         if second is None or self.workers == 1:  # one chunk (a small file group): not worth starting workers
             for chunk in chain(() if first is None else (first,), () if second is None else (second,), chunks):
-                yield encode_chunk(self.settings, self.vocabs, chunk)
+                yield tokenize_chunk(self.settings, self.vocabs, chunk)
             return
         assert first is not None  # there is a second chunk, so a first
         pool = self._started_pool()
         pending: deque[Future] = deque()
         for chunk in chain((first, second), chunks):
-            pending.append(pool.submit(_encode_in_worker, chunk))
+            pending.append(pool.submit(_tokenize_in_worker, chunk))
             if len(pending) >= 2 * self.workers:
                 yield pending.popleft().result()
         while pending:
