@@ -1,5 +1,5 @@
 """What a sentence's encoder and bridge attend to (`Model.attention_maps`, `TransformerEncoder.self_attention`)
-and which directions are supervised, zero-shot or can go through a pivot (`Languages.kind`, `Languages.pivot`):
+and which directions are supervised, zero-shot or can go through a pivot (`Languages.route`, `Languages.pivot`):
 the library side of the page that `interlingua serve` shows.
 
 Tiny random models, no training: attention weights are distributions whatever the weights are.
@@ -180,7 +180,7 @@ def test_the_forward_pass_is_unchanged_by_reading_the_weights():
     assert torch.equal(states[-1], h)
 
 
-# --- Languages.kind, Languages.pivot ------------------------------------------------------------------
+# --- Languages.route, Languages.pivot ------------------------------------------------------------------
 
 
 def test_directions_are_supervised_or_zero_shot_with_a_pivot(bridge_model):
