@@ -221,7 +221,8 @@ def _processes_with(env_line: str, tag: str) -> list[int]:
 
 def test_a_killed_process_is_one_line_and_the_run_resumes(multi30k_corpus, tmp_path):
     """`interlingua train --processes 2` with process 1 killed by SIGKILL mid-run: no traceback, one line
-    from process 0 (it saved last.pt) and one from the launcher naming the dead process and its signal;
+    from process 0 (it saved last.pt: after the lost collective, or stopped by the launcher) and one from the
+    launcher naming the dead process and its signal;
     the run then resumes with one process."""
     import signal
     import time
@@ -244,7 +245,10 @@ def test_a_killed_process_is_one_line_and_the_run_resumes(multi30k_corpus, tmp_p
     assert launched.returncode == 2, err[-2000:]
     assert "Traceback" not in err, err[-3000:]
     assert "error: training process 1 of 2 was killed by SIGKILL" in err
-    assert "error: process 0 of 2: another training process stopped answering" in err and "saved" in err, err[-2000:]
+    # process 0 either finds the lost collective first or is stopped by the launcher first (a race the load
+    # decides): either way one line, and last.pt saved
+    assert ("error: process 0 of 2: another training process stopped answering" in err and "saved" in err
+            or "interrupted: SIGTERM" in err), err[-2000:]
     step = Checkpoint.read(tmp_path / "run" / "last.pt").training.step
     assert step >= 4
     # the resume is in this process (one process: nothing of the launcher to check, no second torch start)

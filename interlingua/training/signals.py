@@ -27,6 +27,7 @@ class StopSignals:
         self.updating = False
         """True while the weights are being changed (an interrupt raised there leaves them unknown)."""
         self._deferred: int | None = None
+        self._holding = False
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
@@ -52,7 +53,19 @@ class StopSignals:
             signum, self._deferred = self._deferred, None
             raise TrainingInterrupted(signal.Signals(signum).name, signum)
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """A signal that arrives in here is dropped: the run is already stopping and saving last.pt (a
+        second SIGTERM, e.g. the launcher's after a process died, must not cut that save short)."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._holding:
+            return
         if self.updating:  # let the weight update finish: the step is then whole
             self._deferred = signum
             return

@@ -142,10 +142,12 @@ class Trainer:
                     if not run.dist.same_weights(run.network):
                         raise RuntimeError("the training processes ended with different weights")
                 except KeyboardInterrupt as err:
-                    raise self._save_on_interrupt(err, signals) from None
+                    with signals.held():
+                        raise self._save_on_interrupt(err, signals) from None
                 except RuntimeError as err:
                     if run.dist.world_size > 1 and lost_a_process(err):
-                        raise self._save_on_lost_process(err) from None
+                        with signals.held():
+                            raise self._save_on_lost_process(err) from None
                     raise
         finally:
             self.close()
