@@ -24,6 +24,7 @@ import torch
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import ConfigError
 from interlingua.model_files.ctranslate2_export import exported_weights, unsupported_features, write_ctranslate2
+from interlingua.model_files.load import beside_model
 from interlingua.model_files.loaded import LoadedModel
 from interlingua.precision import measure_speedup
 
@@ -38,8 +39,7 @@ MIN_ENGINE_SPEEDUP = 1.05
 
 def export_folder_for(model_path: Path) -> Path:
     """Where a model's CTranslate2 export is cached: beside it, `<file stem or folder name>.ctranslate2`."""
-    name = model_path.stem if model_path.is_file() else model_path.name
-    return model_path.parent / f"{name}.ctranslate2"
+    return beside_model(model_path, ".ctranslate2")
 
 
 def why_not_ctranslate2(loaded: LoadedModel, device: torch.device, precision: str) -> str | None:

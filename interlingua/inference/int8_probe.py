@@ -46,7 +46,7 @@ from interlingua.data.inputs import tokenize_inputs
 from interlingua.errors import InterlinguaError
 from interlingua.inference.decoding_probe import decode_probe, probe_batch
 from interlingua.inference.representation import weights_fingerprint
-from interlingua.model_files.load import load_model
+from interlingua.model_files.load import beside_model, load_model
 from interlingua.model_files.loaded import LoadedModel
 from interlingua.modules.int8 import check_quantizable, plan_network, quantize_network
 from interlingua.modules.model import TranslationNetwork
@@ -170,9 +170,7 @@ class Int8Check:
 def check_path(model_path: str | Path) -> Path:
     """Where the int8 check of the model at `model_path` (a .pt file or a model folder) is recorded: beside
     it, `<file stem or folder name>.int8.json`."""
-    path = Path(model_path)
-    name = path.stem if path.is_file() else path.name
-    return path.parent / f"{name}.int8.json"
+    return beside_model(model_path, ".int8.json")
 
 
 def check_int8(checkpoint: str | Path, corpus: str | Path | None = None, limit: int = DEV_SENTENCES) -> Int8Check:
@@ -187,11 +185,12 @@ def check_int8(checkpoint: str | Path, corpus: str | Path | None = None, limit: 
     fingerprint = weights_fingerprint(loaded.network)
     quantized = copy.deepcopy(loaded.network)
     quantize_network(quantized)  # refused in one line where int8 cannot run (too small, no kernel pays here)
-    log.info("translating %d dev sentences in fp32 and in int8", sum(len(d[2]) for d in dev))
+    sentences = sum(len(d[2]) for d in dev)
+    log.info("translating %d dev sentences in fp32 and in int8", sentences)
     fp32_bleu, int8_bleu = dev_bleu(loaded.network, loaded, dev), dev_bleu(quantized, loaded, dev)
     check = Int8Check(holds=math.isfinite(int8_bleu) and int8_bleu >= fp32_bleu - MAX_BLEU_DROP,
                       fp32_bleu=round(fp32_bleu, 2), int8_bleu=round(int8_bleu, 2),
-                      dev_sentences=sum(len(d[2]) for d in dev), corpus=str(corpus or loaded.config.corpus),
+                      dev_sentences=sentences, corpus=str(corpus or loaded.config.corpus),
                       weights=fingerprint, measured=datetime.datetime.now().isoformat(timespec="seconds"))
     check.write(check_path(checkpoint))
     return check

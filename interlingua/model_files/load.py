@@ -20,3 +20,11 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> LoadedMo
     if Path(path).is_dir():
         return load_folder(path, device)
     return load_checkpoint(path, device)
+
+
+def beside_model(model_path: str | Path, suffix: str) -> Path:
+    """A file or folder kept beside a model (its CTranslate2 export, its int8 check): `<file stem or folder
+    name><suffix>` in the folder the model is in."""
+    path = Path(model_path)
+    name = path.stem if path.is_file() else path.name
+    return path.parent / f"{name}{suffix}"
