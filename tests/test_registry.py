@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from interlingua.data.vocab import EOS
 from interlingua.errors import InterlinguaError
 from interlingua.inference.api import Model
 from interlingua.model_files.checkpoint import load_checkpoint, read_checkpoint
-from interlingua.modules.base import Bridge, Decoder, Encoder
+from interlingua.modules.base import Bridge, Decoder, DecoderStateLike, Encoder
 from interlingua.modules.bridges import AttentionBridge, NoBridge
 from interlingua.modules.decoders import LSTMDecoder, LSTMDecoderConfig
 from interlingua.modules.encoders import BiLSTMEncoder, BiLSTMEncoderConfig
@@ -113,6 +114,20 @@ def test_model_call_is_the_training_loss():
     assert called.nll_sum == direct.nll_sum and called.penalty == direct.penalty
 
 
+@dataclass
+class MeanState(DecoderStateLike):
+    """A new kind's own state: one vector per row; the search selects rows through it (`select`; the beam
+    variants fall back to it)."""
+    vector: torch.Tensor
+
+    @property
+    def batch_size(self):
+        return self.vector.size(0)
+
+    def select(self, index):
+        return MeanState(self.vector.index_select(0, index))
+
+
 class UnigramDecoder(Decoder):
     """A decoder kind that is not an LSTM: the next token depends on the memory and the previous token only."""
 
@@ -127,20 +142,14 @@ class UnigramDecoder(Decoder):
 
     def start_state(self, memory, memory_mask, language=None):
         m = memory_mask.unsqueeze(-1).to(memory.dtype)
-        return (memory * m).sum(1) / m.sum(1)
+        return MeanState((memory * m).sum(1) / m.sum(1))
 
     def forward(self, tgt_in, state):
-        return torch.tanh(self.embed(tgt_in) + state.unsqueeze(1)), None
+        return torch.tanh(self.embed(tgt_in) + state.vector.unsqueeze(1)), None
 
     def step(self, prev, state):
         out, _ = self(prev.unsqueeze(1), state)
         return torch.log_softmax(self.generator(out[:, 0]), -1), state
-
-    def reorder_state(self, state, indices):
-        return state.index_select(0, indices)
-
-    def batch_size(self, state):
-        return state.size(0)
 
 
 @torch.inference_mode()

@@ -24,7 +24,7 @@ def model_and_state(seed=0, batch=4):
 
 def sequence_logprob(dec, state, row, seq, finished=True):
     """log p(seq + EOS); for an unfinished sequence log p(seq), an upper bound of any completion."""
-    st = dec.reorder_state(state, torch.tensor([row]))
+    st = state.select(torch.tensor([row]))
     prev, total = torch.tensor([BOS]), 0.0
     for tok in seq + ([EOS] if finished else []):
         logp, st = dec.step(prev, st)
@@ -74,15 +74,6 @@ class BigramDecoder:
 
     def step(self, prev, state):
         return self.logp[prev], state
-
-    def reorder_state(self, state, indices):
-        return state.select(indices)
-
-    def reorder_beams(self, state, indices):
-        return self.reorder_state(state, indices)
-
-    def batch_size(self, state):
-        return state.hidden.size(1)
 
 
 def bigram_state(batch=1):
@@ -171,7 +162,7 @@ def test_a_sentence_translates_the_same_whatever_its_batch():
     beams = beam_search(dec, state, limits, beam_size=3)
     assert [len(h) for h in beams] == limits
     for i in range(4):
-        one = dec.reorder_state(state, torch.tensor([i]))
+        one = state.select(torch.tensor([i]))
         assert greedy_search(dec, one, limits[i]) == [greedy[i]]
         assert beam_search(dec, one, limits[i], beam_size=3) == [beams[i]]
     with pytest.raises(ValueError, match="one per sentence"):
@@ -204,3 +195,49 @@ def test_the_first_beam_step_runs_once_per_sentence():
     dec.step = counting
     beam_search(dec, state, 6, beam_size=3)
     assert rows[0] == 4 and rows[1] == 12 and all(r % 3 == 0 for r in rows[1:])
+
+
+class ForwardsStep:
+    """A decoder wrapper as a new one is written: it forwards `start_state` and `step` and nothing else; the
+    search selects, expands and reorders the state through the state itself."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def start_state(self, memory, memory_mask, language=None):
+        return self.inner.start_state(memory, memory_mask, language)
+
+    def step(self, prev, state):
+        return self.inner.step(prev, state)
+
+
+DECODER_SETTINGS = {"lstm": {"hidden": 16, "layers": 2}, "lstm_feed": {"hidden": 16, "layers": 1, "input_feed": True},
+                    "transformer": {"type": "transformer", "hidden": 16, "heads": 4, "layers": 2}}
+
+
+@pytest.mark.parametrize("bridge", ["attention", "none"])
+@pytest.mark.parametrize("kind", list(DECODER_SETTINGS))
+@torch.inference_mode()
+def test_a_decoder_wrapper_implements_only_step(kind, bridge):
+    """Greedy and beam search through a wrapper that forwards `step` alone give the inner decoder's hypotheses
+    and scores (sentences leaving the batch at their own limits: the state's `select`; beams: `expand_beams`
+    and `reorder_beams`)."""
+    torch.manual_seed(4)
+    cfg = ModelConfig.model_validate({"embed_dim": 16, "encoder": {"hidden": 16, "layers": 1},
+                                      "bridge": {"type": bridge, "heads": 3, "hidden": 8},
+                                      "decoder": DECODER_SETTINGS[kind], "dropout": 0.0})
+    model = TranslationNetwork(cfg, {"en": 15, "de": 15}, ["en"], ["de"]).eval()
+    lengths = torch.tensor([6, 5, 3, 6, 2])
+    src = torch.randint(4, 15, (5, 6), generator=torch.Generator().manual_seed(1))
+    src[torch.arange(6)[None, :] >= lengths[:, None]] = 0
+    bridged = model.run_encoder(src, lengths, "en")
+    limits = [4, 11, 2, 7, 9]  # sentences leave the batch at different steps
+    inner = model.decoder_for("de")
+    results = []
+    for decoder in (inner, ForwardsStep(inner)):
+        state = decoder.start_state(bridged.memory, bridged.memory_mask, "de")
+        results.append((greedy_search(decoder, state, limits), beam_search_nbest(decoder, state, limits, beam_size=3),
+                        beam_search_nbest(decoder, state, limits, beam_size=3, stop="top")))
+    assert results[0] == results[1]
+    greedy, nbest, _ = results[0]
+    assert len({len(h) for h in greedy}) > 2 and len({len(n[0][1]) for n in nbest}) > 2

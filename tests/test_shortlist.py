@@ -19,6 +19,7 @@ from interlingua.model_files.load import load_model
 from interlingua.modules.base import Decoder
 from interlingua.modules.registry import DECODERS
 from interlingua.modules.search import beam_search_nbest
+from interlingua.modules.transformer import TransformerDecoderState
 
 
 def texts(lang: str, n: int = 24, seed: int = 5) -> list[str]:
@@ -141,21 +142,9 @@ def test_a_shortlist_for_another_model_or_kind_is_refused(trained, monkeypatch):
         model.generate(bare, "xb")
 
 
-class RepeatingBeams:
-    """The Transformer decoder with its beams' state repeated (every row its own copy of the memory),
-    as beam search ran before `expand_beams`."""
-
-    def __init__(self, decoder):
-        self.decoder = decoder
-
-    def __getattr__(self, name):
-        return getattr(self.decoder, name)
-
-    def expand_beams(self, state, indices):
-        return self.decoder.reorder_state(state, indices)
-
-
-def test_beams_sharing_one_memory_give_the_repeated_memorys_hypotheses_and_scores(trained):
+def test_beams_sharing_one_memory_give_the_repeated_memorys_hypotheses_and_scores(trained, monkeypatch):
+    """The Transformer state's `expand_beams` keeps the memory once per sentence; with it replaced by `select`
+    (every beam its own copy of the memory, as beam search ran before `expand_beams`) nothing changes."""
     model = interlingua.load(trained, "cpu")
     net = load_model(trained).network
     source = texts("xa", 10, seed=4)
@@ -169,9 +158,13 @@ def test_beams_sharing_one_memory_give_the_repeated_memorys_hypotheses_and_score
     with torch.inference_mode():
         bridged = net.run_encoder(batch, lengths, "xa")
         results = []
-        for wrap in (lambda d: d, RepeatingBeams):
+        for repeat in (False, True):
             decoder, state = net.start_decoding(bridged, "xb")
-            results.append(beam_search_nbest(wrap(decoder), state, lengths * 2 + 5, 4, 1.0, start))
+            assert isinstance(state, TransformerDecoderState)
+            with monkeypatch.context() as patch:
+                if repeat:
+                    patch.setattr(TransformerDecoderState, "expand_beams", TransformerDecoderState.select)
+                results.append(beam_search_nbest(decoder, state, lengths * 2 + 5, 4, 1.0, start))
     shared, repeated = results
     assert [[h for _, h in nbest] for nbest in shared] == [[h for _, h in nbest] for nbest in repeated]
     for a, b in zip(shared, repeated):

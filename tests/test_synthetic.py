@@ -238,21 +238,27 @@ def test_synthetic_pairs_raise_zero_shot_accuracy_on_a_tiny_task(cipher_model, t
 
 def test_greedy_sampling_draws_from_the_distribution():
     """`greedy_search(sample=...)` draws tokens (a generator repeats them) where argmax would always agree."""
+    from interlingua.modules.base import DecoderStateLike
     from interlingua.modules.search import greedy_search
 
-    class Uniform:
-        def batch_size(self, state):
-            return 4
+    class Rows(DecoderStateLike):
+        def __init__(self, n):
+            self.n = n
 
+        @property
+        def batch_size(self):
+            return self.n
+
+        def select(self, index):
+            return Rows(len(index))
+
+    class Uniform:
         def step(self, prev, state):
             return torch.full((len(prev), 10), float(np.log(0.1))), state
 
-        def reorder_state(self, state, keep):
-            return state
-
-    draws = [greedy_search(Uniform(), None, 6, sample=torch.Generator().manual_seed(s)) for s in (1, 1, 2)]
+    draws = [greedy_search(Uniform(), Rows(4), 6, sample=torch.Generator().manual_seed(s)) for s in (1, 1, 2)]
     assert draws[0] == draws[1] and draws[0] != draws[2]
-    assert greedy_search(Uniform(), None, 3) == [[0, 0, 0]] * 4
+    assert greedy_search(Uniform(), Rows(4), 3) == [[0, 0, 0]] * 4
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,7 @@ def assert_search_is_per_sentence(decoder, state, sentences: int, steps: int = 1
     assert beam_search(decoder, state, steps, beam_size=1) == greedy
     batched = beam_search_nbest(decoder, state, steps, beam_size=3)
     for i in range(sentences):
-        one = decoder.reorder_state(state, torch.tensor([i]))
+        one = state.select(torch.tensor([i]))
         assert greedy_search(decoder, one, steps) == [greedy[i]]
         alone = beam_search_nbest(decoder, one, steps, beam_size=3)[0]
         assert [h for _, h in alone] == [h for _, h in batched[i]]

@@ -5,12 +5,13 @@ the trainer and the embedder are written against (kinds: `interlingua.modules.re
     bridge (shared):    H, mask (, lang) -> BridgeOutput: memory M, its mask, attention A or None, penalty
     decoder[tgt_lang]:  memory -> state; teacher forcing over a whole target (training) or one
                         step at a time (search), both through the same `generator`
+    decoder state:      rows selected, repeated and reordered by the search itself (`DecoderStateLike`)
 """
 from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -115,13 +116,51 @@ class Bridge(Kind):
         return (out.memory if out.heads is None else out.heads).float()
 
 
+_State = TypeVar("_State", bound="DecoderStateLike")
+
+
+class DecoderStateLike(Protocol):
+    """What the search needs of a decoder state: its rows (one per sentence, or per hypothesis in beam
+    search) and how to select them. The search reorders a state through these methods, never through the
+    decoder, so a decoder wrapper implements only the `step` it changes and passes the state on
+    (`modules.outputs.RestrictedDecoder`), or wraps it in a state of its own that follows this contract
+    around the inner one (`modules.shortlist_decoding.ShortlistState`).
+
+    A state class subclasses this protocol to get the defaults (`reorder_beams` and `expand_beams` fall
+    back to `select`), or implements all four members itself."""
+
+    @property
+    def batch_size(self) -> int:
+        """Rows in the state: sentences, or hypotheses once beam search expanded them."""
+        ...
+
+    def select(self: _State, index: torch.Tensor) -> _State:
+        """Rows `index` (a long tensor on the state's device) of the state, in that order: any selection,
+        repetition or reordering (finished sentences leaving the batch, a sentence picked alone)."""
+        ...
+
+    def reorder_beams(self: _State, index: torch.Tensor) -> _State:
+        """`select` for a reordering that stays inside each sentence's beams (a beam-search step): what is
+        computed once per sentence is the same in all of its rows and may be left in place. This is the
+        search's per-step hot path: it should copy only what the hypotheses do not share."""
+        return self.select(index)
+
+    def expand_beams(self: _State, index: torch.Tensor) -> _State:
+        """Beam search's first step: each sentence's one row becomes its beams (`index` repeats each
+        sentence's row, in order). A state may keep what is computed once per sentence (the memory) once,
+        for its decoder to attend to it from all of the sentence's rows; by default everything is repeated."""
+        return self.select(index)
+
+
 class Decoder(Kind):
     """Built with context `vocab_size`, `embed_dim`, `memory_dim` (the bridge's output_dim), `dropout` and
     `languages` (the target languages it serves: all of a shared model's, else its own).
 
-    A decoder state is whatever the kind needs between steps; only the decoder looks inside it.
-    Greedy and beam search (`interlingua.modules.search`) use `start_state`, `step`,
-    `reorder_state` and `batch_size`; training uses `start_state`, `forward` and `generator`.
+    A decoder state is whatever the kind needs between steps that follows `DecoderStateLike` (rows, and
+    how to select them); only the decoder looks inside it. Greedy and beam search
+    (`interlingua.modules.search`) use `start_state` and `step`, and reorder the state through the state
+    itself; training uses `start_state`, `forward` and `generator`; a shortlist also uses `step_states`.
+    A wrapper around a decoder (a restricted output vocabulary) therefore implements only what it changes.
     """
 
     max_length: int | None = None
@@ -132,8 +171,9 @@ class Decoder(Kind):
 
     @abstractmethod
     def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor, language: str | None = None) -> Any:
-        """The state before the first target token, for a batch of memories decoded into `language` (the
-        model always passes it; kinds that embed the target language need it, the others ignore it)."""
+        """The state (a `DecoderStateLike`) before the first target token, for a batch of memories decoded
+        into `language` (the model always passes it; kinds that embed the target language need it, the
+        others ignore it)."""
 
     @abstractmethod
     def forward(self, tgt_in: torch.Tensor, state: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -150,23 +190,3 @@ class Decoder(Kind):
         What a shortlist (`modules.shortlist_decoding`) needs to compute only some of the output rows; kinds
         without it decode over the whole vocabulary."""
         raise NotImplementedError(f"decoder kind '{self.kind}' has no step_states: it cannot decode with a shortlist")
-
-    @abstractmethod
-    def reorder_state(self, state: Any, indices: torch.Tensor) -> Any:
-        """Select / repeat / reorder the state's batch rows (beam search, finished sentences)."""
-
-    def reorder_beams(self, state: Any, indices: torch.Tensor) -> Any:
-        """`reorder_state` for a reordering that stays inside each sentence's beams (a beam-search
-        step): what is computed once per source sentence is the same in all of its rows and may be
-        left in place. By default the whole state is reordered."""
-        return self.reorder_state(state, indices)
-
-    def expand_beams(self, state: Any, indices: torch.Tensor) -> Any:
-        """Beam search's first step: each sentence's one row becomes its beams (`indices` repeats each
-        sentence's row, in order). A kind may keep what is computed once per sentence (the memory) once
-        and attend to it from all of the sentence's rows; by default the whole state is repeated."""
-        return self.reorder_state(state, indices)
-
-    @abstractmethod
-    def batch_size(self, state: Any) -> int:
-        """Number of sentences (batch rows) a state holds."""

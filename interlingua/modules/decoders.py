@@ -17,13 +17,13 @@ from torch import nn
 
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
-from interlingua.modules.base import Decoder, masked_mean
+from interlingua.modules.base import Decoder, DecoderStateLike, masked_mean
 from interlingua.modules.dropout import Dropout
 from interlingua.modules.registry import DECODERS
 
 
 @dataclass
-class DecoderState:
+class DecoderState(DecoderStateLike):
     hidden: torch.Tensor
     """(layers, batch, hidden)"""
     cell: torch.Tensor
@@ -35,6 +35,10 @@ class DecoderState:
     memory: torch.Tensor
     memory_mask: torch.Tensor
 
+    @property
+    def batch_size(self) -> int:
+        return self.hidden.size(1)
+
     def select(self, index: torch.Tensor) -> DecoderState:
         """Reorder / repeat along the batch (beam search)."""
         return DecoderState(
@@ -43,6 +47,13 @@ class DecoderState:
             self.keys.index_select(0, index), self.memory.index_select(0, index),
             self.memory_mask.index_select(0, index),
         )
+
+    def reorder_beams(self, index: torch.Tensor) -> DecoderState:
+        """Hidden, cell and input feed follow the beams; keys, memory and mask are per sentence (the same
+        in all of a sentence's rows), so they stay in place. (`expand_beams` repeats them: `select`.)"""
+        return DecoderState(self.hidden.index_select(1, index), self.cell.index_select(1, index),
+                            None if self.feed is None else self.feed.index_select(0, index),
+                            self.keys, self.memory, self.memory_mask)
 
 
 class LSTMDecoderConfig(KindConfig):
@@ -121,15 +132,3 @@ class LSTMDecoder(Decoder):
         """The attentional states (batch, H) that `generator` reads at this step, and the new state."""
         att, _, state = self._step(self.embed(prev).unsqueeze(1), state)
         return att[:, 0], state
-
-    def reorder_state(self, state: DecoderState, indices: torch.Tensor) -> DecoderState:
-        return state.select(indices)
-
-    def reorder_beams(self, state: DecoderState, indices: torch.Tensor) -> DecoderState:
-        """Hidden, cell and input feed follow the beams; keys, memory and mask are per sentence."""
-        return DecoderState(state.hidden.index_select(1, indices), state.cell.index_select(1, indices),
-                            None if state.feed is None else state.feed.index_select(0, indices),
-                            state.keys, state.memory, state.memory_mask)
-
-    def batch_size(self, state: DecoderState) -> int:
-        return state.hidden.size(1)

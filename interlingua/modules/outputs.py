@@ -73,7 +73,8 @@ class RestrictedDecoder(Decoder):
 
     The decoder's own `step` runs with its `generator` swapped for the allowed rows for the call's
     duration (decoders compute log_softmax(generator(h)) in `step`), so no decoder kind needs to
-    know about the restriction."""
+    know about the restriction. The state is the inner decoder's, which the search reorders itself
+    (`DecoderStateLike`): only `step` changes here."""
 
     def __init__(self, decoder: Decoder, rows: OutputRows):
         super().__init__()
@@ -108,15 +109,3 @@ class RestrictedDecoder(Decoder):
         else:
             full[:, self.rows.index(logp.device)] = logp
         return full, state
-
-    def reorder_state(self, state: Any, indices: torch.Tensor) -> Any:
-        return self.inner.reorder_state(state, indices)
-
-    def reorder_beams(self, state: Any, indices: torch.Tensor) -> Any:
-        return self.inner.reorder_beams(state, indices)
-
-    def expand_beams(self, state: Any, indices: torch.Tensor) -> Any:
-        return self.inner.expand_beams(state, indices)
-
-    def batch_size(self, state: Any) -> int:
-        return self.inner.batch_size(state)

@@ -1,11 +1,12 @@
-"""Batched greedy and beam search over any decoder kind's `step` (the `Decoder` interface), and
-translation's two halves that translation and dev validation share: `encoded_batches` (prefix,
-length-sorted batches, encoder + bridge) and `decode_batch` (output limits, search, detokenise),
-joined batch by batch in `translate_ids`. Search runs on the decoder's device."""
+"""Batched greedy and beam search over any decoder's `step` (`StepDecoder`: a `Decoder` kind, or a wrapper
+around one), the state reordered through the state itself (`DecoderStateLike`); and translation's two halves
+that translation and dev validation share: `encoded_batches` (prefix, length-sorted batches, encoder + bridge)
+and `decode_batch` (output limits, search, detokenise), joined batch by batch in `translate_ids`. Search runs
+on the decoder's device."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -15,16 +16,26 @@ from interlingua.arguments import BEAM_STOPS
 from interlingua.data.inputs import length_sorted_batches
 from interlingua.data.shortlist import DirectionTable
 from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
-from interlingua.modules.base import BridgeOutput, Decoder
+from interlingua.modules.base import BridgeOutput, DecoderStateLike
 from interlingua.modules.shortlist_decoding import START_POSITION, ShortlistDecoder
 
 if TYPE_CHECKING:
     from interlingua.modules.model import TranslationNetwork
 
 
-def _device(decoder: Decoder) -> torch.device:
+class StepDecoder(Protocol):
+    """What the search needs of a decoder: one step. The state it returns is a `DecoderStateLike`, which the
+    search selects, reorders and expands to beams itself."""
+
+    def step(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """prev (rows,) ids -> log-probabilities (rows, V) fp32, and the state after the step."""
+        ...
+
+
+def _device(decoder: StepDecoder) -> torch.device:
     """Where the decoder's weights are (the CPU for a decoder without any)."""
-    params = decoder.parameters() if callable(getattr(decoder, "parameters", None)) else iter(())
+    parameters = getattr(decoder, "parameters", None)
+    params = parameters() if callable(parameters) else iter(())
     param = next(params, None)
     return param.device if param is not None else torch.device("cpu")
 
@@ -40,12 +51,12 @@ def _limits(max_len: int | Sequence[int] | torch.Tensor, batch: int, device: tor
     return limits
 
 
-def greedy_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor,
+def greedy_search(decoder: StepDecoder, state: DecoderStateLike, max_len: int | Sequence[int] | torch.Tensor,
                   start: int = BOS, sample: torch.Generator | None = None) -> list[list[int]]:
     """Most probable token at every step (the first input is `start`); finished sentences leave the
     batch. `max_len`: the most output tokens, for all sentences or per sentence. `sample`: draw each
     token from the model's distribution with this generator instead (sampled back-translation)."""
-    batch, device = decoder.batch_size(state), _device(decoder)
+    batch, device = state.batch_size, _device(decoder)
     limits = _limits(max_len, batch, device)
     prev = torch.full((batch,), start, dtype=torch.long, device=device)
     active = torch.arange(batch, device=device)
@@ -61,20 +72,20 @@ def greedy_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | t
             break
         if done.any():
             keep = (~done).nonzero().squeeze(1)
-            state, tok, active = decoder.reorder_state(state, keep), tok[keep], active[keep]
+            state, tok, active = state.select(keep), tok[keep], active[keep]
         prev = tok
     return [row[:row.index(EOS)] if EOS in row else row for row in tokens.tolist()]
 
 
-def beam_search(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor, beam_size: int,
-                length_penalty: float = 1.0, start: int = BOS, stop: str = "all") -> list[list[int]]:
+def beam_search(decoder: StepDecoder, state: DecoderStateLike, max_len: int | Sequence[int] | torch.Tensor,
+                beam_size: int, length_penalty: float = 1.0, start: int = BOS, stop: str = "all") -> list[list[int]]:
     """Beam search: the best-scoring hypothesis of each sentence (see `beam_search_nbest`)."""
     return [nbest[0][1] if nbest else []
             for nbest in beam_search_nbest(decoder, state, max_len, beam_size, length_penalty, start, stop)]
 
 
-def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int] | torch.Tensor, beam_size: int,
-                      length_penalty: float = 1.0, start: int = BOS,
+def beam_search_nbest(decoder: StepDecoder, state: DecoderStateLike, max_len: int | Sequence[int] | torch.Tensor,
+                      beam_size: int, length_penalty: float = 1.0, start: int = BOS,
                       stop: str = "all") -> list[list[tuple[float, list[int]]]]:
     """Beam search; every finished hypothesis of each sentence as (score, token ids), best first.
 
@@ -91,7 +102,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
     CTranslate2's rule: no live hypothesis can then beat it on log-probability, though a longer
     one may still on the length-normalised score). Done sentences leave the batch, so long
     sentences do not keep short ones computing. The first step runs once per sentence (every
-    beam starts the same), then the state is expanded to the beams (`Decoder.expand_beams`). The
+    beam starts the same), then the state is expanded to the beams (`DecoderStateLike.expand_beams`). The
     decoder's first input is `start` (BOS, or the target-language tag of a model that signals it there).
     """
     if beam_size < 1:
@@ -99,7 +110,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
     if stop not in BEAM_STOPS:
         raise ValueError(f"stop must be one of {BEAM_STOPS}, got {stop!r}")
     k = beam_size
-    batch, device = decoder.batch_size(state), _device(decoder)
+    batch, device = state.batch_size, _device(decoder)
     limits = _limits(max_len, batch, device)
     width = 1  # hypotheses per sentence in the state: 1 before the first step, k after it
     scores = torch.zeros((batch, 1), device=device)
@@ -131,10 +142,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
         prev = tok.gather(1, order).view(-1)
         seqs = torch.cat([seqs[origin], prev.unsqueeze(1)], dim=1)
         # after the first step rows move only inside their sentence's beams
-        if width == 1:  # a decoder without `expand_beams` (not a `Decoder`) gets its state repeated
-            state = getattr(decoder, "expand_beams", decoder.reorder_state)(state, origin)
-        else:
-            state = decoder.reorder_beams(state, origin)
+        state = state.expand_beams(origin) if width == 1 else state.reorder_beams(origin)
         width = k
         done = n_finished[active] >= k
         if stop == "top":
@@ -154,7 +162,7 @@ def beam_search_nbest(decoder: Decoder, state: Any, max_len: int | Sequence[int]
             keep_rows = (~done).nonzero().squeeze(1)
             flat = (keep_rows.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
             active, scores = active[keep_rows], scores[keep_rows]
-            seqs, prev, state = seqs[flat], prev[flat], decoder.reorder_state(state, flat)
+            seqs, prev, state = seqs[flat], prev[flat], state.select(flat)
     return [sorted(f, key=lambda x: -x[0]) for f in finished]
 
 
@@ -191,7 +199,7 @@ def decode_batch(network: TranslationNetwork, vocabs: dict[str, Vocab], bridged:
     start = decoder_start(vocab, tgt_lang, network.cfg.shared, network.cfg.tag_position)
     limit = output_limits(lengths, max_len, max_len_cap, network.decoder_for(tgt_lang).max_length)
     decoder, state = network.start_decoding(bridged, tgt_lang)
-    searched: Any = decoder
+    searched: StepDecoder = decoder
     shortlist = None
     if candidates is not None:
         shortlist = ShortlistDecoder(decoder, candidates, start)

@@ -24,18 +24,32 @@ import torch
 from torch import nn
 
 from interlingua.data.vocab import EOS
-from interlingua.modules.base import Decoder
+from interlingua.modules.base import Decoder, DecoderStateLike
 
 START_POSITION = EOS + 1
 """The candidate position of the decoder's start token (after the special ids 0..EOS)."""
 
 
 @dataclass
-class ShortlistState:
+class ShortlistState(DecoderStateLike):
     inner: Any
-    """The wrapped decoder's state."""
+    """The wrapped decoder's state (a `DecoderStateLike`)."""
     rows: torch.Tensor
     """(rows,) the sentence (index into the batch's candidate lists) of each state row."""
+
+    @property
+    def batch_size(self) -> int:
+        return self.inner.batch_size
+
+    def select(self, index: torch.Tensor) -> ShortlistState:
+        return ShortlistState(self.inner.select(index), self.rows.index_select(0, index))
+
+    def reorder_beams(self, index: torch.Tensor) -> ShortlistState:
+        """Rows move only inside their sentence's beams, so each row's sentence stays as it is."""
+        return ShortlistState(self.inner.reorder_beams(index), self.rows)
+
+    def expand_beams(self, index: torch.Tensor) -> ShortlistState:
+        return ShortlistState(self.inner.expand_beams(index), self.rows.index_select(0, index))
 
 
 def output_layer_weights(generator: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -69,7 +83,8 @@ def _candidate_rows(generator: nn.Module, ids: torch.Tensor) -> nn.Module:
 
 
 class ShortlistDecoder:
-    """A `Decoder` for the search (step, reorder_state, reorder_beams, batch_size) over candidate positions."""
+    """A decoder for the search over candidate positions: its `step` (the search reorders the
+    `ShortlistState` itself)."""
 
     def __init__(self, decoder: Decoder, candidates: Sequence[np.ndarray], start: int):
         self.decoder = decoder
@@ -97,7 +112,7 @@ class ShortlistDecoder:
 
     def _blocked_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """The mask of each state row's sentence (rows change only when sentences leave or beams start)."""
-        if self._cached is None or not torch.equal(self._cached[0], rows):
+        if self._cached is None or not (self._cached[0] is rows or torch.equal(self._cached[0], rows)):
             self._cached = (rows, self.blocked.index_select(0, rows))
         return self._cached[1]
 
@@ -107,18 +122,6 @@ class ShortlistDecoder:
         logits = self.output(hidden).float()
         logits.masked_fill_(self._blocked_rows(state.rows), float("-inf"))
         return torch.log_softmax(logits, dim=-1), ShortlistState(inner, state.rows)
-
-    def reorder_state(self, state: ShortlistState, indices: torch.Tensor) -> ShortlistState:
-        return ShortlistState(self.decoder.reorder_state(state.inner, indices), state.rows.index_select(0, indices))
-
-    def reorder_beams(self, state: ShortlistState, indices: torch.Tensor) -> ShortlistState:
-        return ShortlistState(self.decoder.reorder_beams(state.inner, indices), state.rows.index_select(0, indices))
-
-    def expand_beams(self, state: ShortlistState, indices: torch.Tensor) -> ShortlistState:
-        return ShortlistState(self.decoder.expand_beams(state.inner, indices), state.rows.index_select(0, indices))
-
-    def batch_size(self, state: ShortlistState) -> int:
-        return self.decoder.batch_size(state.inner)
 
     def to_ids(self, hyps: Sequence[Sequence[int]]) -> list[list[int]]:
         """Hypotheses in candidate positions -> vocabulary ids."""

@@ -20,7 +20,8 @@ changed as paper 004 does:
 The encoder returns (H, mask) like the BiLSTM, so both bridge kinds sit on top of it. The
 decoder attends over the bridge memory and decodes incrementally: the self-attention keys and
 values of past positions are cached in the state (grown by one position per step), the memory's
-keys and values are projected once in `start_state`, and `reorder_state` indexes both.
+keys and values are projected once in `start_state`, and the state's `select` indexes both (a beam-search
+step's `reorder_beams` only the self-attention cache: beams share their sentence's memory).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.errors import ConfigError, LanguageError
-from interlingua.modules.base import Decoder, Encoder
+from interlingua.modules.base import Decoder, DecoderStateLike, Encoder
 from interlingua.modules.dropout import Dropout, scaled_keep_mask
 from interlingua.modules.encoders import lengths_to_mask
 from interlingua.modules.registry import DECODERS, ENCODERS
@@ -314,7 +315,7 @@ class LayerCache:
     def select(self, index: torch.Tensor, memory_index: torch.Tensor) -> LayerCache:
         """Rows `index` of the self-attention cache and rows `memory_index` of the memory's (the same rows,
         or the sentences of `index` where the memory is kept once per sentence for its beams, see
-        `TransformerDecoder.expand_beams`)."""
+        `TransformerDecoderState.expand_beams`)."""
         return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
                           self.memory_keys.index_select(0, memory_index),
                           self.memory_values.index_select(0, memory_index))
@@ -495,7 +496,7 @@ class TransformerEncoder(Encoder):
 
 
 @dataclass
-class TransformerDecoderState:
+class TransformerDecoderState(DecoderStateLike):
     caches: list[LayerCache]
     memory_mask: torch.Tensor
     """(batch, 1, 1, mem_len) True where the decoder may attend."""
@@ -506,14 +507,27 @@ class TransformerDecoderState:
     target language, so one vector serves every row and reordering leaves it as it is); None otherwise."""
 
     @property
-    def rows(self) -> int:
-        """Hypotheses in the state (more than the memory's sentences once beams share their sentence's memory)."""
+    def batch_size(self) -> int:
+        """Rows (hypotheses) in the state: more than the memory's sentences once beams share their sentence's
+        memory."""
         return self.caches[0].keys.size(0) if self.caches else self.memory_mask.size(0)
 
     def select(self, index: torch.Tensor) -> TransformerDecoderState:
-        memory_index = _sentence_rows(index, self.rows, self.memory_mask.size(0))
+        """Rows `index`; where beams share their sentence's memory, whole sentences' rows (as beam search
+        picks them), with the memory of their sentences."""
+        memory_index = _sentence_rows(index, self.batch_size, self.memory_mask.size(0))
         return TransformerDecoderState([c.select(index, memory_index) for c in self.caches],
                                        self.memory_mask.index_select(0, memory_index), self.position, self.language)
+
+    def reorder_beams(self, index: torch.Tensor) -> TransformerDecoderState:
+        """The self-attention caches follow the beams; the memory's keys, values and mask stay in place."""
+        return TransformerDecoderState([c.select_decoded(index) for c in self.caches], self.memory_mask,
+                                       self.position, self.language)
+
+    def expand_beams(self, index: torch.Tensor) -> TransformerDecoderState:
+        """The memory's keys and values stay once per sentence; its hypotheses attend to them together
+        (one query each) in `DecoderLayer`'s cross-attention."""
+        return self.reorder_beams(index)
 
 
 @DECODERS.register("transformer", config=TransformerDecoderConfig)
@@ -604,18 +618,3 @@ class TransformerDecoder(Decoder):
                     state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
         x, state = self._run(prev.unsqueeze(1), state, incremental=True)
         return x[:, 0], state
-
-    def reorder_state(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
-        return state.select(indices)
-
-    def reorder_beams(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
-        return TransformerDecoderState([c.select_decoded(indices) for c in state.caches], state.memory_mask,
-                                       state.position, state.language)
-
-    def expand_beams(self, state: TransformerDecoderState, indices: torch.Tensor) -> TransformerDecoderState:
-        """The memory's keys and values stay once per sentence; its hypotheses attend to them together
-        (one query each) in `DecoderLayer`'s cross-attention."""
-        return self.reorder_beams(state, indices)
-
-    def batch_size(self, state: TransformerDecoderState) -> int:
-        return state.rows
