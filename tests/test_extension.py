@@ -24,6 +24,7 @@ from interlingua.data.batching import make_batch
 from interlingua.data.vocab import EOS, decoder_start, language_tag, source_prefix
 from interlingua.evaluation.bleu_matrix import MatrixResult
 from interlingua.experiment import run_experiments
+from interlingua.inference.shortlist_build import build_shortlist
 from interlingua.model_files.checkpoint import Checkpoint, build_payload, read_checkpoint, save_atomic
 from interlingua.model_files.load import load_model
 from interlingua.training.extension import extend_checkpoint
@@ -228,6 +229,10 @@ def test_train_init_fine_tunes_the_new_language(trained, corpus, tmp_path, capsy
     assert ({k: (v.proto, v.offset) for k, v in after.vocabs.items()}
             == {k: (v.proto, v.offset) for k, v in before.vocabs.items()})
     assert set(after.languages.trained) >= {(NEW, "xb"), ("xb", NEW), ("xa", "xb")}
+    # a lexical shortlist decodes into the new language within its vocabulary, as without one
+    shortlisted = load(tmp_path / "finetune" / "last.pt", "cpu").use_shortlist(build_shortlist(after))
+    into = shortlisted.translate(sentences(corpus, "xb")[:8], "xb", NEW, beam=3)
+    assert len(into) == 8 and all(w[0] == NEW[1] for line in into for w in line.split()), into
 
     # the weights are the checkpoint's: one step at a vanishing learning rate leaves them where they were
     cfg["work_dir"] = str(tmp_path / "one_step")

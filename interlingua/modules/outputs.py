@@ -109,3 +109,8 @@ class RestrictedDecoder(Decoder):
         else:
             full[:, self.rows.index(logp.device)] = logp
         return full, state
+
+    def step_states(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """The inner decoder's: the states come before the output layer the restriction acts on (a shortlist,
+        which computes its own rows, keeps only candidates among `rows`)."""
+        return self.inner.step_states(prev, state)

@@ -25,6 +25,7 @@ from torch import nn
 
 from interlingua.data.vocab import EOS
 from interlingua.modules.base import Decoder, DecoderStateLike
+from interlingua.modules.outputs import RestrictedDecoder
 
 START_POSITION = EOS + 1
 """The candidate position of the decoder's start token (after the special ids 0..EOS)."""
@@ -91,6 +92,9 @@ class ShortlistDecoder:
         device = next(decoder.parameters()).device  # not the output layer's weight: int8 would unpack it
         fixed = np.array(list(range(START_POSITION)) + [start], dtype=np.int64)
         own = [np.setdiff1d(np.asarray(c, dtype=np.int64), fixed) for c in candidates]
+        if isinstance(decoder, RestrictedDecoder):  # a language added to a shared model: only its own rows
+            rows = decoder.rows.index(torch.device("cpu")).numpy()
+            own = [np.intersect1d(c, rows) for c in own]
         ids = np.concatenate([fixed, np.unique(np.concatenate(own))]) if own else fixed
         allowed = np.zeros((len(own), len(ids)), dtype=bool)
         allowed[:, :len(fixed)] = True
