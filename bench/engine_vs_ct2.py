@@ -74,6 +74,7 @@ def main() -> None:
         append_result(args.results, {
             "bench": "engine_vs_ct2", "model": args.model, "direction": f"{args.src}-{args.tgt}", "beam": beam,
             "sentences": len(texts), "threads": args.threads, "rounds": args.rounds, "sentences_per_s": rate,
+            "native_output_kernel": native.output_kernel,
             "engine_vs_direct": round(medians["ctranslate2_direct"] / medians["engine_ctranslate2"], 3),
             "engine_vs_native": round(medians["native"] / medians["engine_ctranslate2"], 3)})
 

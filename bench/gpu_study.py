@@ -73,7 +73,7 @@ def state_of(work: Path, cfg: Any) -> dict[str, Any]:
     if not last.is_file():
         return {"steps": 0, "validations": 0, "stopped_by": "not started", "converged": False}
     st = Checkpoint.read(last).training or TrainingState()
-    losses = [r["mean_loss"] for r in st.history if r.get("mean_loss") is not None]
+    losses = [v.mean_loss for v in st.history if v.mean_loss is not None]
     tc = cfg.train
     if patience_spent(st.history, tc.patience):
         why = "patience"

@@ -66,13 +66,11 @@ def downstream(run: Path, data_root: Path) -> dict[str, float]:
 
 def training(run: Path) -> dict[str, Any]:
     """Steps, training seconds and the dev record the checkpoint was selected with, from metrics.jsonl."""
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    valid = [r for r in records if r["type"] == "valid"]
-    best = max(valid, key=lambda r: r["mean_bleu"])
-    zero_shot = [d["bleu"] for d in best["directions"].values() if d["zero_shot"]]
-    return {"steps": valid[-1]["step"], "train_seconds": valid[-1]["elapsed_s"], "dev_bleu": best["mean_bleu"],
-            "dev_zero_shot_bleu": float(np.mean(zero_shot)) if zero_shot else None,
-            "curve": [(r["elapsed_s"], r["mean_bleu"]) for r in valid]}
+    from interlingua.records import read_validations
+    valid = read_validations(run / "metrics.jsonl")
+    best = max(valid, key=lambda v: -np.inf if v.mean_bleu is None else v.mean_bleu)
+    return {"steps": valid[-1].step, "train_seconds": valid[-1].elapsed_s, "dev_bleu": best.mean_bleu,
+            "dev_zero_shot_bleu": best.zero_shot_bleu, "curve": [(v.elapsed_s, v.mean_bleu) for v in valid]}
 
 
 def agreement(name: str) -> str:

@@ -9,7 +9,6 @@ intervals inside that window of steps/s and src+tgt tokens/s. One line per run t
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -19,6 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 from _results import append_result  # noqa: E402
 from _timing import our_marks  # noqa: E402
+
+from interlingua.records import read_validations  # noqa: E402
 
 
 def main() -> None:
@@ -32,8 +33,8 @@ def main() -> None:
     lo = max(m[0].wall for m in marks.values())
     hi = min(m[-1].wall for m in marks.values())
     for name, folder in runs.items():
-        records = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
-        dev = {r["step"]: round(r["mean_bleu"], 2) for r in records if r.get("type") == "valid"}
+        dev = {v.step: None if v.mean_bleu is None else round(v.mean_bleu, 2)
+               for v in read_validations(folder / "metrics.jsonl")}
         iv = [(b.step - a.step, b.wall - a.wall, b.tokens) for a, b in zip(marks[name], marks[name][1:])
               if a.wall >= lo and b.wall <= hi and b.wall > a.wall]
         append_result(args.out, {

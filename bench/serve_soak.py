@@ -75,6 +75,7 @@ from serve_load import HOST, Server, Tally, _status_mib, _stop_on_sigterm, get_j
 
 from interlingua.cli import positive_float, positive_int  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
+from interlingua.records import read_records, validations  # noqa: E402
 
 RECIPE = "recipes/multi30k/cpu/bilingual_en_de.yaml"
 TRAIN_STEPS = 2000
@@ -494,12 +495,12 @@ def training_facts(train_dir: Path) -> dict:
     """The last step and the last validation of a run's metrics.jsonl."""
     facts: dict = {}
     try:
-        for line in (train_dir / "metrics.jsonl").read_text().splitlines():
-            record = json.loads(line)
-            if "step" in record:
-                facts["steps_trained"] = record["step"]
-            if record.get("type") in ("valid", "validation"):
-                facts["last_validation"] = {k: record.get(k) for k in ("step", "mean_bleu", "mean_loss")}
+        records = read_records(train_dir / "metrics.jsonl")
+        if steps := [r["step"] for r in records if "step" in r]:
+            facts["steps_trained"] = steps[-1]
+        if found := validations(records):
+            last = found[-1]
+            facts["last_validation"] = {"step": last.step, "mean_bleu": last.mean_bleu, "mean_loss": last.mean_loss}
     except (OSError, ValueError):
         pass
     return facts

@@ -22,14 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from interlingua.evaluation.dev_curves import bleu_on_curve, dev_curve  # noqa: E402
 from interlingua.evaluation.plots import plot_dev_bleu_against_loss  # noqa: E402
-from interlingua.training.metrics import MetricsLog  # noqa: E402
+from interlingua.records import read_validations  # noqa: E402
 from interlingua.training.patience import validations_without_improvement  # noqa: E402
-
-
-def zero_shot_bleu(record: dict) -> float | None:
-    """Mean dev BLEU of the record's zero-shot directions (None: it has none)."""
-    scores = [r["bleu"] for r in record.get("directions", {}).values() if r.get("zero_shot")]
-    return sum(scores) / len(scores) if scores else None
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -41,7 +35,7 @@ def main() -> None:
     ap.add_argument("--run", action="append", required=True, metavar="NAME=WORK_DIR")
     ap.add_argument("--png", default=None, help="where to draw dev BLEU against dev loss")
     args = ap.parse_args()
-    runs = {name: [r for r in MetricsLog(Path(folder)).records() if r.get("type") == "valid"]
+    runs = {name: read_validations(Path(folder) / "metrics.jsonl")
             for name, folder in (x.split("=", 1) for x in args.run)}
     curves = {name: [(loss, bleu) for _, loss, bleu in dev_curve(valid)] for name, valid in runs.items()}
     reference = next(iter(runs))
@@ -51,11 +45,11 @@ def main() -> None:
               + (f" {reference}'s dev BLEU at this loss |" if on_curve else "")
               + "\n|---|---|---|---|---|---|" + ("---|" if on_curve else ""))
         for i, r in enumerate(valid):
-            row = (f"| {r['step']} | {_fmt(r.get('elapsed_s', 0) / 60, 1)} | {_fmt(r.get('mean_loss'), 3)} | "
-                   f"{_fmt(r.get('mean_bleu'))} | {_fmt(zero_shot_bleu(r))} | "
+            row = (f"| {r.step} | {_fmt((r.elapsed_s or 0) / 60, 1)} | {_fmt(r.mean_loss, 3)} | "
+                   f"{_fmt(r.mean_bleu)} | {_fmt(r.zero_shot_bleu)} | "
                    f"{validations_without_improvement(valid[:i + 1])} |")
             if on_curve:
-                loss = r.get("mean_loss")
+                loss = r.mean_loss
                 row += f" {_fmt(None if loss is None else bleu_on_curve(curves[reference], loss))} |"
             print(row)
     if args.png:

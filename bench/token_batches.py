@@ -62,7 +62,7 @@ def one_run(cfg: ExperimentConfig, data: PreparedData, tokens: int, label: str) 
     valid = result.history[-1]
     return {"batches": label, "steps": steps, "tokens": tokens, "padding_share": round(padding, 4),
             "tokens_per_s": round(result.tokens_per_second, 1), "wall_s": round(wall, 1),
-            "dev_loss": valid.get("mean_loss"), "dev_bleu": valid.get("mean_bleu")}
+            "dev_loss": valid.mean_loss, "dev_bleu": valid.mean_bleu}
 
 
 def main() -> None:

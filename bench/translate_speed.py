@@ -5,10 +5,12 @@ Run: python bench/translate_speed.py --model runs/.../last.pt [--src en --tgt de
 For each beam: sentences/s of `Model.translate` over the 1,000 sentences (raw text in,
 text out: tokenisation and detokenisation included, model loading excluded), every timed
 pass's seconds, the best of --reps, and lowercased BLEU / chrF of the output. One JSON line
-per beam is printed and appended to --out. `bench/translate_vs_peer.py` runs this script once
-per timed pass, in a fresh process, beside the peer's own translation program. A precision the
-library refuses here (int8 where no int8 kernel is faster than fp32 on this CPU) exits with status
-3 and the refusal on stderr.
+per beam is printed and appended to --out, with the precision and whether the output layer ran
+oneDNN's packed fp32 product (`output_kernel`: `Model.output_kernel`;
+INTERLINGUA_OUTPUT_KERNEL=default turns it off). `bench/translate_vs_peer.py` runs this script
+once per timed pass, in a fresh process, beside the peer's own translation program. A precision
+the library refuses here (int8 where no int8 kernel is faster than fp32 on this CPU) exits with
+status 3 and the refusal on stderr.
 
 The comparisons skip a system whose single pass would take over SKIP_FACTOR (10) times its fp32
 counterpart's (`skip_after`: its pass is stopped at that time, loading included on both sides), or
@@ -84,6 +86,7 @@ def timed_pass(ckpt: str, *, src: str, tgt: str, beam: int, stop: str, threads: 
         raise SystemExit(f"translate_speed.py failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     rec = json.loads(lines[-1])
     return {"seconds": rec["seconds"][0], "wall_incl_load_s": round(wall, 2), "step": rec["step"],
+            "output_kernel": rec.get("output_kernel"),
             "hyps": Path(hyps_dir) / f"{Path(ckpt).parent.name}.beam{beam}.{tgt}"}
 
 
@@ -139,7 +142,7 @@ def main() -> None:
         bleu, chrf = corpus_scores(hyps, ref)
         res = {"system": "interlingua", "model": args.model, "step": step, "direction": f"{args.src}-{args.tgt}",
                "beam": beam, "beam_stop": args.beam_stop, "precision": tr.runtime.precision,
-               "shortlist": args.shortlist,
+               "output_kernel": tr.output_kernel, "shortlist": args.shortlist,
                "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len,
                "sentences": len(src), "sent_per_s_best": round(len(src) / min(times), 1),
                "seconds": [round(t, 3) for t in times], "bleu_lc": round(bleu, 2), "chrf_lc": round(chrf, 2),

@@ -236,7 +236,8 @@ def main() -> None:
                 passes[system].append(res)
                 append_result(args.out, {"kind": "pass", "system": system, "beam": beam, "round": r + 1,
                                          "seconds": res["seconds"], "wall_incl_load_s": res["wall_incl_load_s"],
-                                         "threads": args.threads})
+                                         "threads": args.threads,
+                                         **({"output_kernel": res["output_kernel"]} if "output_kernel" in res else {})})
         for system in skipped:
             del passes[system]
         medians = {s: statistics.median(p["seconds"] for p in ps) for s, ps in passes.items()}

@@ -43,3 +43,8 @@ class ArgumentError(InterlinguaError, ValueError):
 
 class ArgumentTypeError(ArgumentError, TypeError):
     """An argument of the Python API is of the wrong type (a float for a whole number, None for a language)."""
+
+
+class RecordError(InterlinguaError, ValueError):
+    """A record of a run's dev validations (a metrics.jsonl line, an entry of a checkpoint's training history)
+    is malformed."""

@@ -4,9 +4,7 @@ Importing this module selects matplotlib's file-only Agg backend.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -15,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from interlingua.atomic_files import atomic_output  # noqa: E402
+from interlingua.records import read_records, validations  # noqa: E402
 
 
 def save_figure(fig, out_png: Path) -> Path:
@@ -32,11 +31,9 @@ def save_figure(fig, out_png: Path) -> Path:
 def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
     """Train loss / penalty (and the agreement loss, where it is on) over steps, and dev BLEU per
     direction at each validation."""
-    train: list[dict[str, Any]] = []
-    valid: list[dict[str, Any]] = []
-    for line in metrics_jsonl.read_text().splitlines():
-        rec = json.loads(line)
-        (train if rec.get("type") == "train" else valid).append(rec)
+    records = read_records(metrics_jsonl)
+    train = [r for r in records if r.get("type") == "train"]
+    valid = validations(records)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     if train:
         steps = [r["step"] for r in train]
@@ -52,12 +49,12 @@ def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
     for ax in axes[:2]:
         ax.set_xlabel("step")
     if valid:
-        steps = [r["step"] for r in valid]
-        for name in valid[-1]["directions"]:
-            vals = [r["directions"].get(name, {}).get("bleu", np.nan) for r in valid]
-            axes[2].plot(steps, vals, marker=".", label=name,
-                         linestyle="--" if valid[-1]["directions"][name].get("zero_shot") else "-")
-        axes[2].plot(steps, [r["mean_bleu"] for r in valid], color="black", linewidth=2.5, label="mean (selection)")
+        steps = [v.step for v in valid]
+        for name, last in valid[-1].directions.items():
+            vals = [s.bleu if (s := v.directions.get(name)) else np.nan for v in valid]
+            axes[2].plot(steps, vals, marker=".", label=name, linestyle="--" if last.zero_shot else "-")
+        axes[2].plot(steps, [np.nan if v.mean_bleu is None else v.mean_bleu for v in valid], color="black",
+                     linewidth=2.5, label="mean (selection)")
         axes[2].set_title("dev BLEU")
         axes[2].set_xlabel("step")
         axes[2].legend(fontsize=6, ncol=2)

@@ -3,11 +3,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+# one thread per test process (two run side by side, below): BLAS threads that spin beside a second process
+# made numpy's SVD checks 3.5x slower
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 .venv/bin/ruff check interlingua tests bench   # lint (pyproject.toml [tool.ruff]); fails the run
 .venv/bin/mypy interlingua                     # types (pyproject.toml [tool.mypy]); fails the run
 # the documentation site (mkdocs.yml): --strict turns a broken link, anchor or API reference into a failure
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d .site-docs   # not --quiet: it hides the warnings --strict counts
 # -rs lists every skip (under CI=true a skip fails the run); -m "not cuda" leaves out the tests that need a
-# CUDA GPU (tests/test_cuda.py, run by scripts/gpu-check.sh on a GPU machine): neither run nor skipped
-.venv/bin/python -m pytest tests -rs -m "not cuda" "$@"
+# CUDA GPU (tests/test_cuda.py, run by scripts/gpu-check.sh on a GPU machine): neither run nor skipped.
+# -n: one process per core (pytest-xdist; TEST_WORKERS to choose, 0 for one process), each test file in one of them
+# (--dist loadfile: a file's module fixtures are built once); the session's tiny models are shared (conftest.py)
+.venv/bin/python -m pytest tests -rs -m "not cuda" -n "${TEST_WORKERS:-2}" --dist loadfile "$@"

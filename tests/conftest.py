@@ -3,13 +3,17 @@ every kind on a synthetic task, each trained once per session."""
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import torch
 import yaml
+from filelock import FileLock
 
 from interlingua.config import parse_config
 from interlingua.data.download import get_multi30k
@@ -104,32 +108,58 @@ def tiny_config(corpus: Path, work_dir: Path, **sections) -> dict:
     return cfg
 
 
+Built = TypeVar("Built")
+
+
+def built_once(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, name: str,
+               build: Callable[[Path], Built]) -> Built:
+    """`build(folder)` once per test run, shared by pytest-xdist's worker processes (scripts/test.sh runs the suite
+    in two): the first worker to ask builds it under a file lock in the folder all workers' temporary folders share,
+    and pickles what it returns there; the others wait and read that. A failed build leaves nothing behind, so the
+    next worker to ask tries again (and fails with the same error). Without xdist: built in a folder of its own."""
+    if not hasattr(config, "workerinput"):
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent / "built-once"
+    shared.mkdir(exist_ok=True)
+    result = shared / f"{name}.pickle"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not result.is_file():
+            folder = shared / name
+            folder.mkdir()
+            built = build(folder)
+            result.write_bytes(pickle.dumps(built))
+            return built
+    return pickle.loads(result.read_bytes())
+
+
 @pytest.fixture(scope="session")
-def multi30k_corpus(tmp_path_factory) -> Path:
+def multi30k_corpus(request, tmp_path_factory) -> Path:
     if not (MULTI30K / "train.en.gz").is_file():
         missing("../shared/data/multi30k is not available")
-    return get_multi30k(tmp_path_factory.mktemp("m30k"), MULTI30K)
+    return built_once(request.config, tmp_path_factory, "m30k", lambda folder: get_multi30k(folder, MULTI30K))
 
 
 @pytest.fixture(scope="session")
-def trained_model(multi30k_corpus, tmp_path_factory) -> Path:
+def trained_model(request, multi30k_corpus, tmp_path_factory) -> Path:
     """en<->de + de->de tiny bridge model, overfitted on 200 lines (about 20 s on 2 cores)."""
     from interlingua.training.trainer import train
-    work = tmp_path_factory.mktemp("trained")
-    cfg = parse_config(tiny_config(multi30k_corpus, work,
-                                   directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]],
-                                               "monolingual": True},
-                                   train={"max_steps": 600, "valid_every": 600, "batch_size": 25, "lr": 0.01}))
-    result = train(cfg)
-    return result.best_checkpoint
+
+    def build(work: Path) -> Path:
+        cfg = parse_config(tiny_config(multi30k_corpus, work,
+                                       directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]],
+                                                   "monolingual": True},
+                                       train={"max_steps": 600, "valid_every": 600, "batch_size": 25, "lr": 0.01}))
+        return train(cfg).best_checkpoint
+    return built_once(request.config, tmp_path_factory, "trained", build)
 
 
 @pytest.fixture(scope="session")
-def untrained_model(trained_model, tmp_path_factory) -> Path:
+def untrained_model(request, trained_model, tmp_path_factory) -> Path:
     """trained_model's architecture and vocabularies with freshly initialised weights: \
 a model folder that learned nothing."""
     from interlingua.inference.api import load
-    return load(trained_model).untrained_like(seed=1).save(tmp_path_factory.mktemp("untrained") / "model")
+    return built_once(request.config, tmp_path_factory, "untrained",
+                      lambda folder: load(trained_model).untrained_like(seed=1).save(folder / "model"))
 
 
 # --- tiny trained models of every kind, each trained once per session ------------------------------------------
@@ -180,10 +210,13 @@ def target_of(source: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def synthetic_corpus(tmp_path_factory) -> Path:
+def synthetic_corpus(request, tmp_path_factory) -> Path:
     """Multi-way corpus YAML with train/val/test files of `xa` sentences and their `xb` translations."""
+    return built_once(request.config, tmp_path_factory, "kinds_corpus", _write_synthetic_corpus)
+
+
+def _write_synthetic_corpus(root: Path) -> Path:
     import random
-    root = tmp_path_factory.mktemp("kinds_corpus")
     rng = random.Random(3)
 
     def sentence() -> str:
@@ -230,37 +263,40 @@ class KindModels:
     """Each kind of `KINDS` trained on the synthetic task through `interlingua train`, the first time a test asks
     for it; every later test of the session gets the same checkpoint (tests only read it)."""
 
-    def __init__(self, corpus: Path, root: Path):
-        self.corpus, self.root = corpus, root
+    def __init__(self, corpus: Path, config: pytest.Config, tmp_path_factory: pytest.TempPathFactory):
+        self.corpus, self.config, self.tmp_path_factory = corpus, config, tmp_path_factory
         self._trained: dict[str, TrainedKind] = {}
 
     def __getitem__(self, name: str) -> TrainedKind:
         if name not in self._trained:
-            import contextlib
-            import io
-            import json
-
-            from interlingua.cli import main
-            (self.root / name).mkdir()
-            config = kind_config_yaml(self.corpus, self.root / name / "run")
-            sets = [arg for key, value in KINDS[name].items() for arg in ("--set", f"{key}={json.dumps(value)}")]
-            printed = io.StringIO()
-            with contextlib.redirect_stdout(printed):
-                code = main(["train", str(config), *sets])
-            assert code == 0, f"interlingua train of kind {name} exited {code}:\n{printed.getvalue()[-3000:]}"
-            self._trained[name] = TrainedKind(self.root / name / "run" / "best.pt", printed.getvalue())
+            self._trained[name] = built_once(self.config, self.tmp_path_factory, f"kind-{name}",
+                                             lambda folder: self._train(name, folder))
         return self._trained[name]
 
+    def _train(self, name: str, folder: Path) -> TrainedKind:
+        import contextlib
+        import io
+        import json
+
+        from interlingua.cli import main
+        config = kind_config_yaml(self.corpus, folder / "run")
+        sets = [arg for key, value in KINDS[name].items() for arg in ("--set", f"{key}={json.dumps(value)}")]
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(["train", str(config), *sets])
+        assert code == 0, f"interlingua train of kind {name} exited {code}:\n{printed.getvalue()[-3000:]}"
+        return TrainedKind(folder / "run" / "best.pt", printed.getvalue())
+
 
 @pytest.fixture(scope="session")
-def kind_models(synthetic_corpus, tmp_path_factory) -> KindModels:
+def kind_models(request, synthetic_corpus, tmp_path_factory) -> KindModels:
     """Tiny models of every kind of `KINDS` (about 3-6 s each on 2 cores, trained on first use)."""
-    return KindModels(synthetic_corpus, tmp_path_factory.mktemp("kinds"))
+    return KindModels(synthetic_corpus, request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
-def letter_code_transformer(tmp_path_factory) -> Path:
+def letter_code_transformer(request, tmp_path_factory) -> Path:
     """The shared Transformer of a letter-for-letter code between xa and xb (tests/test_export_ctranslate2.py:
     `train_letter_code_transformer`), for the CTranslate2 export and the shortlist tests."""
     from test_export_ctranslate2 import train_letter_code_transformer
-    return train_letter_code_transformer(tmp_path_factory.mktemp("letter_code"))
+    return built_once(request.config, tmp_path_factory, "letter_code", train_letter_code_transformer)

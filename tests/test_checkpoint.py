@@ -10,6 +10,7 @@ from interlingua.config import parse_config
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.inference.api import load
 from interlingua.model_files.checkpoint import Checkpoint, TrainingState, load_checkpoint, read_checkpoint
+from interlingua.records import Validation
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
 
@@ -199,23 +200,27 @@ LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy_attention.pt"
 
 def test_a_training_state_reads_its_history_stored_as_json_text(tmp_path):
     """Checkpoints written before the history was a list hold it as JSON text; it reads as the list."""
-    records = [{"type": "valid", "step": 4, "mean_bleu": None, "directions": {}}]
+    records = [{"type": "valid", "step": 4, "mean_bleu": None, "directions": {}}]  # no dev set: no mean_loss then
     old = {"step": 4, "max_steps": 8, "elapsed": 1.5, "best_bleu": None, "history": json.dumps(records),
            "log_window": {"n": 0}}
     state = TrainingState.from_payload(old, tmp_path / "old.pt")
-    assert state.history == records and state.validated and state.lr_scheduler is None and state.init is None
-    assert state.to_payload()["history"] == records  # written as a list
+    assert state.history == [Validation(step=4)] and state.validated
+    assert state.lr_scheduler is None and state.init is None
+    written = [{**records[0], "mean_loss": None}]
+    assert state.to_payload()["history"] == written  # written as a list
     assert state.summary() == {"step": 4, "max_steps": 8, "elapsed_s": 1.5, "best_dev_bleu": None,
-                               "dev": records[0], "init": None}
+                               "dev": written[0], "init": None}
     with pytest.raises(CheckpointError, match="history is not readable"):
         TrainingState.from_payload({"history": "[not json"}, tmp_path / "old.pt")
+    with pytest.raises(CheckpointError, match=r"old.pt: its training history is malformed .*'mean_bleu' is not a"):
+        TrainingState.from_payload({"history": [{"step": 4, "mean_bleu": "high"}]}, tmp_path / "old.pt")
 
 
 def test_a_checkpoint_round_trips_through_its_typed_form(tmp_path):
     ckpt = Checkpoint.read(LEGACY)
     assert ckpt.training is None and ckpt.vocab_offsets is None and ("en", "de") in ckpt.directions
     ckpt.training = TrainingState(step=3, max_steps=6, elapsed=2.0, best_bleu=1.5, init="base.pt",
-                                  history=[{"type": "valid", "step": 3, "mean_bleu": 1.5}])
+                                  history=[Validation(step=3, mean_bleu=1.5)])
     ckpt.save(tmp_path / "again.pt")
     stored = torch.load(tmp_path / "again.pt", map_location="cpu", weights_only=True)
     assert isinstance(stored["training"]["history"], list) and stored["version"] == 1

@@ -175,14 +175,14 @@ def test_one_cpu_recipe_of_each_family_trains_a_few_steps(recipe, multi30k_corpu
         prepared_for_recipes[key] = prepare(cfg)
     result = train(cfg, data=prepared_for_recipes[key])
     assert result.steps == 2 and result.best_checkpoint is not None and result.best_checkpoint.exists()
-    assert all(np.isfinite(r["mean_bleu"]) for r in result.history)
+    assert all(v.mean_bleu is not None and np.isfinite(v.mean_bleu) for v in result.history)
     trained, zero_shot, heads = _intended(recipe.stem)
     model = interlingua.load(result.best_checkpoint, "cpu")
     assert set(model.languages.trained) == trained
     assert model.heads == heads
-    dev = result.history[-1]["directions"]  # every direction with dev text is scored, zero-shot ones marked
-    assert {name for name, r in dev.items() if r["zero_shot"]} == {f"{s}-{t}" for s, t in zero_shot}
-    assert {name for name, r in dev.items() if not r["zero_shot"]} == {f"{s}-{t}" for s, t in trained if s != t}
+    dev = result.history[-1].directions  # every direction with dev text is scored, zero-shot ones marked
+    assert {name for name, r in dev.items() if r.zero_shot} == {f"{s}-{t}" for s, t in zero_shot}
+    assert {name for name, r in dev.items() if not r.zero_shot} == {f"{s}-{t}" for s, t in trained if s != t}
     assert cfg.train.penalty_weight == (0.0 if "nopenalty" in recipe.stem else 1.0)
 
 

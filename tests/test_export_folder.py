@@ -220,7 +220,7 @@ def test_serve_loads_the_folder(exported, trained_model, capsys, monkeypatch):
 def test_model_card_reports_what_was_recorded(exported, trained_model):
     card = (exported / "README.md").read_text()
     history = Checkpoint.read(trained_model).training.history
-    dev = next(r for r in history if r["step"] == 600)
+    dev = next(v for v in history if v.step == 600)
     assert "# tiny" in card
     assert "- Reads (encoders): de, en" in card and "- Writes (decoders): de, en" in card
     assert "de->de (copy)" in card and "en->de" in card and "de->en" in card
@@ -232,10 +232,9 @@ def test_model_card_reports_what_was_recorded(exported, trained_model):
     assert str(parse_config(read_checkpoint(trained_model)["config"]).corpus) in card
     assert "the first 200 training lines" in card
     assert "As recorded at step 600 (the checkpoint's training state)" in card
-    for name, r in dev["directions"].items():
-        assert (f"| {name} | {'zero-shot' if r['zero_shot'] else 'trained'} | "
-                f"{r['bleu']:.2f} | {r['chrf']:.2f} |") in card
-    assert f"Mean over the trained directions: {dev['mean_bleu']:.2f}." in card
+    for name, r in dev.directions.items():
+        assert f"| {name} | {'zero-shot' if r.zero_shot else 'trained'} | {r.bleu:.2f} | {r.chrf:.2f} |" in card
+    assert f"Mean over the trained directions: {dev.mean_bleu:.2f}." in card
     assert "## Test BLEU\n\nNot recorded" in card
 
 

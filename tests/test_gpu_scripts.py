@@ -1,6 +1,7 @@
 """The GPU scripts without a GPU: the README's test command leaves the CUDA tests out and selecting them
 without a GPU fails; gpu-prepare's manifest and choice of wheels; gpu-check and gpu-study run whole on
-the CPU with tiny sizes (`--device cpu --tiny`), through their shell scripts, so they never rot
+the CPU with tiny sizes (`--device cpu --tiny`), through their shell scripts (gpu-study's run in
+test_gpu_study_script.py, so that the two longest runs of the suite go to different test processes), so they never rot
 between the rare runs on a GPU machine (docs/TESTING.md, "Checking on a GPU")."""
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def readme_pytest_arguments() -> list[str]:
     lines = [line for line in (REPO / "scripts" / "test.sh").read_text().splitlines()
              if " -m pytest " in line and not line.lstrip().startswith("#")]
     assert len(lines) == 1, lines
-    words = shlex.split(lines[0].split("#")[0])
+    command = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", lines[0].split("#")[0])  # a shell default: its value
+    words = shlex.split(command)
     args = words[words.index("pytest") + 1:]
     return [a for a in args if a not in ("tests", "$@")]
 
@@ -134,7 +136,7 @@ def test_what_is_carried_is_what_the_gpu_machine_lacks_and_the_pure_python_it_ne
 # --- the scripts, tiny, on the CPU -------------------------------------------------------------------------------
 
 
-def _script(name: str, args: list[str], tmp_path: Path, wheels: Path) -> subprocess.CompletedProcess:
+def run_script(name: str, args: list[str], tmp_path: Path, wheels: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_WHEELS": str(wheels),
            "GPU_CHECK_SITE": str(tmp_path / "site"), "OMP_NUM_THREADS": "1"}
     env.pop("OUT", None)
@@ -142,7 +144,7 @@ def _script(name: str, args: list[str], tmp_path: Path, wheels: Path) -> subproc
                           timeout=900)
 
 
-def _outputs_fit(out: Path) -> list[str]:
+def outputs_fit(out: Path) -> list[str]:
     files = sorted(p for p in out.rglob("*") if p.is_file())
     assert len(files) <= 8 and all(p.stat().st_size <= 16 * 2**20 for p in files), files
     return [p.name for p in files]
@@ -154,12 +156,12 @@ def test_gpu_check_runs_whole_on_the_cpu_with_tiny_sizes(multi30k_corpus, tmp_pa
     wheels = tmp_path / "wheels"
     make_wheel(wheels, "gpu_check_probe", "0.1")
     out = tmp_path / "out"
-    done = _script("gpu-check.sh", ["--device", "cpu", "--tiny", "--precisions", "fp32", "--corpus",
+    done = run_script("gpu-check.sh", ["--device", "cpu", "--tiny", "--precisions", "fp32", "--corpus",
                                     str(multi30k_corpus), "--work", str(tmp_path / "work"), "--out", str(out)],
                    tmp_path, wheels)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert (tmp_path / "site" / "gpu_check_probe" / "__init__.py").is_file()
-    assert set(_outputs_fit(out)) == {"install.log", "pytest.log", "train.log", "metrics.jsonl", "summary.json",
+    assert set(outputs_fit(out)) == {"install.log", "pytest.log", "train.log", "metrics.jsonl", "summary.json",
                                       "summary.md"}
     summary = json.loads((out / "summary.json").read_text())
     steps = summary["steps"]
@@ -175,34 +177,3 @@ def test_gpu_check_runs_whole_on_the_cpu_with_tiny_sizes(multi30k_corpus, tmp_pa
     assert ddp["same_as_one_process"] == "bit-identical"
     assert {r["kind"] for r in steps["inference"]["result"]["runs"]} == {"lstm_bridge", "transformer"}
     assert "| training | yes |" in (out / "summary.md").read_text()
-
-
-def test_gpu_study_runs_on_the_cpu_with_tiny_sizes_and_resumes_across_two_commands(multi30k_corpus, tmp_path):
-    """Command 1 stops both rows at step 8 (a step cap given with --set) and scores them; command 2 (the
-    tiny cap, 12 steps) resumes both where they stopped and scores them again."""
-    work, wheels = tmp_path / "work", tmp_path / "wheels"
-    common = ["--device", "cpu", "--tiny", "--corpus", str(multi30k_corpus), "--work", str(work)]
-    first = _script("gpu-study.sh", [*common, "--out", str(tmp_path / "out1"), "--set", "train.max_steps=8"],
-                    tmp_path, wheels)
-    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-    study = json.loads((tmp_path / "out1" / "study.json").read_text())
-    assert [study["states"][r]["steps"] for r in ("baseline", "residual")] == [8, 8]
-    assert {r["recipe"] for r in study["runs"]} == {"baseline", "residual"}
-    second = _script("gpu-study.sh", [*common, "--out", str(tmp_path / "out2"), "--set", "train.max_steps=12"],
-                     tmp_path, wheels)
-    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
-    out = tmp_path / "out2"
-    assert set(_outputs_fit(out)) == {"install.log", "study.md", "study.json", "study_dev_curves.png",
-                                      "metrics_baseline.jsonl", "metrics_residual.jsonl", "study.log"}
-    study = json.loads((out / "study.json").read_text())
-    for row in ("baseline", "residual"):
-        state = study["states"][row]
-        assert state["steps"] > 8 and state["stopped_by"] in ("patience", "step cap"), state
-        assert f"resumed from {work / row / 'last.pt'} at step 8" in (out / "study.log").read_text()
-        run = next(r for r in study["runs"] if r["recipe"] == row)
-        assert run["matrix"]["zero_shot"] and run["pivot_matrix"] and run["dev_curve"]
-        assert all(json.loads(line)["step"] <= state["steps"]
-                   for line in (out / f"metrics_{row}.jsonl").read_text().splitlines())
-    text = (out / "study.md").read_text()
-    assert "## Zero-shot study" in text and "zero-shot via pivot" in text
-    assert not any(p.suffix == ".pt" for p in out.rglob("*"))

@@ -19,6 +19,7 @@ from interlingua.model_files.checkpoint import Checkpoint, TrainingState, read_c
 from interlingua.model_files.export import export_folder
 from interlingua.model_files.load import load_model
 from interlingua.model_files.loaded import AddedLanguage, Provenance
+from interlingua.records import Validation
 
 FILES_PACKAGE = "interlingua.model_files"
 
@@ -119,7 +120,7 @@ def test_what_a_file_records_reads_as_fields_and_is_stored_as_before(tmp_path):
     ckpt = Checkpoint.read(LEGACY)
     added = AddedLanguage(lang="xx", source="base.pt", vocab_size=60, noise=0.01, seed=3)
     ckpt.extended, ckpt.averaged_from = [added], ["a.pt", "b.pt"]
-    ckpt.training = TrainingState(step=5, max_steps=9, history=[{"type": "valid", "step": 5, "mean_bleu": 1.0}])
+    ckpt.training = TrainingState(step=5, max_steps=9, history=[Validation(step=5, mean_bleu=1.0)])
     ckpt.save(tmp_path / "c.pt")
     stored = read_checkpoint(tmp_path / "c.pt")
     assert stored["extended"] == [{"lang": "xx", "from": "base.pt", "vocab_size": 60, "noise": 0.01, "seed": 3}]

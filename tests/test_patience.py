@@ -8,13 +8,14 @@ from conftest import tiny_config
 
 from interlingua.config import parse_config
 from interlingua.errors import ConfigError
+from interlingua.records import Validation
 from interlingua.training import run as run_mod
 from interlingua.training.patience import patience_spent, validations_without_improvement
 from interlingua.training.trainer import train
 
 
 def records(*losses):
-    return [{"type": "valid", "step": 2 * (i + 1), "mean_loss": loss} for i, loss in enumerate(losses)]
+    return [Validation(step=2 * (i + 1), mean_loss=loss) for i, loss in enumerate(losses)]
 
 
 def test_validations_are_counted_from_the_lowest_dev_loss():
@@ -33,8 +34,7 @@ LOSSES = {2: 3.0, 4: 2.0, 6: 2.5, 8: 2.1, 10: 1.5, 12: 1.4}
 
 def scripted_validation(self, step):
     """Dev losses that stop improving after step 4, improve again at steps 10 and 12, then no more."""
-    return {"type": "valid", "step": step, "mean_bleu": 10.0 + step, "mean_loss": LOSSES.get(step, 2.0),
-            "directions": {}}
+    return Validation(step=step, mean_bleu=10.0 + step, mean_loss=LOSSES.get(step, 2.0))
 
 
 def test_patience_stops_at_the_right_validation_and_resume_refuses_to_go_on(multi30k_corpus, tmp_path,

@@ -167,10 +167,10 @@ def test_sigterm_through_the_cli_resumes_exactly(multi30k_corpus, straight, tmp_
     assert code == 128 + signal.SIGTERM
     assert err[-1] == f"interrupted: SIGTERM at step 12: saved {work / 'last.pt'}; continue with --resume"
     state = _state(work / "last.pt")
-    assert state.step == 12 and [h["step"] for h in state.history] == [8]
+    assert state.step == 12 and [h.step for h in state.history] == [8]
     # No validation at the stop and no new best.pt: both still those of step 8.
     assert [r["step"] for r in _metrics(work) if r["type"] == "valid"] == [8]
-    assert _state(work / "best.pt").history[-1]["step"] == 8
+    assert _state(work / "best.pt").history[-1].step == 8
     assert signal.getsignal(signal.SIGTERM) == handler_before  # the trainer's handler is gone again
 
     monkeypatch.setattr(trainer_mod, "build_run", real_build)
@@ -226,7 +226,7 @@ def test_ctrl_c_during_a_validation_redoes_it(multi30k_corpus, straight, tmp_pat
         trainer.train()
     monkeypatch.undo()
     state = _state(work / "last.pt")
-    assert state.step == 16 and [h["step"] for h in state.history] == [8]
+    assert state.step == 16 and [h.step for h in state.history] == [8]
     _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)
 
@@ -245,7 +245,7 @@ def test_stop_between_a_metrics_line_and_the_checkpoints(multi30k_corpus, straig
     with pytest.raises(KeyboardInterrupt, match="at step 16"):
         trainer.train()
     assert [r["step"] for r in _metrics(work) if r["type"] == "valid"] == [8, 16]  # the orphan line
-    assert _state(work / "last.pt").history[-1]["step"] == 8
+    assert _state(work / "last.pt").history[-1].step == 8
     _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)
 
@@ -337,6 +337,6 @@ def test_a_checkpoint_with_its_history_as_json_text_resumes_exactly(multi30k_cor
     assert isinstance(payload["training"]["history"], list)
     payload["training"]["history"] = json.dumps(payload["training"]["history"])
     save_atomic(payload, work / "last.pt")
-    assert [r["step"] for r in _state(work / "last.pt").history] == [8]
+    assert [r.step for r in _state(work / "last.pt").history] == [8]
     _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)

@@ -200,14 +200,14 @@ def test_max_minutes_stops_training_then_validates_and_saves(multi30k_corpus, pr
     for name in ("last.pt", "best.pt"):
         state = Checkpoint.read(work / name).training
         assert state.step == 6 and state.elapsed == 6.0
-    assert result.best_checkpoint == work / "best.pt" and result.history[-1]["step"] == 6
+    assert result.best_checkpoint == work / "best.pt" and result.history[-1].step == 6
 
     # The spent budget is part of the state: resuming does nothing more ...
     again = train(_config(multi30k_corpus, work, max_minutes=0.1), resume=True, data=prepared)
     assert again.steps == 6 and len((work / "metrics.jsonl").read_text().splitlines()) == 1
     # ... and a larger one continues where the first stopped.
     more = train(_config(multi30k_corpus, work, max_minutes=0.2), resume=True, data=prepared)
-    assert more.steps == 12 and [h["step"] for h in more.history] == [6, 12]
+    assert more.steps == 12 and [h.step for h in more.history] == [6, 12]
 
 
 # -- label smoothing ------------------------------------------------------------------------------
@@ -328,10 +328,10 @@ def test_dev_bleu_scores_the_raw_reference_lines(multi30k_corpus, prepared, tmp_
         scores = evaluate_devset(run.network, dev, prepared.vocabs, max_len=max_len)
     assert sum(map(len, hyps)) > 0
     direct = sacrebleu.corpus_bleu(hyps, [raw["de"][:30]], lowercase=True)
-    assert scores["bleu"] == pytest.approx(direct.score, abs=1e-9)
+    assert scores.bleu == pytest.approx(direct.score, abs=1e-9)
     assert direct.score != pytest.approx(sacrebleu.corpus_bleu(hyps, [rebuilt], lowercase=True).score)
     chrf = sacrebleu.metrics.CHRF(lowercase=True).corpus_score(hyps, [raw["de"][:30]])
-    assert scores["chrf"] == pytest.approx(chrf.score, abs=1e-9)
+    assert scores.chrf == pytest.approx(chrf.score, abs=1e-9)
     # ... and what the training log records is that same number.
     logged = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert logged["step"] == 40 and logged["directions"]["en-de"]["bleu"] == pytest.approx(direct.score, abs=1e-9)

@@ -267,8 +267,8 @@ def test_a_tiny_run_trains_with_the_authors_dropouts(multi30k_corpus, tmp_path):
         return result, losses
 
     result, losses = run("dropouts", attention_dropout=0.2, word_dropout=0.1)
-    assert result.steps == 12 and [h["step"] for h in result.history] == [6, 12]
-    assert result.history[-1]["mean_loss"] < result.history[0]["mean_loss"]  # it learns
+    assert result.steps == 12 and [h.step for h in result.history] == [6, 12]
+    assert result.history[-1].mean_loss < result.history[0].mean_loss  # it learns
     _, plain = run("plain")
     assert len(losses) == len(plain) == 3 and all(a != b for a, b in zip(losses, plain))  # the dropouts act
     saved = interlingua.load(result.best_checkpoint, "cpu").config

@@ -13,6 +13,7 @@ from interlingua.data.language_id import identify, off_target_rate
 from interlingua.data.vocab import BOS, language_tag
 from interlingua.experiment import run_experiments
 from interlingua.model_files.checkpoint import read_checkpoint
+from interlingua.records import Validation
 from interlingua.training.checkpoints import lowest_loss_steps
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
@@ -77,7 +78,7 @@ def test_disjoint_directions_train_each_pair_on_its_own_lines(multi30k_corpus, t
 
 
 def test_lowest_loss_steps_ranks_by_mean_dev_loss():
-    history = [{"step": s, "mean_loss": loss}
+    history = [Validation(step=s, mean_loss=loss)
                for s, loss in ((2, 3.0), (4, 2.0), (6, 2.5), (8, 2.0), (10, float("nan")))]
     assert lowest_loss_steps(history, 2) == [8, 4]  # ties: the later step first
     assert lowest_loss_steps(history, 9) == [8, 4, 6, 2]
@@ -162,7 +163,7 @@ def test_dev_loss_starts_the_decoder_with_the_language_tag(multi30k_corpus, tmp_
     from interlingua.training.validation import evaluate_devset
     run = build_run(parse_config(_zero_shot_config(multi30k_corpus, tmp_path)))
     dev, vocabs, model = run.devsets[("de", "en")], run.data.vocabs, run.network.eval()
-    reported = evaluate_devset(model, dev, vocabs, batch_size=len(dev.src))["loss"]
+    reported = evaluate_devset(model, dev, vocabs, batch_size=len(dev.src)).loss
 
     def loss(start: int) -> float:
         with torch.inference_mode():
@@ -205,8 +206,8 @@ def test_a_converged_recipe_with_every_new_option_trains(multi30k_corpus, tmp_pa
                                "train.max_steps=4", "train.valid_every=2", "train.batch_tokens=1200",
                                "train.warmup_steps=2", "train.log_every=2"])
     result = train(cfg)
-    assert result.steps == 4 and [r["step"] for r in result.history] == [2, 4]
-    assert result.history[1]["mean_loss"] < result.history[0]["mean_loss"]  # it learns
+    assert result.steps == 4 and [v.step for v in result.history] == [2, 4]
+    assert result.history[1].mean_loss < result.history[0].mean_loss  # it learns
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in logged if r["type"] == "train"]
     assert [r["step"] for r in trained] == [2, 4] and all(r["agreement"] > 0 for r in trained)  # the term is on

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+
+from interlingua.records import Validation
 
 Curve = Sequence[tuple[float, float]]
 """A run's validations in training order, as (mean dev loss, mean dev BLEU)."""
 
 
-def dev_curve(history: Sequence[dict[str, Any]]) -> list[list[float]]:
-    """A run's validation records (metrics.jsonl, `type` valid) as [step, mean dev loss, mean dev BLEU],
-    those that have both."""
-    return [[r["step"], r["mean_loss"], r["mean_bleu"]] for r in history
-            if r.get("mean_loss") is not None and r.get("mean_bleu") is not None]
+def dev_curve(history: Sequence[Validation]) -> list[list[float]]:
+    """A run's validations as [step, mean dev loss, mean dev BLEU], those that have both."""
+    return [[v.step, v.mean_loss, v.mean_bleu] for v in history if v.mean_loss is not None and v.mean_bleu is not None]
 
 
 def training_path(curve: Curve) -> list[tuple[float, float]]:

@@ -51,6 +51,7 @@ from interlingua.model_files.loaded import LoadedModel
 from interlingua.modules.base import BridgeOutput, Decoder, Encoder
 from interlingua.modules.int8 import is_quantized, quantize_network
 from interlingua.modules.model import TranslationNetwork
+from interlingua.modules.packed_linear import output_kernel_setting, pack_output_layers, packed_output_layers
 from interlingua.precision import model_workload
 from interlingua.runtime import Runtime, resolve_device, resolve_device_precision
 
@@ -153,6 +154,8 @@ class Model:
         self._network: TranslationNetwork = loaded.network.eval()
         if precision == "int8" and not is_quantized(self._network):
             quantize_network(self._network)  # in place: the quantized layers' fp32 weights are not kept
+        elif precision == "fp32" and self._network.device.type == "cpu":
+            pack_output_layers(self._network, output_kernel_setting())  # where measured faster; same Parameters
         self._vocabs: dict[str, Vocab] = loaded.vocabs
         self._pre = loaded.config.preprocess
         self._runtime = Runtime(self._network.device, precision)
@@ -163,7 +166,9 @@ class Model:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto", precision: str = "fp32",
              engine: str = "native") -> Model:
-        """`precision`: `fp32` (default, the numbers every result here was made with); `bf16` (autocast: on CPUs
+        """`precision`: `fp32` (default, the numbers every result here was made with; on a CPU the decoders'
+        output layers run oneDNN's prepacked fp32 product at the row counts where it measures faster here, the
+        same products to rounding: `output_kernel`); `bf16` (autocast: on CPUs
         with AMX or AVX512-BF16 and on GPUs, faster, with outputs that may differ in places); `fp16` (CUDA GPUs);
         `int8` (CPUs: the big linear layers, output layers included, with int8 weights and per-row int8 inputs, each
         layer in the int8 kernel measured fastest here where one is faster than fp32, `interlingua.modules.int8`;
@@ -314,6 +319,13 @@ class Model:
     def runtime(self) -> Runtime:
         """Where and in which precision translation and sentence vectors run (weights stay fp32)."""
         return self._runtime
+
+    @property
+    def output_kernel(self) -> str:
+        """What computes the decoders' output layers: `packed` where oneDNN's prepacked fp32 product runs them at
+        the row counts measured faster here (fp32 on a CPU; `interlingua.modules.packed_linear`; the environment
+        variable `INTERLINGUA_OUTPUT_KERNEL=default` turns it off), else `default` (nn.Linear's)."""
+        return "packed" if packed_output_layers(self._network) else "default"
 
     @property
     def languages(self) -> Languages:

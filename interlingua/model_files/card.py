@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from interlingua.errors import RecordError
+from interlingua.records import Validation
+
 NOT_RECORDED = "not recorded"
 
 
@@ -115,24 +118,31 @@ def _training_section(cfg: dict[str, Any], training: dict[str, Any]) -> list[str
 
 
 def _dev_section(cfg: dict[str, Any], training: dict[str, Any], dev_from: str | None) -> list[str]:
-    dev = training.get("dev")
     lines = ["## Dev BLEU", ""]
-    if not isinstance(dev, dict) or not dev.get("directions"):
+    dev = _dev_record(training.get("dev"))
+    if dev is None or not dev.directions:
         return lines + [(f"{NOT_RECORDED.capitalize()}: no dev validation of these weights' training step in the "
                          "checkpoint's training state or in a metrics.jsonl beside it."), ""]
     pre, train = cfg.get("preprocess") or {}, cfg.get("train") or {}
     limit = pre.get("max_valid_sentences")
     source = {"checkpoint": "the checkpoint's training state",
               "metrics.jsonl": "metrics.jsonl beside the checkpoint"}.get(dev_from or "", "training")
-    lines += [f"As recorded at step {dev.get('step')} ({source}): lowercased sacreBLEU (13a) on "
+    lines += [f"As recorded at step {dev.step} ({source}): lowercased sacreBLEU (13a) on "
               + (f"the first {limit:,} sentences of " if limit else "")
               + f"the corpus's `val` split, beam {train.get('valid_beam', 1)}.", "",
               "| direction | kind | BLEU | chrF |", "|---|---|---|---|"]
-    for name, r in dev["directions"].items():
-        lines.append(f"| {name} | {'zero-shot' if r.get('zero_shot') else 'trained'} | {_num(r.get('bleu'))} | "
-                     f"{_num(r.get('chrf'))} |")
-    lines += ["", f"Mean over the trained directions: {_num(dev.get('mean_bleu'))}.", ""]
+    for name, r in dev.directions.items():
+        lines.append(f"| {name} | {'zero-shot' if r.zero_shot else 'trained'} | {_num(r.bleu)} | {_num(r.chrf)} |")
+    lines += ["", f"Mean over the trained directions: {_num(dev.mean_bleu)}.", ""]
     return lines
+
+
+def _dev_record(stored: object) -> Validation | None:
+    """The dev validation a folder's config.json records (None: none, or one that does not read)."""
+    try:
+        return None if stored is None else Validation.from_json(stored)
+    except RecordError:
+        return None
 
 
 def _test_section(results: list[dict[str, Any]]) -> list[str]:

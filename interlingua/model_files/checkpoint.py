@@ -6,8 +6,8 @@ destroys the previous checkpoint.
 
 `Checkpoint` and `TrainingState` are the file's content, typed; this module alone knows how they
 are laid out on disk (a dict `torch.load(weights_only=True)` reads), so every other module reads
-fields, not keys. The training state's history was stored as a JSON string before it was stored
-as a list; both read alike.
+fields, not keys. The training state's history (`records.Validation`s) was stored as a JSON string
+before it was stored as a list; both read alike.
 """
 from __future__ import annotations
 
@@ -25,10 +25,11 @@ import torch
 from interlingua.atomic_files import atomic_output, output_target
 from interlingua.config import ExperimentConfig, parse_config
 from interlingua.data.vocab import Vocab, vocab_offsets, vocabs_from_protos
-from interlingua.errors import CheckpointError, InterlinguaError
+from interlingua.errors import CheckpointError, InterlinguaError, RecordError
 from interlingua.memory import memory_for
 from interlingua.model_files.loaded import AddedLanguage, LoadedModel, Provenance
 from interlingua.modules.model import TranslationNetwork
+from interlingua.records import Validation
 
 FORMAT = "interlingua-checkpoint"
 VERSION = 2
@@ -56,8 +57,8 @@ class TrainingState:
     elapsed: float = 0.0
     """Seconds of training (steps only: validations and saves are not counted)."""
     best_bleu: float | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
-    """The validation records so far, oldest first (as in metrics.jsonl)."""
+    history: list[Validation] = field(default_factory=list)
+    """The validation records so far, oldest first (stored as in metrics.jsonl)."""
     optimizer: dict[str, Any] | None = None
     direction_scheduler: dict[str, Any] | None = None
     """The direction scheduler's position (stored under the key "scheduler", as ever)."""
@@ -84,7 +85,7 @@ class TrainingState:
             "batches": self.batches,
             "torch_rng": self.torch_rng,
             "grad_scaler": self.grad_scaler,
-            "history": self.history,
+            "history": [v.to_json() for v in self.history],
             "log_window": self.log_window,
             **({"init": self.init} if self.init else {}),
         }
@@ -101,8 +102,12 @@ class TrainingState:
                 raise CheckpointError(f"{path}: its training history is not readable (corrupt checkpoint?)") from None
         if not isinstance(history, list):
             raise CheckpointError(f"{path}: its training history is not a list (corrupt checkpoint?)")
+        try:
+            validations = [Validation.from_json(r) for r in history]
+        except RecordError as err:
+            raise CheckpointError(f"{path}: its training history is malformed (corrupt checkpoint?): {err}") from None
         return cls(step=stored.get("step", 0), max_steps=stored.get("max_steps"), elapsed=stored.get("elapsed", 0.0),
-                   best_bleu=stored.get("best_bleu"), history=history, optimizer=stored.get("optimizer"),
+                   best_bleu=stored.get("best_bleu"), history=validations, optimizer=stored.get("optimizer"),
                    direction_scheduler=stored.get("scheduler"), lr_scheduler=stored.get("lr_scheduler"),
                    batches=stored.get("batches") or {}, torch_rng=stored.get("torch_rng"),
                    grad_scaler=stored.get("grad_scaler"), log_window=dict(stored.get("log_window") or {}),
@@ -111,17 +116,17 @@ class TrainingState:
     @property
     def validated(self) -> bool:
         """Whether the validation owed at this step is done (its record is the history's last)."""
-        return bool(self.history) and self.history[-1].get("step") == self.step
+        return bool(self.history) and self.history[-1].step == self.step
 
     def summary(self) -> dict[str, Any]:
         """The small, plain-JSON part that describes the weights (for model cards): the step, the steps
         planned, the training time, the best dev mean BLEU so far and the dev validation recorded at
         this very step (None where the history has none). Non-finite numbers become None, so the
         result is valid JSON."""
-        dev = next((r for r in reversed(self.history) if isinstance(r, dict) and r.get("type", "valid") == "valid"
-                    and r.get("step") == self.step), None)
+        dev = next((v for v in reversed(self.history) if v.step == self.step), None)
         return finite_json({"step": self.step, "max_steps": self.max_steps, "elapsed_s": self.elapsed,
-                            "best_dev_bleu": self.best_bleu, "dev": dev, "init": self.init})
+                            "best_dev_bleu": self.best_bleu, "dev": dev.to_json() if dev else None,
+                            "init": self.init})
 
 
 @dataclass

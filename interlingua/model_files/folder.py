@@ -47,6 +47,7 @@ from interlingua.model_files.card import render_card
 from interlingua.model_files.checkpoint import check_finite, check_format_version, finite_json
 from interlingua.model_files.loaded import AddedLanguage, LoadedModel, Provenance, RecordedResults
 from interlingua.modules.model import TranslationNetwork
+from interlingua.records import read_validations
 
 log = logging.getLogger(__name__)
 
@@ -180,18 +181,16 @@ def recorded_results(loaded: LoadedModel) -> RecordedResults:
 
 
 def metrics_record(path: Path, step: Any) -> dict[str, Any] | None:
-    """The last validation record of `step` in a metrics.jsonl (None: no file, no step, no record)."""
+    """The last validation record of `step` in a metrics.jsonl, as stored (None: no file, no step, no
+    record; a log that cannot be read is warned about, not a reason to refuse the export)."""
     if not isinstance(step, int) or not path.is_file():
         return None
-    found = None
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("type") == "valid" and rec.get("step") == step:
-            found = rec
-    return finite_json(found) if found else None
+    try:
+        found = [v for v in read_validations(path) if v.step == step]
+    except (OSError, ValueError) as err:
+        log.warning("left the dev BLEU of %s out of the model card: %s", path, err)
+        return None
+    return finite_json(found[-1].to_json()) if found else None
 
 
 def test_results(checkpoint: Path) -> list[dict[str, Any]]:

@@ -55,7 +55,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -210,7 +210,8 @@ def shape_label(n_in: int, n_out: int) -> str:
 @dataclass
 class KernelTimes:
     """Seconds per call of fp32 and of each int8 kernel, per layer shape (`shape_label`), added up over
-    `MEASURE_ROWS`; None for a kernel not timed at that shape, with why in `given_up`."""
+    `MEASURE_ROWS`; None for a kernel not timed at that shape, with why in `given_up`. (The packed fp32 output
+    layer's measurement, `modules.packed_linear`, keeps its times here too: per shape and row count.)"""
 
     seconds: dict[str, dict[str, float | None]]
     given_up: dict[str, str] = field(default_factory=dict)
@@ -240,12 +241,35 @@ def _time_block(fn: Callable[[torch.Tensor], object], x: torch.Tensor, calls: in
     return (time.perf_counter() - t0) / calls
 
 
+def first_calls(variants: Mapping[str, Callable[[torch.Tensor], object]], x: torch.Tensor) -> dict[str, float]:
+    """Seconds of one call of each variant on `x`, after a warm-up call (allocations, oneDNN's primitive for
+    this shape): the estimate `fastest_calls` sizes its blocks by."""
+    return {name: min(_time_block(fn, x, 1), _time_block(fn, x, 1)) for name, fn in variants.items()}
+
+
+def fastest_calls(variants: Mapping[str, Callable[[torch.Tensor], object]], x: torch.Tensor,
+                  estimate: Mapping[str, float]) -> dict[str, float]:
+    """Seconds per call of each variant on `x`: `_ROUNDS` interleaved rounds (`_MIN_ROUNDS` where they take
+    over `_BUDGET_S`), each timing every variant for about `_BLOCK_S` in whole calls (sized by `estimate`,
+    from `first_calls`), the fastest block kept (it resists other processes' load)."""
+    calls = {name: max(1, min(100, int(_BLOCK_S / max(estimate[name], 1e-7)))) for name in variants}
+    best = {name: float("inf") for name in variants}
+    started = time.perf_counter()
+    for i in range(_ROUNDS):
+        if i >= _MIN_ROUNDS and time.perf_counter() - started > _BUDGET_S:
+            break
+        for name, fn in variants.items():
+            best[name] = min(best[name], _time_block(fn, x, calls[name]))
+    return best
+
+
 def _ms(seconds: float) -> str:
     ms = seconds * 1e3
     return f"{ms:.3g} ms" if ms < 100 else f"{ms:,.0f} ms"
 
 
-def _random_linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
+def random_linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
+    """An `nn.Linear` (in, out) with random weights drawn from `gen`, of a trained layer's scale: what is timed."""
     linear = nn.Linear(n_in, n_out)
     with torch.no_grad():
         linear.weight.copy_(torch.randn(n_out, n_in, generator=gen) / n_in ** 0.5)
@@ -263,7 +287,7 @@ def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> K
     gen = torch.Generator().manual_seed(0)
     times = KernelTimes({})
     rows, n_in, n_out = _PROBE
-    probe, x = _random_linear(n_in, n_out, gen), torch.randn(rows, n_in, generator=gen)
+    probe, x = random_linear(n_in, n_out, gen), torch.randn(rows, n_in, generator=gen)
     fp32 = min(_time_block(probe, x, 1) for _ in range(3))
     for k in kernels:
         q, tries = Int8Linear.from_linear(probe, k), list[float]()
@@ -273,7 +297,7 @@ def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> K
             times.given_up[k] = (f"{min(tries) / fp32:,.0f}x fp32's time at {rows}x{n_in}x{n_out}, the probe shape, "
                                  f"{_ms(min(tries))} against {_ms(fp32)}")
     for n_in, n_out in sorted(set(shapes), key=lambda s: (s[0] * s[1], s)):
-        linear = _random_linear(n_in, n_out, gen)
+        linear = random_linear(n_in, n_out, gen)
         variants: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"fp32": linear}
         for k in kernels:
             if k not in times.given_up:
@@ -282,22 +306,13 @@ def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> K
         totals = {name: 0.0 for name in variants}
         for rows in MEASURE_ROWS:
             x = torch.randn(rows, n_in, generator=gen)
-            estimate: dict[str, float] = {}
-            for name, fn in list(variants.items()):
-                # the warm-up call (allocations, oneDNN's primitive for this shape), then one more
-                estimate[name] = min(_time_block(fn, x, 1), _time_block(fn, x, 1))
+            estimate = first_calls(variants, x)
+            for name in list(variants):
                 if name != "fp32" and estimate[name] > GIVE_UP_FACTOR * estimate["fp32"]:
                     times.given_up[name] = (f"{estimate[name] / estimate['fp32']:,.0f}x fp32's time at {rows}x{label}, "
                                             f"{_ms(estimate[name])} against {_ms(estimate['fp32'])}")
                     del variants[name], totals[name]
-            calls = {name: max(1, min(100, int(_BLOCK_S / max(estimate[name], 1e-7)))) for name in variants}
-            best = {name: float("inf") for name in variants}
-            started = time.perf_counter()
-            for i in range(_ROUNDS):
-                if i >= _MIN_ROUNDS and time.perf_counter() - started > _BUDGET_S:
-                    break
-                for name, fn in variants.items():
-                    best[name] = min(best[name], _time_block(fn, x, calls[name]))
+            best = fastest_calls(variants, x, estimate)
             for name in variants:
                 totals[name] += best[name]
         times.seconds[label] = {name: float(f"{totals[name]:.4g}") if name in totals else None
@@ -370,6 +385,24 @@ def int8_plan(shapes: Iterable[tuple[int, int]]) -> Int8Plan:
     labels = sorted({shape_label(*s) for s in shapes}, key=_parse_label)
     rows = ",".join(str(r) for r in MEASURE_ROWS)
     key = _machine_key(int8_features(), f"int8 kernels {'+'.join(kernels)} at rows {rows}: {' '.join(labels)}")
+
+    def measure() -> KernelTimes:
+        log.info("timing the int8 kernels (%s) against fp32 at %d layer shape(s) (once per machine)",
+                 ", ".join(KERNEL_NAMES[k] for k in kernels), len(labels))
+        return time_kernels([_parse_label(x) for x in labels], kernels)
+
+    times, cached = cached_times(key, labels, measure, "the int8 kernels",
+                                 lambda t: {"kernels": Int8Plan.from_times(t).kernels})
+    return Int8Plan.from_times(times, cached=cached)
+
+
+def cached_times(key: str, labels: Iterable[str], measure: Callable[[], KernelTimes], what: str,
+                 summary: Callable[[KernelTimes], dict[str, Any]] | None = None) -> tuple[KernelTimes, bool]:
+    """The kernel times cached in precision.json under `key` (from `precision._machine_key`: CPU model, flags,
+    torch version, thread count, workload) where they cover `labels`, else `measure()`d now and cached (with
+    `summary(times)`'s fields beside them, how long it took and when); True where they came from the cache. A
+    measurement taken while the machine was busy (`_busy`) is used, marked, and taken again (`what` in the
+    log) once the machine is quieter."""
     path = cache_path()
     cached = _read_cache(path)
     entry = cached.get(key)
@@ -378,18 +411,16 @@ def int8_plan(shapes: Iterable[tuple[int, int]]) -> Int8Plan:
     if times is not None and set(times.seconds) == set(labels):
         assert isinstance(entry, dict)
         if not (entry.get("busy_load") and load is not None and not _busy(load)):
-            return Int8Plan.from_times(times, cached=True)
-        log.info("timing the int8 kernels again: the last time the machine was busy (load %s)", entry["busy_load"])
-    log.info("timing the int8 kernels (%s) against fp32 at %d layer shape(s) (once per machine)",
-             ", ".join(KERNEL_NAMES[k] for k in kernels), len(labels))
+            return times, True
+        log.info("timing %s again: the last time the machine was busy (load %s)", what, entry["busy_load"])
     t0 = time.perf_counter()
-    times = time_kernels([_parse_label(x) for x in labels], kernels)
-    plan = Int8Plan.from_times(times)
-    cached[key] = {**times.to_json(), "kernels": plan.kernels, "took_s": round(time.perf_counter() - t0, 2),
+    times = measure()
+    cached[key] = {**times.to_json(), **(summary(times) if summary is not None else {}),
+                   "took_s": round(time.perf_counter() - t0, 2),
                    "measured": datetime.datetime.now().isoformat(timespec="seconds"),
                    **({"busy_load": round(load, 2)} if load is not None and _busy(load) else {})}
     _write_cache(path, cached)
-    return plan
+    return times, False
 
 
 def _load_average() -> float | None:
@@ -587,7 +618,7 @@ def linear_lstms(network: nn.Module, encoder: bool | None = None, min_weights: i
     return len(found)
 
 
-def _restricted_generators(network: nn.Module) -> set[int]:
+def restricted_output_layers(network: nn.Module) -> set[int]:
     """ids of output layers whose rows are read one language's slice at a time (`TranslationNetwork.output_rows`,
     an extended shared model): they need their fp32 weight and stay as they are."""
     rows = getattr(network, "output_rows", None)
@@ -612,7 +643,7 @@ def check_quantizable(network: nn.Module, *, min_weights: int | None = None, enc
     if is_quantized(network):
         raise ValueError("this network is quantized already")
     threshold = MIN_INT8_WEIGHTS if min_weights is None else min_weights
-    keep = _restricted_generators(network)
+    keep = restricted_output_layers(network)
     lstms = [m for m in network.modules() if isinstance(m, nn.LSTM)]
     linears = [m for m in network.modules() if isinstance(m, nn.Linear) and id(m) not in keep]
     if not linears and not lstms:
@@ -647,7 +678,7 @@ class _Candidates:
 
 def _candidates(network: nn.Module, min_weights: int | None, encoder_lstm: bool | None) -> _Candidates:
     threshold = MIN_INT8_WEIGHTS if min_weights is None else min_weights
-    keep = _restricted_generators(network)
+    keep = restricted_output_layers(network)
     lstms = _lstms_to_rewrite(network, ENCODER_LSTM_INT8 if encoder_lstm is None else encoder_lstm, threshold)
     linears = [m for m in network.modules() if isinstance(m, nn.Linear) and id(m) not in keep
                and m.in_features * m.out_features >= threshold]

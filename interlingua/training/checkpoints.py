@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from interlingua.model_files.checkpoint import Checkpoint, TrainingState, average_checkpoints
+from interlingua.records import Validation
 from interlingua.training.run import Run
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class CheckpointFiles:
         self.keep_lowest_loss(state.history, state.step)
         self.save("last.pt", state)
 
-    def keep_lowest_loss(self, history: list[dict[str, Any]], step: int) -> None:
+    def keep_lowest_loss(self, history: Sequence[Validation], step: int) -> None:
         """With `train.average_best` n: this step's checkpoint joins best_loss/ if its mean dev loss is
         among the n lowest so far; files that fell out are removed."""
         if not self.keep or not self.run.dist.is_main:
@@ -62,7 +63,7 @@ class CheckpointFiles:
             if int(path.stem[4:]) not in kept:
                 path.unlink()
 
-    def average_lowest_loss(self, history: list[dict[str, Any]]) -> Path | None:
+    def average_lowest_loss(self, history: Sequence[Validation]) -> Path | None:
         """`averaged.pt`: the mean of the kept lowest-dev-loss checkpoints (`train.average_best`)."""
         if not self.keep or not self.run.dist.is_main:
             return None
@@ -76,9 +77,9 @@ class CheckpointFiles:
         return out
 
 
-def lowest_loss_steps(history: list[dict[str, Any]], n: int) -> list[int]:
+def lowest_loss_steps(history: Sequence[Validation], n: int) -> list[int]:
     """The steps of the `n` validations with the lowest mean dev loss (ties: the later step), lowest first."""
-    scored = [(loss, -r["step"]) for r in history if (loss := score(r.get("mean_loss"))) is not None]
+    scored = [(loss, -v.step) for v in history if (loss := score(v.mean_loss)) is not None]
     return [-neg for _, neg in sorted(scored)[:n]]
 
 

@@ -2,7 +2,8 @@
 
 Train records average a window of steps (loss per target token, penalty per step, tokens/s);
 the window's running sums are part of the training state, so a resumed run writes the same
-lines an uninterrupted one would. Validation records come from `validation.validate`.
+lines an uninterrupted one would. Validation records are `records.Validation`s (`validation.validate`),
+read back with `records.read_validations`.
 
 Every line is strict JSON: a number that is not finite (a diverged loss; a mean over no dev
 sentences) is written as null, never as `NaN`, which most JSON readers refuse. Records are
@@ -20,6 +21,7 @@ from typing import Any
 
 from interlingua.atomic_files import write_text_atomic
 from interlingua.figures import plot_training_curves
+from interlingua.records import is_validation, log_lines, read_records
 
 log = logging.getLogger(__name__)
 
@@ -126,20 +128,7 @@ class MetricsLog:
 
     def records(self) -> list[dict[str, Any]]:
         """Every record logged so far (none when there is no log yet)."""
-        return [json.loads(line) for line in self._lines()]
-
-    def _lines(self) -> list[str]:
-        """The log's lines, but for a last one cut short (a kill or a full disk mid-append)."""
-        if not self.path.exists():
-            return []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        if lines:
-            try:
-                json.loads(lines[-1])
-            except ValueError:
-                log.warning("%s: dropping its last line, cut short: %r", self.path, lines[-1][:80])
-                lines.pop()
-        return lines
+        return read_records(self.path)
 
     def reconcile(self, step: int, validated: bool, window_open: bool) -> None:
         """Make the log match a state resumed at `step`: drop the lines written after it, and
@@ -148,11 +137,11 @@ class MetricsLog:
         if not self.path.exists():
             return
         kept = []
-        for line in self._lines():
+        for line in log_lines(self.path):
             rec = json.loads(line)
             if rec["step"] > step:
                 continue
-            if rec["step"] == step and (rec.get("type") == "valid" and not validated
+            if rec["step"] == step and (is_validation(rec) and not validated
                                         or rec.get("type") == "train" and window_open):
                 continue
             kept.append(line)

@@ -8,16 +8,17 @@ quietly train past the point it was stopped at as converged).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+from interlingua.records import Validation
 
 
-def validations_without_improvement(history: Sequence[dict[str, Any]]) -> int:
+def validations_without_improvement(history: Sequence[Validation]) -> int:
     """Validations since the one with the lowest mean dev loss (0: the last one was the lowest); records
     without a dev loss (no trained direction with dev pairs) are not counted."""
     best: float | None = None
     since = 0
     for rec in history:
-        loss = rec.get("mean_loss") if rec.get("type", "valid") == "valid" else None
+        loss = rec.mean_loss
         if loss is None:
             continue
         if best is None or loss < best:
@@ -27,6 +28,6 @@ def validations_without_improvement(history: Sequence[dict[str, Any]]) -> int:
     return since
 
 
-def patience_spent(history: Sequence[dict[str, Any]], patience: int | None) -> bool:
+def patience_spent(history: Sequence[Validation], patience: int | None) -> bool:
     """Whether `patience` validations in a row have gone by without a lower dev loss."""
     return patience is not None and validations_without_improvement(history) >= patience

@@ -36,6 +36,7 @@ from interlingua.distributed import Distributed
 from interlingua.errors import ConfigError, DataError
 from interlingua.memory import memory_for
 from interlingua.modules.model import TranslationNetwork
+from interlingua.records import Validation
 from interlingua.runtime import Runtime
 from interlingua.training.distribution import check_batch_split, check_same_vocabs, lock_work_dir, seed_dropout
 from interlingua.training.metrics import MetricsLog
@@ -117,7 +118,7 @@ class Run:
         """The id the decoder of `tgt` starts from."""
         return decoder_start(self.data.vocabs[tgt], tgt, self.cfg.model.shared, self.cfg.model.tag_position)
 
-    def validate(self, step: int) -> dict[str, Any]:
+    def validate(self, step: int) -> Validation:
         """One validation record: dev loss, BLEU and chrF per direction, mean BLEU of the trained ones."""
         return validate(self.network, self.devsets, self.data.vocabs, self.zero_shot, step, self.runtime.autocast,
                         beam=self.cfg.train.valid_beam, max_len=2 * self.cfg.preprocess.max_len,

@@ -18,6 +18,7 @@ from interlingua.data.directions import Direction
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.model_files.checkpoint import Checkpoint, TrainingState
 from interlingua.modules.model import TranslationNetwork
+from interlingua.records import Validation
 from interlingua.training.metrics import empty_window
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class Progress:
     elapsed: float = 0.0
     """Seconds of training (the steps' own time, the mean over the processes)."""
     best_bleu: float | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[Validation] = field(default_factory=list)
     """The validation records so far."""
     window: dict[str, Any] = field(default_factory=empty_window)
     """The running sums of the next train log line."""
@@ -49,10 +50,10 @@ class Progress:
     @property
     def validated(self) -> bool:
         """Whether the validation of this step is done (a run stopped in between owes it)."""
-        return bool(self.history) and self.history[-1]["step"] == self.step
+        return bool(self.history) and self.history[-1].step == self.step
 
 
-def capture_state(run: Run, progress: Progress, history: list[dict[str, Any]] | None = None,
+def capture_state(run: Run, progress: Progress, history: list[Validation] | None = None,
                   best_bleu: float | None = None) -> TrainingState:
     """The run's state now, for a checkpoint; `history` and `best_bleu` in place of the progress's
     (a validation saves its files before the progress takes its record)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlingua.errors import ConfigError
+from interlingua.records import Validation, is_validation
 
 if TYPE_CHECKING:
     from interlingua.training.metrics import MetricsLog
@@ -71,15 +72,16 @@ class TensorBoardLog:
 
     def write(self, record: dict[str, Any]) -> None:
         """The scalars of one metrics.jsonl record (null and non-finite values are left out)."""
-        step = int(record["step"])
-        if record.get("type") == "train":
+        if is_validation(record):
+            v = Validation.from_json(record)
+            self._scalar("dev/mean_bleu", v.mean_bleu, v.step)
+            self._scalar("dev/mean_loss", v.mean_loss, v.step)
+            for name, scores in v.directions.items():
+                self._scalar(f"dev/bleu/{name}", scores.bleu, v.step)
+        elif record.get("type") == "train":
+            step = int(record["step"])
             for key in TRAIN_SCALARS:
                 self._scalar(f"train/{key}", record.get(key), step)
-        elif record.get("type") == "valid":
-            self._scalar("dev/mean_bleu", record.get("mean_bleu"), step)
-            self._scalar("dev/mean_loss", record.get("mean_loss"), step)
-            for name, scores in record.get("directions", {}).items():
-                self._scalar(f"dev/bleu/{name}", scores.get("bleu"), step)
 
     def _scalar(self, tag: str, value: Any, step: int) -> None:
         if isinstance(value, (int, float)) and math.isfinite(value):

@@ -27,7 +27,7 @@ import re
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from interlingua.config import ExperimentConfig, TrainConfig
 from interlingua.data.prepare import PreparedData, config_as_built
 from interlingua.distributed import process_group
 from interlingua.errors import ConfigError, TrainingDiverged, TrainingError
+from interlingua.records import Validation
 from interlingua.training.checkpoints import CheckpointFiles, score
 from interlingua.training.metrics import add_step, empty_window, synthetic_time_share, train_record
 from interlingua.training.patience import patience_spent
@@ -67,7 +68,7 @@ class TrainResult:
     best_bleu: float | None
     best_checkpoint: Path | None
     last_checkpoint: Path
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[Validation] = field(default_factory=list)
     tokens_per_second: float = 0.0
     main_process: bool = True
     """False on the processes other than rank 0 of a torchrun launch (which reports the run)."""
@@ -203,7 +204,7 @@ class Trainer:
         self.log({"type": "stop", "step": p.step, "reason": "non-finite loss",
                   "nonfinite_steps": p.window["streak"]})
         last = run.work_dir / "last.pt"
-        kept = (f"{last} and best.pt are kept as they were (step {p.history[-1]['step']})" if p.history
+        kept = (f"{last} and best.pt are kept as they were (step {p.history[-1].step})" if p.history
                 and last.exists() else "no checkpoint was written before it")
         raise TrainingDiverged(f"the training loss was not finite (NaN or inf) for {p.window['streak']} steps in a "
                                f"row (train.max_nonfinite_steps {tc.max_nonfinite_steps}), up to step {p.step}: "
@@ -226,26 +227,24 @@ class Trainer:
     def validate_and_save(self) -> None:
         """Rank 0 validates (once, however many processes) and hands its record to the others."""
         run, p = self.run, self.progress
-        mine: dict[str, Any] | None = None
+        mine: Validation | None = None
         if run.dist.is_main:
-            mine = (run.validate(p.step) if run.devsets
-                    else {"type": "valid", "step": p.step, "mean_bleu": None, "directions": {}})
-            mine["elapsed_s"] = round(p.elapsed, 2)
+            scored = run.validate(p.step) if run.devsets else Validation(step=p.step)
+            mine = replace(scored, elapsed_s=round(p.elapsed, 2))
         rec = run.dist.broadcast(mine)
         assert rec is not None  # rank 0's
-        mean = score(rec["mean_bleu"])
+        mean = score(rec.mean_bleu)
         improved = mean is not None and (p.best_bleu is None or mean > p.best_bleu)
         history, best_bleu = p.history + [rec], (mean if improved else p.best_bleu)
         # The files first, the state last: stopped in between, the state still owes this
         # validation, and redoing it rewrites the same metrics line and best.pt.
-        self.log(rec)
+        self.log(rec.to_json())
         # nothing to select on: the last checkpoint is also the best
         self.files.after_validation(capture_state(run, p, history, best_bleu), best=improved or mean is None)
         p.history, p.best_bleu = history, best_bleu
         if not run.dist.is_main:
             return
-        summary = " ".join(f"{n}={r['bleu']:.1f}{'+' if r.get('zero_resource') else '*' if r['zero_shot'] else ''}"
-                           for n, r in rec["directions"].items())
+        summary = " ".join(f"{n}={r.bleu:.1f}{r.mark}" for n, r in rec.directions.items())
         shown = "n/a" if mean is None else f"{mean:.2f}"
         ProgressBar.write(f"step {p.step}: dev mean BLEU {shown} {'(best)' if improved else ''} | {summary}")
         run.metrics.plot()

@@ -10,9 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -26,6 +25,7 @@ from interlingua.data.vocab import Vocab, decoder_start, source_prefix
 from interlingua.errors import DataError
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import translate_ids
+from interlingua.records import DevScores, Validation
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def translate_devset(network: TranslationNetwork, dev: DevSet, vocabs: dict[str,
 
 @torch.inference_mode()
 def evaluate_devset(network: TranslationNetwork, dev: DevSet, vocabs: dict[str, Vocab], batch_size: int = 128,
-                    beam: int = 1, max_len: int = 100) -> dict[str, float]:
+                    beam: int = 1, max_len: int = 100) -> DevScores:
     """Teacher-forced loss on the (subword) dev pairs; BLEU and chrF of the translations against
     `dev.references`, the corpus's own target lines."""
     network.eval()
@@ -72,7 +72,8 @@ def evaluate_devset(network: TranslationNetwork, dev: DevSet, vocabs: dict[str, 
         ntok += out.n_tokens
     hyps = translate_devset(network, dev, vocabs, batch_size, beam, max_len)
     bleu, chrf = corpus_scores(hyps, dev.references)
-    return {"loss": nll / max(ntok, 1), "ppl": float(np.exp(min(nll / max(ntok, 1), 50))), "bleu": bleu, "chrf": chrf}
+    loss = nll / max(ntok, 1)
+    return DevScores(loss=loss, ppl=float(np.exp(min(loss, 50))), bleu=bleu, chrf=chrf)
 
 
 def build_devsets(data: PreparedData, directions: list[Direction], zero_shot: list[Direction], limit: int | None,
@@ -120,7 +121,7 @@ def check_dev_files(data: PreparedData, corpus_path: str | Path) -> None:
 
 def validate(network: TranslationNetwork, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
              zero_shot: list[Direction], step: int, autocast: Callable[[], AbstractContextManager], *,
-             beam: int, max_len: int, zero_resource: Collection[Direction] = ()) -> dict[str, Any]:
+             beam: int, max_len: int, zero_resource: Collection[Direction] = ()) -> Validation:
     """The validation record of `step`: per-direction dev scores; the mean BLEU and mean loss of the
     trained directions (zero-shot ones are reported, never selected on; None where no trained
     direction has dev sentences). `zero_resource`: the zero-shot directions trained on synthetic pairs
@@ -128,12 +129,10 @@ def validate(network: TranslationNetwork, devsets: dict[Direction, DevSet], voca
     results = {}
     for d, dev in devsets.items():
         with autocast():
-            r = evaluate_devset(network, dev, vocabs, beam=beam, max_len=max_len)
-        r["zero_shot"] = d in zero_shot
-        r["zero_resource"] = d in zero_resource
-        results[f"{d[0]}-{d[1]}"] = r
-    supervised = [r for r in results.values() if not r["zero_shot"]]
-    mean_bleu = float(np.mean([r["bleu"] for r in supervised])) if supervised else None
-    mean_loss = float(np.mean([r["loss"] for r in supervised])) if supervised else None
+            scores = evaluate_devset(network, dev, vocabs, beam=beam, max_len=max_len)
+        results[f"{d[0]}-{d[1]}"] = replace(scores, zero_shot=d in zero_shot, zero_resource=d in zero_resource)
+    supervised = [s for s in results.values() if not s.zero_shot]
+    mean_bleu = float(np.mean([s.bleu for s in supervised])) if supervised else None
+    mean_loss = float(np.mean([s.loss for s in supervised])) if supervised else None
     network.train()
-    return {"type": "valid", "step": step, "mean_bleu": mean_bleu, "mean_loss": mean_loss, "directions": results}
+    return Validation(step=step, mean_bleu=mean_bleu, mean_loss=mean_loss, directions=results)
