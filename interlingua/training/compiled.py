@@ -6,16 +6,20 @@ DDP around it) and is called in its place by `step.forward_backward`. It is kept
 never inside it: checkpoints hold the network's own state dict (no `_orig_mod.` prefix), and
 validation, the synthetic pairs' decoding and everything else run the eager network.
 
-Shapes are dynamic (`dynamic=True`, no duck sizing): one graph serves every batch size and length of a
-direction. A graph is compiled per trained direction all the same (the languages choose the modules,
-so they are part of what a graph is specialised on), and again where a step takes another path
-(the agreement term switched on at its `start_step`, a batch of one sentence, synthetic pairs of
-another direction). `warm_up` compiles every trained direction before the first step, outside the
-step clock, and logs the time; the graphs compiled are counted and logged when training ends.
+The batch's sizes (sentences, source and target length) are symbols (`mark_dynamic`, no duck sizing),
+the model's own sizes fixed: one graph serves every batch of a direction. A graph is compiled per
+trained direction all the same (the languages choose the modules, so they are part of what a graph is
+specialised on), and again where a step takes another path (the agreement term switched on at its
+`start_step`, a batch of one sentence, synthetic pairs of another direction). `warm_up` compiles every
+trained direction before the first step, outside the step clock, and logs the time; the graphs
+compiled are counted and logged when training ends (a d128 shared Transformer of 6 directions: 6
+graphs, one each).
 
 Where compiling fails (no C++ compiler, an operator inductor cannot handle) the step runs eagerly from
 then on, after one warning line. LSTM kinds graph-break around every `nn.LSTM` call (torch.compile
-does not trace the fused RNN kernels), so only the layers between them are compiled.
+does not trace the fused RNN kernels), so only the layers between them are compiled, in many small
+graphs (22 for one direction of the LSTM attention bridge), whose inputs dynamo takes as fixed-size
+until a size changes: `warm_up` therefore also runs each direction in a second shape.
 
 `auto` compiles only where this model's own training steps, timed a few at a time eager and compiled
 in turn (compile time excluded), measure at least `MIN_COMPILE_SPEEDUP` times faster compiled; the ratio
@@ -29,6 +33,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,7 +41,7 @@ import torch
 from interlingua.precision import cache_path, cached_speedup, measure_speedup, model_workload
 
 if TYPE_CHECKING:
-    from interlingua.data.batching import DirectionBatches
+    from interlingua.data.batching import Batch, DirectionBatches
     from interlingua.modules.model import LossOutput
     from interlingua.runtime import Runtime
     from interlingua.training.run import Run
@@ -67,7 +72,8 @@ def compile_errors() -> tuple[type[BaseException], ...]:
     """What a failed compilation raises: dynamo's exceptions (which wrap the backend's) and inductor's."""
     from torch._dynamo.exc import TorchDynamoException
     from torch._inductor.exc import InductorError
-    return TorchDynamoException, InductorError
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode
+    return TorchDynamoException, InductorError, ConstraintViolationError, GuardOnDataDependentSymNode
 
 
 @contextlib.contextmanager
@@ -81,9 +87,22 @@ def compile_settings() -> Iterator[None]:
     import torch.fx.experimental._config
     shapes = torch.fx.experimental._config.patch(use_duck_shape=False)  # type: ignore[attr-defined]
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True,
-                                    recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=4 * RECOMPILE_LIMIT), \
+                                    recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=4 * RECOMPILE_LIMIT,
+                                    automatic_dynamic_local_pgo=False, automatic_dynamic_remote_pgo=False), \
             torch._functorch.config.patch(force_non_lazy_backward_lowering=True), shapes:
         yield
+
+
+def mark_dynamic(batch: Batch) -> None:
+    """Compile the batch's sizes (sentences, source and target length) as symbols from the first graph on,
+    not the feature sizes: those are the model's (`dynamic=True` makes every size of every graph input a
+    symbol, and symbolic feature sizes after an LSTM's graph break overwhelm the shape reasoning)."""
+    from torch._dynamo import maybe_mark_dynamic as mark  # a size a graph needs fixed may still be fixed
+    for tensor, dims in ((batch.src, (0, 1)), (batch.src_lengths, (0,)), (batch.tgt_in, (0, 1)),
+                         (batch.tgt_out, (0, 1))):
+        for dim in dims:
+            if tensor.size(dim) > 1:  # 0 and 1 are always specialised on
+                mark(tensor, dim)
 
 
 def counted(n: int, noun: str) -> str:
@@ -103,7 +122,7 @@ class CompiledForward:
 
     def __init__(self, module: torch.nn.Module):
         self.module = module
-        self._compiled = torch.compile(module, backend=self._backend, dynamic=True)
+        self._compiled = torch.compile(module, backend=self._backend)
         self.failure: str | None = None
         """Why compiling failed (one line); None while it has not."""
         self.graphs = 0
@@ -140,6 +159,7 @@ class CompiledForward:
     def __call__(self, batch: Any, **terms: Any) -> LossOutput:
         if self.failure is None:
             try:
+                mark_dynamic(batch)
                 with compile_settings():
                     return self._compiled(batch, **self._steady_terms(terms))
             except compile_errors() as err:
@@ -164,16 +184,33 @@ def warm_up(run: Run) -> None:
             position = batches.state_dict()
             batch = batches.next().to(run.runtime.device)
             batches.load_state_dict(position)
-            with run.runtime.autocast():
-                out = compiled(batch, **terms)
-            out.loss.backward()
-            run.optimizer.zero_grad(set_to_none=True)
-            if not compiled.active:
-                return
+            for sample in (batch, other_shape(batch)):
+                with run.runtime.autocast():
+                    out = compiled(sample, **terms)
+                out.loss.backward()
+                run.optimizer.zero_grad(set_to_none=True)
+                if not compiled.active:
+                    return
     finally:
         run.runtime.set_rng_state(rng)
     log.info("compiled the training step in %.0f s (%s for %s)", time.perf_counter() - t0,
              counted(compiled.graphs - graphs, "graph"), counted(len(run.batches), "direction"))
+
+
+def other_shape(batch: Batch) -> Batch:
+    """`batch` in another shape: its first half (at least two sentences where it has them), one padding
+    column wider on both sides. Compiled after `batch`, it makes every size that varies a symbol in the
+    graphs after a graph break too (whose inputs dynamo takes as fixed-size until a size changes), so
+    that no step of the run itself compiles for a new shape, and the graphs a run's steps use do not
+    depend on where it started (a resumed run's are its uninterrupted twin's)."""
+    from interlingua.data.vocab import PAD
+    rows = max(min(2, len(batch.src)), len(batch.src) // 2)
+
+    def wider(ids: torch.Tensor) -> torch.Tensor:
+        return torch.cat([ids[:rows], ids.new_full((rows, 1), PAD)], 1)
+
+    return replace(batch, src=wider(batch.src), src_lengths=batch.src_lengths[:rows], tgt_in=wider(batch.tgt_in),
+                   tgt_out=wider(batch.tgt_out))
 
 
 class _CompileFailed(Exception):
