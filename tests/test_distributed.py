@@ -65,13 +65,20 @@ with process_group(configs[0].train.device) as (dist, device):
         torch.save(run.network.state_dict(), Path(path).parent / f"rank{dist.rank}.pt")
 """
 AGREEMENT = {"agreement": {"weight": 2.0, "loss": "contrastive", "temperature": 0.1}}
+# A Transformer for the compiled runs (one graph a direction; the LSTM kinds' graphs break at every nn.LSTM,
+# which multiplies the compile time)
+TRANSFORMER = {"embed_dim": 32, "bridge": {"type": "none"},
+               "encoder": {"type": "transformer", "layers": 1, "heads": 2, "ff_dim": 64},
+               "decoder": {"type": "transformer", "layers": 1, "heads": 2, "ff_dim": 64}}
+COMPILED = {"compile": True, "accumulate": 2, "model": TRANSFORMER}
 TWO_RANK_RUNS = {"combined_batch": {"accumulate": 2}, "agreement": AGREEMENT,
-                 "token_batches": {"batch_tokens": 1200, "accumulate": 2}}
+                 "token_batches": {"batch_tokens": 1200, "accumulate": 2}, "compiled": COMPILED}
 """The runs two gloo ranks train in one launch (`two_ranks`), each compared with one process below."""
 
 
-def _write_config(corpus: Path, work: Path, path: Path, **train) -> Path:
-    cfg = tiny_config(corpus, work, **{**SECTIONS, "train": {**SECTIONS["train"], **train}})
+def _write_config(corpus: Path, work: Path, path: Path, model: dict | None = None, **train) -> Path:
+    cfg = tiny_config(corpus, work, **{**SECTIONS, "train": {**SECTIONS["train"], **train}}, **(
+        {"model": model} if model is not None else {}))
     path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     return path
 
@@ -201,6 +208,19 @@ def test_two_gloo_processes_with_token_batches_equal_one_process(multi30k_corpus
                                        batch_tokens=1200).read_text())
     train(parse_config(cfg))
     ranks = two_ranks["token_batches"]
+    rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    _assert_close(rank0, read_checkpoint(one / "run" / "last.pt")["model"])
+
+
+def test_two_gloo_processes_compiled_equal_one_compiled_process(multi30k_corpus, two_ranks, tmp_path):
+    """`train.compile` on both sides: two ranks (x accumulate 2) through the compiled DDP module train as one
+    compiled process with the whole batch."""
+    one = tmp_path / "one"
+    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml", compile=True,
+                                       model=TRANSFORMER).read_text())
+    train(parse_config(cfg))
+    ranks = two_ranks["compiled"]
     rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     _assert_close(rank0, read_checkpoint(one / "run" / "last.pt")["model"])

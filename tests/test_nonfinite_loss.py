@@ -23,7 +23,7 @@ def _nan_loss_from(trainer, steps):
         out = original(*args, **kwargs)
         if trainer.run.network.training and steps(trainer.progress.step + 1):
             out.loss = out.loss * float("nan")
-            out.nll_sum = float("nan")
+            out.nll = out.nll * float("nan")
         return out
     trainer.run.network.loss = loss
 

@@ -32,16 +32,38 @@ SHARED = "shared"
 
 @dataclass
 class LossOutput:
+    """The loss terms of one batch. The logged ones are kept as tensors and read out as numbers where they
+    are asked for (`nll_sum`, ...), so that a compiled training step (`train.compile`) traces the whole loss
+    as one graph and returns them from it."""
+
     loss: torch.Tensor
     """What backward() sees: (summed token cross-entropy + lambda * summed per-sentence penalty) / target tokens."""
-    nll_sum: float
-    n_tokens: int
-    penalty: float
-    """Mean ||A A^T - I||_F^2 per sentence of the batch."""
-    agreement: float = 0.0
-    """Sum over the batch's sentences of the agreement loss (`train.agreement`), unweighted."""
+    nll: torch.Tensor
+    """The summed token cross-entropy (detached)."""
+    tokens: torch.Tensor
+    """The target tokens (an integer tensor)."""
+    mean_penalty: torch.Tensor
+    """Mean ||A A^T - I||_F^2 per sentence of the batch (detached)."""
+    agreement_loss: torch.Tensor | None = None
+    """Sum over the batch's sentences of the agreement loss (`train.agreement`), unweighted (detached); None: off."""
     agreement_sentences: int = 0
     """Sentences the agreement loss was computed for (0: off, or a copy direction)."""
+
+    @property
+    def nll_sum(self) -> float:
+        return float(self.nll)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.tokens)
+
+    @property
+    def penalty(self) -> float:
+        return float(self.mean_penalty)
+
+    @property
+    def agreement(self) -> float:
+        return 0.0 if self.agreement_loss is None else float(self.agreement_loss)
 
 
 class TranslationNetwork(nn.Module):
@@ -148,17 +170,18 @@ class TranslationNetwork(nn.Module):
         return (decoder if rows is None else RestrictedDecoder(decoder, rows)), state
 
     def forward(self, batch: Batch, penalty_weight: float = 0.0, label_smoothing: float = 0.0,
-                softmax_sample: int = 0, agreement: AgreementConfig | None = None) -> LossOutput:
+                softmax_sample: int = 0, agreement: AgreementConfig | None = None,
+                agreement_weight: torch.Tensor | None = None) -> LossOutput:
         """The training entry: the loss terms of one batch (see `loss`), on the model's device."""
         batch = batch.to(self.device)
         return self.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang, batch.tgt_lang,
                          penalty_weight, label_smoothing, softmax_sample, agreement,
-                         reverse_prefix=batch.reverse_prefix, filler=batch.filler)
+                         reverse_prefix=batch.reverse_prefix, filler=batch.filler, agreement_weight=agreement_weight)
 
     def loss(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
              src_lang: str, tgt_lang: str, penalty_weight: float = 0.0, label_smoothing: float = 0.0,
              softmax_sample: int = 0, agreement: AgreementConfig | None = None, reverse_prefix: int | None = None,
-             filler: bool = False) -> LossOutput:
+             filler: bool = False, agreement_weight: torch.Tensor | None = None) -> LossOutput:
         """Teacher-forced loss of one batch; logits are computed only at real target positions.
 
         With `softmax_sample` > 0 (training only) the softmax runs over the batch's own target
@@ -168,7 +191,9 @@ class TranslationNetwork(nn.Module):
         With `agreement` on (weight > 0) and a cross-lingual batch, the targets are also encoded as
         sources (with `reverse_prefix`, the tag a shared model's source would carry for tgt->src) and
         their vectors pulled towards the sources' (`interlingua.modules.agreement`); `filler`: this
-        batch only stands in for a process without sentences and gives contrastive no negatives."""
+        batch only stands in for a process without sentences and gives contrastive no negatives;
+        `agreement_weight`: the term's weight as a tensor, in place of `agreement.weight` (a compiled step's,
+        `training.compiled`: a weight that changes every step, as in a ramp, is then no new graph each step)."""
         use_agreement = agreement is not None and agreement.weight > 0 and src_lang != tgt_lang
         layer = agreement.layer if use_agreement and agreement is not None else None
         bridged, layers = self._encode(src, src_lengths, src_lang, layer)
@@ -188,20 +213,21 @@ class TranslationNetwork(nn.Module):
         # eps * mean over the types of -log p, averaged over the target tokens.
         log_probs = F.log_softmax(logits, dim=-1)
         nll_sum = F.nll_loss(log_probs, gold, reduction="sum")
-        n = int(real.sum())
+        n = real.sum()  # a tensor, as every logged term (see LossOutput)
+        tokens = n.clamp(min=1)
         if label_smoothing > 0:
             smooth_sum = -log_probs.mean(dim=-1).sum()
-            train_loss = ((1 - label_smoothing) * nll_sum + label_smoothing * smooth_sum) / max(n, 1)
+            train_loss = ((1 - label_smoothing) * nll_sum + label_smoothing * smooth_sum) / tokens
         else:
-            train_loss = nll_sum / max(n, 1)
+            train_loss = nll_sum / tokens
         per_sentence = bridged.penalty.float()
         penalty = per_sentence.mean()
         if penalty_weight > 0 and bridged.attention is not None:
             # The papers add lambda * ||AA^T - I||^2 per sentence to the sentence's summed
             # cross-entropy; dividing both sums by the batch's target tokens keeps that ratio
             # (a per-sentence mean added to a per-token mean would weigh the penalty ~14x more).
-            train_loss = train_loss + penalty_weight * per_sentence.sum() / max(n, 1)
-        agreement_sum, agreed = 0.0, 0
+            train_loss = train_loss + penalty_weight * per_sentence.sum() / tokens
+        agreement_sum, agreed = None, 0
         if use_agreement:
             assert agreement is not None
             src_vec = self._agreement_vector(bridged, layers, agreement)
@@ -210,9 +236,10 @@ class TranslationNetwork(nn.Module):
                 src_vec, tgt_vec = src_vec[:0], tgt_vec[:0]
             losses = agreement_losses(src_vec, tgt_vec, agreement.loss, agreement.temperature,
                                       negatives=agreement.negatives)
-            train_loss = train_loss + agreement.weight * losses.sum() / max(n, 1)
-            agreement_sum, agreed = float(losses.detach().sum()), len(losses)
-        return LossOutput(train_loss, float(nll_sum.detach()), n, float(penalty.detach()), agreement_sum, agreed)
+            weight = agreement.weight if agreement_weight is None else agreement_weight
+            train_loss = train_loss + weight * losses.sum() / tokens
+            agreement_sum, agreed = losses.detach().sum(), len(losses)
+        return LossOutput(train_loss, nll_sum.detach(), n, penalty.detach(), agreement_sum, agreed)
 
     # -- agreement (train.agreement) -----------------------------------------------------------
     def _encode(self, ids: torch.Tensor, lengths: torch.Tensor, lang: str, layer: int | None
@@ -275,7 +302,8 @@ class TranslationNetwork(nn.Module):
         if prefix is not None:
             ids = torch.cat([ids.new_full((len(ids), 1), prefix), ids], 1)
             lengths = lengths + 1
-        ids = ids[:, :max(int(lengths.max()), 1)]
+        if not torch.compiler.is_compiling():  # compiled (`train.compile`), a width read from the data would
+            ids = ids[:, :max(int(lengths.max()), 1)]  # split the graph: the padding columns stay, masked
         with torch.set_grad_enabled(torch.is_grad_enabled() and not agreement.detach_target):
             bridged, layers = self._encode(ids, lengths, tgt_lang, agreement.layer)
             return self._agreement_vector(bridged, layers, agreement)

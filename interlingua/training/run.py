@@ -38,6 +38,7 @@ from interlingua.memory import memory_for
 from interlingua.modules.model import TranslationNetwork
 from interlingua.records import Validation
 from interlingua.runtime import Runtime
+from interlingua.training.compiled import CompiledForward, compiled_forward
 from interlingua.training.distribution import check_batch_split, check_same_vocabs, lock_work_dir, seed_dropout
 from interlingua.training.metrics import MetricsLog
 from interlingua.training.precision_probe import auto_precision
@@ -89,6 +90,8 @@ class Run:
     progress: Progress = field(default_factory=Progress)
     trained: torch.nn.Module | None = None
     """The module the steps run through: `network`, or DDP around it (which shares its weights)."""
+    compiled: CompiledForward | None = None
+    """`train.compile`: `trained`'s forward pass compiled, which the steps call in its place (None: eager)."""
     lock: WorkDirLock | None = None
 
     @property
@@ -231,6 +234,8 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
                           f"another work_dir")
     seed_dropout(dist, tc.seed, run.progress.step)
     run.trained = dist.wrap(network, some_unused=len(rotated) > 1)
+    if tc.compile is not False:
+        run.compiled = compiled_forward(run, {lang: len(v) for lang, v in data.vocabs.items()})
     return run
 
 

@@ -107,11 +107,12 @@ def forward_backward(run: Run, micro: list[MicroBatch]) -> StepSums:
     terms = run.loss_terms()
     without_agreement = {**terms, "agreement": None}
     trained = run.trained if run.trained is not None else run.network
+    forward = run.compiled if run.compiled is not None else trained  # `train.compile`
     sums = StepSums()
     for i, mb in enumerate(micro):
         with no_sync(trained, skip=i < len(micro) - 1):
             with run.runtime.autocast():
-                out = trained(mb.batch.to(run.runtime.device), **(terms if mb.agreement else without_agreement))
+                out = forward(mb.batch.to(run.runtime.device), **(terms if mb.agreement else without_agreement))
             loss = out.loss if mb.scale == 1.0 else out.loss * mb.scale
             (run.scaler.scale(loss) if run.scaler else loss).backward()
         if not mb.scale:

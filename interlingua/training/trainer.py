@@ -40,6 +40,7 @@ from interlingua.distributed import process_group
 from interlingua.errors import ConfigError, TrainingDiverged, TrainingError
 from interlingua.records import Validation
 from interlingua.training.checkpoints import CheckpointFiles, score
+from interlingua.training.compiled import counted, warm_up
 from interlingua.training.metrics import add_step, empty_window, synthetic_time_share, train_record
 from interlingua.training.patience import patience_spent
 from interlingua.training.progress_bar import ProgressBar
@@ -127,6 +128,8 @@ class Trainer:
             with StopSignals() as signals, ProgressBar(tc, run.max_steps, p.step, p.elapsed,
                                                        enabled=run.dist.is_main) as bar:
                 try:
+                    if run.compiled is not None and not budget_spent(tc, run.max_steps, p.step, p.elapsed):
+                        warm_up(run)  # compile before the first step, outside its clock
                     while True:
                         self._log_and_validate_owed(bar)
                         if budget_spent(tc, run.max_steps, p.step, p.elapsed):
@@ -152,6 +155,9 @@ class Trainer:
                     raise
         finally:
             self.close()
+            if run.compiled is not None and run.compiled.active:
+                log.info("the compiled training step made %s in this run (%.0f s in the compiler)",
+                         counted(run.compiled.graphs, "graph"), run.compiled.compile_seconds)
         best = run.work_dir / "best.pt"
         return TrainResult(run.work_dir, p.step, p.best_bleu, best if best.exists() else None, run.work_dir / "last.pt",
                            p.history, self._tokens / max(self._time, 1e-9), run.dist.is_main)
