@@ -63,6 +63,19 @@ def pytest_runtest_setup(item):
                     "(scripts/gpu-check.sh), or leave them out with -m \"not cuda\"", pytrace=False)
 
 
+# The longest test files (measured under pytest-xdist, 2026-11-27), started first: scripts/test.sh hands whole
+# files to its two processes in collection order, so a long file collected last runs alone at the end.
+LONGEST_FIRST = ("test_gpu_study_script.py", "test_gpu_scripts.py", "test_sentence_eval_suites.py",
+                 "test_experiment.py", "test_distributed.py", "test_work_dir_lock.py", "test_synthetic.py",
+                 "test_kinds_matrix.py", "test_serve.py", "test_compile.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files of `LONGEST_FIRST` first, in its order; the rest as collected."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: tests keep their order in a file
+
+
 # Tiny models gain nothing from a second thread, and one thread stays fast when the machine is busy.
 torch.set_num_threads(1)
 
