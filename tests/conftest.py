@@ -33,6 +33,12 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 os.environ["INTERLINGUA_CACHE_DIR"] = tempfile.mkdtemp(prefix="interlingua-test-cache-")
 
 
+# setuptools' distutils shim asserts when inductor's C++ build imports distutils a second time in one process
+# (a fresh venv's setuptools 84: the second compiled run of a test process fell back to eager); the tests use
+# the standard library's distutils, which Python 3.11 still has.
+os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
+
+
 def missing(reason: str) -> None:
     """Skip a test whose data or optional dependency is absent; fail it under CI=true."""
     if IN_CI:
