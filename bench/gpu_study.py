@@ -113,7 +113,7 @@ def train_rows(args: argparse.Namespace, deadline: float) -> dict[str, dict[str,
         procs[row] = (subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), log)
         report[row] = {"trained": True, "command": shlex.join(cmd), "started": time.time()}
     while any(p.poll() is None for p, _ in procs.values()) and time.time() < deadline:
-        time.sleep(1.0)
+        time.sleep(0.2)
     for row, (proc, _) in procs.items():
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # the trainer saves last.pt at the step it reached, then exits
