@@ -71,14 +71,21 @@ TRANSFORMER = {"embed_dim": 32, "bridge": {"type": "none"},
                "encoder": {"type": "transformer", "layers": 1, "heads": 2, "ff_dim": 64},
                "decoder": {"type": "transformer", "layers": 1, "heads": 2, "ff_dim": 64}}
 COMPILED = {"compile": True, "accumulate": 2, "model": TRANSFORMER}
+# English-centred with synthetic pairs for de<->fr, made through English by each rank for its part of the batch
+SYNTHETIC = {"directions": {"mode": "pivot", "languages": ["de", "en", "fr"], "pivot": "en"},
+             "synthetic": {"modes": ["pivot"], "rate": 1.0, "start_step": 2}}
 TWO_RANK_RUNS = {"combined_batch": {"accumulate": 2}, "agreement": AGREEMENT,
-                 "token_batches": {"batch_tokens": 1200, "accumulate": 2}, "compiled": COMPILED}
+                 "token_batches": {"batch_tokens": 1200, "accumulate": 2}, "compiled": COMPILED,
+                 "synthetic": SYNTHETIC}
 """The runs two gloo ranks train in one launch (`two_ranks`), each compared with one process below."""
 
 
-def _write_config(corpus: Path, work: Path, path: Path, model: dict | None = None, **train) -> Path:
-    cfg = tiny_config(corpus, work, **{**SECTIONS, "train": {**SECTIONS["train"], **train}}, **(
-        {"model": model} if model is not None else {}))
+def _write_config(corpus: Path, work: Path, path: Path, model: dict | None = None, directions: dict | None = None,
+                  **train) -> Path:
+    sections = {**SECTIONS, "train": {**SECTIONS["train"], **train}}
+    if directions is not None:
+        sections["directions"] = directions
+    cfg = tiny_config(corpus, work, **sections, **({"model": model} if model is not None else {}))
     path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     return path
 
@@ -183,14 +190,21 @@ def test_two_gloo_processes_with_contrastive_agreement_equal_one_process(multi30
 
 def test_torchrun_cli_validates_once_and_resumes_with_another_process_count(multi30k_corpus, one_process, tmp_path):
     """`interlingua train` under torchrun: one validation per validation step (not one per rank),
-    one metrics log; the run stops at step 3, and goes on to step 6 with ONE process, ending where
-    the one-process run ends."""
-    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml")
+    one metrics log and (`train.tensorboard`) one TensorBoard event file, process 0's; the run stops at
+    step 3, and goes on to step 6 with ONE process, ending where the one-process run ends."""
+    config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", tensorboard=True)
     done = _torchrun(["-m", "interlingua.cli", "train", str(config), "--set", "train.max_steps=3"])
     assert done.stdout.count("trained 3 steps") == 1  # rank 0 reports
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["type"], r["step"]) for r in records] == [("train", 3), ("valid", 3)]
     assert Checkpoint.read(tmp_path / "run" / "last.pt").training.step == 3
+    events = list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1, events
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    accumulated = EventAccumulator(str(events[0].parent))
+    accumulated.Reload()
+    logged = [(e.step, e.value) for e in accumulated.Scalars("train/loss")]
+    assert logged == [(3, pytest.approx(records[0]["loss"], rel=1e-6))]
 
     from interlingua.cli import main
     assert main(["train", str(config), "--resume"]) == 0
@@ -224,6 +238,29 @@ def test_two_gloo_processes_compiled_equal_one_compiled_process(multi30k_corpus,
     rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     _assert_close(rank0, read_checkpoint(one / "run" / "last.pt")["model"])
+
+
+def test_two_gloo_processes_with_synthetic_pairs_equal_one_process(multi30k_corpus, two_ranks, tmp_path):
+    """`train.synthetic`: each rank makes its own part of the step's synthetic pairs, the same pairs one process
+    makes (the logged counts and losses agree), and the weights are one process's up to float summation order
+    (the made batches add terms to it)."""
+    one = tmp_path / "one"
+    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml", **SYNTHETIC).read_text())
+    train(parse_config(cfg))
+    ranks = two_ranks["synthetic"]
+    rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    reference = read_checkpoint(one / "run" / "last.pt")["model"]
+    for name in rank0:
+        assert torch.allclose(rank0[name], reference[name], rtol=1e-3, atol=1e-4), name
+
+    def logged(work: Path) -> list[dict]:
+        return [r for r in map(json.loads, (work / "metrics.jsonl").read_text().splitlines()) if r["type"] == "train"]
+    two, single = logged(ranks / "run"), logged(one / "run")
+    assert [r.get("synthetic_pairs") for r in two] == [r.get("synthetic_pairs") for r in single]
+    assert any(r.get("synthetic_pairs") for r in two)
+    assert [r.get("synthetic_loss") for r in two] == pytest.approx([r.get("synthetic_loss") for r in single],
+                                                                    rel=1e-4)
 
 
 def _processes_with(env_line: str, tag: str) -> list[int]:

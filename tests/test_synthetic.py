@@ -1,5 +1,5 @@
 """Synthetic pairs made online (`train.synthetic`): what is made, from which side, for which directions;
-exact resume; two gloo processes equal one; and a tiny task where they raise zero-shot quality."""
+exact resume; and a tiny task where they raise zero-shot quality."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-import yaml
 from conftest import tiny_config, write_multiway_corpus
-from test_distributed import RANK_SCRIPT, _torchrun
 from test_resume import _call_hook, _ctrl_c_instead
 
 from interlingua import load
@@ -180,36 +178,6 @@ def test_a_synthetic_run_resumes_exactly(multi30k_corpus, prepared, tmp_path):
     languages = load(tmp_path / "straight" / "last.pt").languages
     assert languages.zero_resource == (("de", "fr"), ("fr", "de")) and set(languages.zero_resource) <= set(
         languages.zero_shot)
-
-
-def test_two_gloo_processes_with_synthetic_pairs_equal_one_process(multi30k_corpus, tmp_path):
-    sections = {"directions": ENGLISH_CENTRED,
-                "train": {"max_steps": 6, "valid_every": 6, "log_every": 3, "batch_size": 20, "lr": 0.05,
-                          "optimizer": "sgd", "precision": "fp32", "threads": 1,
-                          "synthetic": {"modes": ["pivot"], "rate": 1.0, "start_step": 2}}}
-    one = tiny_config(multi30k_corpus, tmp_path / "one", **sections)
-    train(parse_config(one))
-    config = tmp_path / "cfg.yaml"
-    config.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, tmp_path / "run", **sections)), encoding="utf-8")
-    script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT, encoding="utf-8")
-    _torchrun([str(script), str(config), str(tmp_path)])
-    rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
-    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-    # each process made its own part of the pairs: the same pairs as one process (the logged counts and
-    # losses agree) and the same weights up to float summation order (the made batches add terms to it)
-    reference = read_checkpoint(tmp_path / "one" / "last.pt")["model"]
-    for name in rank0:
-        assert torch.allclose(rank0[name], reference[name], rtol=1e-3, atol=1e-4), name
-
-    def logged(work):
-        return [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()
-                if json.loads(line)["type"] == "train"]
-    two, single = logged(tmp_path / "run"), logged(tmp_path / "one")
-    assert [r.get("synthetic_pairs") for r in two] == [r.get("synthetic_pairs") for r in single]
-    assert any(r.get("synthetic_pairs") for r in two)
-    assert [r.get("synthetic_loss") for r in two] == pytest.approx([r.get("synthetic_loss") for r in single],
-                                                                    rel=1e-4)
 
 
 def test_unknown_pivot_or_directions_are_refused(multi30k_corpus, prepared, tmp_path):

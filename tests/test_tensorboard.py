@@ -7,13 +7,8 @@ from __future__ import annotations
 
 import builtins
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
-import yaml
 from conftest import tiny_config
 
 from interlingua.config import parse_config
@@ -157,21 +152,3 @@ def test_without_the_package_the_config_error_says_what_to_install(multi30k_corp
     with pytest.raises(ConfigError, match=r'pip install "interlingua\[tensorboard\]"'):
         build_run(_config(multi30k_corpus, tmp_path / "run"))
     assert not (tmp_path / "run" / "data").exists()  # refused before the corpus is prepared
-
-
-def test_under_torchrun_process_0_alone_writes_events(multi30k_corpus, tmp_path):
-    work = tmp_path / "run"
-    cfg = tiny_config(multi30k_corpus, work, **{**RUN, "train": {**RUN["train"], "max_steps": 8, "threads": 1,
-                                                                 "precision": "fp32"}})
-    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend",
-           "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "tb", "-m", "interlingua.cli", "train",
-           str(tmp_path / "cfg.yaml")]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert len(list((work / "tensorboard").glob("events.out.tfevents.*"))) == 1
-    _assert_matches_metrics(work)
