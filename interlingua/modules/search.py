@@ -17,6 +17,7 @@ from interlingua.data.inputs import length_sorted_batches
 from interlingua.data.shortlist import DirectionTable
 from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
 from interlingua.modules.base import BridgeOutput, DecoderStateLike
+from interlingua.modules.candidates import argmax_rows, best_candidates
 from interlingua.modules.shortlist_decoding import START_POSITION, ShortlistDecoder
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def greedy_search(decoder: StepDecoder, state: DecoderStateLike, max_len: int | 
     tokens = torch.full((batch, steps), EOS, dtype=torch.long, device=device)  # one column per step
     for step in range(steps):
         logp, state = decoder.step(prev, state)
-        tok = (logp.argmax(-1) if sample is None
+        tok = (argmax_rows(logp) if sample is None
                else torch.multinomial(logp.float().exp(), 1, generator=sample).squeeze(1))
         tokens[active, step] = tok
         done = (tok == EOS) | (limits[active] <= step + 1)
@@ -123,8 +124,7 @@ def beam_search_nbest(decoder: StepDecoder, state: DecoderStateLike, max_len: in
         logp, state = decoder.step(prev, state)
         vocab = logp.size(-1)
         n = active.numel()
-        cand = (scores.unsqueeze(-1) + logp.view(n, width, vocab)).view(n, width * vocab)
-        top_s, top_i = cand.topk(min(2 * k, width * vocab), dim=1)
+        top_s, top_i = best_candidates(scores, logp, min(2 * k, width * vocab))
         beam_i, tok = top_i // vocab, top_i % vocab
         is_eos = tok == EOS
         live_rank = torch.cumsum(~is_eos, dim=1)

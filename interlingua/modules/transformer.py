@@ -195,6 +195,11 @@ def _dropout(p: float, variational: bool) -> nn.Module:
     return VariationalDropout(p) if variational else Dropout(p)
 
 
+def _plain_linears(*layers: nn.Module) -> bool:
+    """Whether every layer is an `nn.Linear` with a bias (not an int8 stand-in), so their weights can be joined."""
+    return all(type(layer) is nn.Linear and layer.bias is not None for layer in layers)
+
+
 class MultiHeadAttention(nn.Module):
     """Projections of multi-head attention around `attention`; keys and values can be projected
     apart from the queries (cached keys in the decoder, position queries in the encoder)."""
@@ -218,6 +223,27 @@ class MultiHeadAttention(nn.Module):
         """(batch, m, kv_dim) -> keys, values (batch, h, m, d_k)."""
         k, v = self.kv_proj(x).chunk(2, dim=-1)
         return self._split(k), self._split(v)
+
+    def queries_keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`queries(x)` and `keys_values(x)` of self-attention; at inference in one product over the two
+        projections' weights side by side (`_fused_weights`), one call instead of two per layer and step."""
+        if self.training or torch.is_grad_enabled() or not _plain_linears(self.q_proj, self.kv_proj):
+            return (self.queries(x), *self.keys_values(x))
+        weight, bias = self._fused_weights()
+        q, k, v = F.linear(x, weight, bias).chunk(3, dim=-1)
+        return self._split(q), self._split(k), self._split(v)
+
+    def _fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The query and key/value projections' weights and biases concatenated, made again only after
+        either changes (their version counters: an optimizer step, `load_state_dict`) or is replaced."""
+        parts = (self.q_proj.weight, self.kv_proj.weight, self.q_proj.bias, self.kv_proj.bias)
+        # an inference tensor (weights loaded under inference mode) has no version counter: it is never trained
+        key = tuple((p.data_ptr(), -1 if p.is_inference() else p._version, p.dtype, p.device) for p in parts)
+        if getattr(self, "_fused_key", None) != key:
+            with torch.no_grad():
+                self._fused = (torch.cat([parts[0], parts[1]]), torch.cat([parts[2], parts[3]]))
+            self._fused_key = key
+        return self._fused
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                causal: bool = False) -> torch.Tensor:
@@ -303,27 +329,89 @@ def _sentence_rows(index: torch.Tensor, rows: int, sentences: int) -> torch.Tens
     return index[::width] // width
 
 
+class KVStore:
+    """Room for one layer's self-attention keys and values in incremental decoding, (rows, capacity, h * d_k)
+    each, where a step writes its position in place instead of concatenating it to the cache (a copy of the
+    whole cache per step and layer). Positions come before heads so that a row's first t positions are one
+    block of memory: reordering beams copies one block per row, and attention reads them through a view.
+    `filled` positions hold data. A `LayerCache` reads the first positions of its store; a state stepped
+    twice (two continuations of one prefix) would write over the other's position, so only a cache whose
+    length is `filled` writes in place, and any other gets a store of its own (`LayerCache.appended`)."""
+
+    GROWTH = 2
+    """A full store is copied into one this many times as long (few copies over a sentence)."""
+    MIN_CAPACITY = 16
+
+    def __init__(self, rows: int, heads: int, capacity: int, head_dim: int, like: torch.Tensor):
+        shape = (rows, capacity, heads * head_dim)
+        self.keys, self.values, self.heads, self.filled = like.new_empty(shape), like.new_empty(shape), heads, 0
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.size(1)
+
+    def heads_view(self, x: torch.Tensor) -> torch.Tensor:
+        """(rows, t, h * d_k) positions of the store -> (rows, h, t, d_k), a view."""
+        rows, t, dim = x.shape
+        return x.view(rows, t, self.heads, dim // self.heads).transpose(1, 2)
+
+    def cache(self, t: int, memory_keys: torch.Tensor, memory_values: torch.Tensor) -> LayerCache:
+        """Its first t positions as a layer's cache."""
+        return LayerCache(self.heads_view(self.keys[:, :t]), self.heads_view(self.values[:, :t]), memory_keys,
+                          memory_values, self)
+
+
 @dataclass
 class LayerCache:
     keys: torch.Tensor
-    """(batch, h, t, d_k) self-attention keys of the positions decoded so far."""
+    """(batch, h, t, d_k) self-attention keys of the positions decoded so far (in incremental decoding a view
+    of the first t positions of `store`)."""
     values: torch.Tensor
     memory_keys: torch.Tensor
     """(batch, h, mem_len, d_k) cross-attention keys, projected once per sentence."""
     memory_values: torch.Tensor
+    store: KVStore | None = None
+    """Where `keys` and `values` live while decoding step by step; None before the first step."""
+
+    def appended(self, keys: torch.Tensor, values: torch.Tensor) -> LayerCache:
+        """The cache with `keys`, `values` (batch, h, n, d_k) of the next n positions after its own, written
+        into its store in place where it is the store's last writer, else into a new store."""
+        rows, heads, t, head_dim = self.keys.shape
+        n = keys.size(2)
+        store = self.store
+        if store is None or store.filled != t or store.capacity < t + n:
+            store = KVStore(rows, heads, max(KVStore.GROWTH * (t + n), KVStore.MIN_CAPACITY), head_dim, keys)
+            store.heads_view(store.keys[:, :t]).copy_(self.keys)
+            store.heads_view(store.values[:, :t]).copy_(self.values)
+        store.heads_view(store.keys[:, t:t + n]).copy_(keys)
+        store.heads_view(store.values[:, t:t + n]).copy_(values)
+        store.filled = t + n
+        return store.cache(t + n, self.memory_keys, self.memory_values)
+
+    def _decoded_rows(self, index: torch.Tensor, memory_keys: torch.Tensor, memory_values: torch.Tensor) -> LayerCache:
+        """Rows `index` of the self-attention cache, gathered straight into a new store of the same capacity
+        (one copy of one block per row; the next step writes in place), with the given memory."""
+        old = self.store
+        if old is None:
+            return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index), memory_keys,
+                              memory_values)
+        t = self.keys.size(2)
+        store = KVStore(index.numel(), old.heads, old.capacity, self.keys.size(3), old.keys)
+        torch.index_select(old.keys[:, :t], 0, index, out=store.keys[:, :t])
+        torch.index_select(old.values[:, :t], 0, index, out=store.values[:, :t])
+        store.filled = t
+        return store.cache(t, memory_keys, memory_values)
 
     def select(self, index: torch.Tensor, memory_index: torch.Tensor) -> LayerCache:
         """Rows `index` of the self-attention cache and rows `memory_index` of the memory's (the same rows,
         or the sentences of `index` where the memory is kept once per sentence for its beams, see
         `TransformerDecoderState.expand_beams`)."""
-        return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
-                          self.memory_keys.index_select(0, memory_index),
-                          self.memory_values.index_select(0, memory_index))
+        return self._decoded_rows(index, self.memory_keys.index_select(0, memory_index),
+                                  self.memory_values.index_select(0, memory_index))
 
     def select_decoded(self, index: torch.Tensor) -> LayerCache:
         """Reorder the self-attention cache only (rows of one sentence share the memory's)."""
-        return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
-                          self.memory_keys, self.memory_values)
+        return self._decoded_rows(index, self.memory_keys, self.memory_values)
 
 
 class DecoderLayer(_Layer):
@@ -348,11 +436,10 @@ class DecoderLayer(_Layer):
 
         def self_attention(h: torch.Tensor) -> torch.Tensor:
             nonlocal new
-            k, v = self.self_attn.keys_values(h)
-            q = self.self_attn.queries(h)
+            q, k, v = self.self_attn.queries_keys_values(h)
             if incremental:
-                k, v = torch.cat([cache.keys, k], dim=2), torch.cat([cache.values, v], dim=2)
-                new = LayerCache(k, v, cache.memory_keys, cache.memory_values)
+                new = cache.appended(k, v)
+                k, v = new.keys, new.values
                 causal = q.size(2) > 1
                 if causal:  # several new positions: each sees the cache and the new ones up to itself
                     t, n = k.size(2), q.size(2)
