@@ -66,7 +66,7 @@ SKIPPABLE = (PassSkipped, subprocess.TimeoutExpired)
 
 def timed_pass(ckpt: str, *, src: str, tgt: str, beam: int, stop: str, threads: int, batch_size: int,
                max_len: int | None, data: str, hyps_dir: Path, precision: str = "fp32",
-               shortlist: str | None = None, timeout: float | None = None) -> dict:
+               shortlist: str | None = None, timeout: float | None = None, workers: int = 1) -> dict:
     """One timed pass of this script in a fresh process (what the peer comparisons time on our side):
     its in-process seconds for one rep, its wall clock with model loading, the checkpoint's step and
     the file its output went to. `max_len` None: the library's per-sentence output limit. PassSkipped
@@ -75,7 +75,7 @@ def timed_pass(ckpt: str, *, src: str, tgt: str, beam: int, stop: str, threads: 
            "--beams", str(beam), "--beam-stop", stop, "--reps", "1", "--threads", str(threads),
            "--batch-size", str(batch_size), *([] if max_len is None else ["--max-len", str(max_len)]),
            "--data", data, "--hyps-dir", str(hyps_dir), "--precision", precision,
-           *([] if shortlist is None else ["--shortlist", shortlist])]
+           *([] if shortlist is None else ["--shortlist", shortlist]), "--workers", str(workers)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
@@ -112,6 +112,8 @@ def main() -> None:
     ap.add_argument("--precision", choices=("fp32", "bf16", "int8", "fp16", "auto"), default="fp32",
                     help="interlingua.load's precision")
     ap.add_argument("--shortlist", default=None, help="a lexical shortlist file (Model.use_shortlist)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="Model.translate's workers: batches decoded at once, each with a share of --threads")
     ap.add_argument("--hyps-dir", default=None, help="write each beam's output here (<name>.beam<N>.<tgt>)")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=None)
@@ -132,7 +134,7 @@ def main() -> None:
         for _ in range(args.reps):
             t0 = time.perf_counter()
             hyps = tr.translate(src, args.src, args.tgt, beam=beam, batch_size=args.batch_size,
-                                max_len=args.max_len, beam_stop=args.beam_stop)
+                                max_len=args.max_len, beam_stop=args.beam_stop, workers=args.workers)
             times.append(time.perf_counter() - t0)
         if args.hyps_dir:
             folder = Path(args.hyps_dir)
@@ -141,7 +143,7 @@ def main() -> None:
                 "".join(h + "\n" for h in hyps), encoding="utf-8")
         bleu, chrf = corpus_scores(hyps, ref)
         res = {"system": "interlingua", "model": args.model, "step": step, "direction": f"{args.src}-{args.tgt}",
-               "beam": beam, "beam_stop": args.beam_stop, "precision": tr.runtime.precision,
+               "beam": beam, "beam_stop": args.beam_stop, "workers": args.workers, "precision": tr.runtime.precision,
                "output_kernel": tr.output_kernel, "shortlist": args.shortlist,
                "threads": args.threads, "batch_size": args.batch_size, "max_len": args.max_len,
                "sentences": len(src), "sent_per_s_best": round(len(src) / min(times), 1),

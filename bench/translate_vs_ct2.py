@@ -17,6 +17,8 @@ Systems (`--systems`, comma-separated):
   in), PRECISION fp32, bf16 or int8, STOP `all` or `top` (beam rule; greedy ignores it); `own-limit`:
   the library's default per-sentence output limit (2 x source + 10) instead of `--max-len`;
   `shortlist`: with the lexical shortlist `--shortlist` (built by `interlingua shortlist` when absent);
+  `workersN` (last): N batches decoded at once in threads, each with a share of `--threads` (`Model.translate`'s
+  `workers`);
 - `ours-ct2[/int8]`: our checkpoint exported with `interlingua export ctranslate2`, run by CTranslate2
   as above (the same model as ours, in CTranslate2's engine).
 The peer's input is our test sentences (test_2016_flickr en->de, 1,000) cut into our joint
@@ -226,7 +228,8 @@ def main() -> None:
                                          threads=args.threads, batch_size=args.batch_size,
                                          max_len=None if "own-limit" in parts else args.max_len, data=args.data,
                                          hyps_dir=work / name, precision=parts[1],
-                                         shortlist=shortlist if "shortlist" in parts else None, timeout=timeout)
+                                         shortlist=shortlist if "shortlist" in parts else None, timeout=timeout,
+                                         workers=next((int(p[7:]) for p in parts if p.startswith("workers")), 1))
                 except SKIPPABLE as err:
                     skipped.add(system)
                     append_result(args.out, {"kind": "skipped", "system": system, "beam": beam, "round": r + 1,

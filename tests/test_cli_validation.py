@@ -44,7 +44,7 @@ REQUIRED = {
 NUMERIC = [
     ("translate", "--beam", beam_size), ("translate", "--length-penalty", non_negative_float),
     ("translate", "--max-len", output_length), ("translate", "--batch-size", positive_int),
-    ("translate", "--threads", positive_int),
+    ("translate", "--threads", positive_int), ("translate", "--workers", positive_int),
     ("embed", "--batch-size", positive_int),
     ("evaluate", "--beam", beam_size), ("evaluate", "--batch-size", positive_int),
     ("evaluate", "--max-sentences", positive_int), ("evaluate", "--max-documents", positive_int),
@@ -124,7 +124,7 @@ def test_messages_say_what_is_expected(capsys):
 # values the parser reads as numbers of the right kind but refuses
 TRANSLATE_OPTIONS = [("--beam", "beam", int, ["0", "65", "1000"]),
                      ("--max-len", "max_len", int, ["0", "-2", "16385", "100000", "1000000000"]),
-                     ("--batch-size", "batch_size", int, ["0", "-1"]),
+                     ("--batch-size", "batch_size", int, ["0", "-1"]), ("--workers", "workers", int, ["0", "-1"]),
                      ("--length-penalty", "length_penalty", float, ["-0.5", "nan", "inf", "-inf"])]
 
 

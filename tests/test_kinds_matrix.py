@@ -6,7 +6,7 @@ sentences of eight word types in `xa`, translated reversed and word for word int
 seconds and must then:
 - translate the held-out test sentences with at least `MIN_ACCURACY` token accuracy;
 - give identical translations from two separate loads of the saved checkpoint (greedy and
-  beam search) and from `interlingua translate`;
+  beam search), with batches decoded side by side in threads (`workers`) and from `interlingua translate`;
 - give the same output with beam search of beam 1 as with greedy search.
 
 A new kind (another encoder, bridge or decoder) joins the matrix with one line in `KINDS`.
@@ -81,8 +81,11 @@ def test_kind_learns_the_task_and_translates_reproducibly(name, kind_models, syn
     second = load(ckpt)
     assert second.translate(sources, "xa", "xb", beam=1) == greedy
     assert second.translate(sources, "xa", "xb", beam=3) == beam
+    threads = torch.get_num_threads()  # several batches decoded at once in threads: the same output
+    assert second.translate(sources, "xa", "xb", beam=3, batch_size=7, workers=3) == beam
+    assert torch.get_num_threads() == threads
     out_file = tmp_path / "out.xb"
-    assert main(["translate", "--model", str(ckpt), "--src", "xa", "--tgt", "xb", "--beam", "1",
+    assert main(["translate", "--model", str(ckpt), "--src", "xa", "--tgt", "xb", "--beam", "1", "--workers", "2",
                  "-i", str(src_file), "-o", str(out_file)]) == 0
     assert out_file.read_text(encoding="utf-8").splitlines() == greedy
 

@@ -15,9 +15,12 @@ without any error into nonsense.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -179,10 +182,13 @@ def _empty_rows(network: TranslationNetwork, like: torch.Tensor | None) -> tuple
 def generate_text(network: TranslationNetwork, vocabs: dict[str, Vocab], rep: Representation, tgt: str, *,
                   batch_size: int, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
                   max_len_cap: int = 100, beam_stop: str = "all", progress: bool = False,
-                  shortlist: DirectionTable | None = None) -> list[str]:
+                  shortlist: DirectionTable | None = None, workers: int = 1,
+                  context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> list[str]:
     """The decode half of `translate_ids` over a kept representation: the sentences in the same
     length-sorted batches, each batch's memory padded back as the encoder gave it. A `shortlist` needs
-    the representation's `source_ids`."""
+    the representation's `source_ids`. `workers` > 1 decodes that many batches at once (`in_threads`), each
+    under `context()` (the caller's autocast); the output is the same, since no sentence's depends on its
+    batch."""
     if shortlist is not None and len(rep.source_ids) != len(rep):
         raise ValueError("this representation has no source ids, which a shortlist needs: make it with "
                          "Model.represent")
@@ -193,16 +199,45 @@ def generate_text(network: TranslationNetwork, vocabs: dict[str, Vocab], rep: Re
             f"call represent(..., tgt='{tgt}') for that target")
     network.eval()
     out = [""] * len(rep)
-    groups = length_sorted_groups(rep.lengths, batch_size)
-    for idx in tqdm(groups, total=batches_total(rep.lengths, batch_size), desc=f"{rep.src}->{tgt}", unit="batch",
-                    disable=not progress, leave=False):
+
+    def decode(idx: list[int]) -> tuple[list[int], list[str]]:
         bridged, lengths = _batch(rep, idx)
         candidates = None if shortlist is None else [shortlist.candidates(rep.source_ids[i]) for i in idx]
-        texts = decode_batch(network, vocabs, bridged, lengths, tgt, beam=beam, length_penalty=length_penalty,
-                             max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
+        return idx, decode_batch(network, vocabs, bridged, lengths, tgt, beam=beam, length_penalty=length_penalty,
+                                 max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
+
+    groups = length_sorted_groups(rep.lengths, batch_size)
+    decoded = map(decode, groups) if workers <= 1 else in_threads(decode, groups, workers, context)
+    for idx, texts in tqdm(decoded, total=batches_total(rep.lengths, batch_size), desc=f"{rep.src}->{tgt}",
+                           unit="batch", disable=not progress, leave=False):
         for i, text in zip(idx, texts):
             out[i] = text
     return out
+
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def in_threads(fn: Callable[[Item], Result], items: Iterable[Item], workers: int,
+               context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> Iterator[Result]:
+    """`map(fn, items)` in `workers` threads, results in order. Why threads: a decoding step is many small
+    operators, most of them too small to split over cores, and PyTorch lets go of the interpreter inside each,
+    so batches side by side keep the cores busier than one batch's operators split over them (on 2 cores,
+    1.15-1.3x greedy and 1.2x beam 5 in sentences/s). The intra-op threads are shared out among the workers
+    while it runs (`torch.set_num_threads` is process-wide: other work in the process sees it too), and each
+    thread runs under inference mode and `context()`, which are per thread in PyTorch."""
+    def run(item: Item) -> Result:
+        with torch.inference_mode(), context():
+            return fn(item)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads // workers))
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="interlingua-decode") as pool:
+            yield from pool.map(run, items)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _batch(rep: Representation, idx: list[int]) -> tuple[BridgeOutput, torch.Tensor]:
