@@ -1,6 +1,5 @@
 """The decoding step's fast paths give what the plain operations give: the search's choices by blocks
-(`modules.candidates`), the Transformer's key/value store written in place, and its self-attention
-projections joined into one product at inference.
+(`modules.candidates`) and the Transformer's key/value store written in place.
 
 Tiny random models, no training; the equality of whole translations before and after is measured on the test
 set (docs/results/speed.md).
@@ -66,22 +65,3 @@ def test_reordered_rows_keep_their_own_cache():
     moved, _ = decoder.step(torch.full((4,), 8), state.select(order))
     plain, _ = decoder.step(torch.full((4,), 8), state)
     assert torch.equal(moved, plain[order])
-
-
-def test_joined_projections_follow_a_change_of_the_weights():
-    """After an in-place change of a self-attention weight (what an optimizer step does), decoding uses the new
-    weights, as a network built with them does."""
-    net = model(seed=7, dropout=0.0)
-    with torch.no_grad():
-        before, _ = _decoder_after(net, [4])[0].step(torch.full((4,), 5), _decoder_after(net, [4])[1])
-        for name, param in net.named_parameters():
-            if "self_attn.q_proj.weight" in name or "self_attn.kv_proj.bias" in name:
-                param.add_(0.5)
-        decoder, state = _decoder_after(net, [4])
-        after, _ = decoder.step(torch.full((4,), 5), state)
-        other = model(seed=8, dropout=0.0)
-        other.load_state_dict(net.state_dict())
-        other_decoder, other_state = _decoder_after(other, [4])
-        rebuilt, _ = other_decoder.step(torch.full((4,), 5), other_state)
-    assert not torch.allclose(before, after)
-    assert torch.equal(after, rebuilt)

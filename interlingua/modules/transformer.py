@@ -195,11 +195,6 @@ def _dropout(p: float, variational: bool) -> nn.Module:
     return VariationalDropout(p) if variational else Dropout(p)
 
 
-def _plain_linears(*layers: nn.Module) -> bool:
-    """Whether every layer is an `nn.Linear` with a bias (not an int8 stand-in), so their weights can be joined."""
-    return all(type(layer) is nn.Linear and layer.bias is not None for layer in layers)
-
-
 class MultiHeadAttention(nn.Module):
     """Projections of multi-head attention around `attention`; keys and values can be projected
     apart from the queries (cached keys in the decoder, position queries in the encoder)."""
@@ -223,27 +218,6 @@ class MultiHeadAttention(nn.Module):
         """(batch, m, kv_dim) -> keys, values (batch, h, m, d_k)."""
         k, v = self.kv_proj(x).chunk(2, dim=-1)
         return self._split(k), self._split(v)
-
-    def queries_keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`queries(x)` and `keys_values(x)` of self-attention; at inference in one product over the two
-        projections' weights side by side (`_fused_weights`), one call instead of two per layer and step."""
-        if self.training or torch.is_grad_enabled() or not _plain_linears(self.q_proj, self.kv_proj):
-            return (self.queries(x), *self.keys_values(x))
-        weight, bias = self._fused_weights()
-        q, k, v = F.linear(x, weight, bias).chunk(3, dim=-1)
-        return self._split(q), self._split(k), self._split(v)
-
-    def _fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The query and key/value projections' weights and biases concatenated, made again only after
-        either changes (their version counters: an optimizer step, `load_state_dict`) or is replaced."""
-        parts = (self.q_proj.weight, self.kv_proj.weight, self.q_proj.bias, self.kv_proj.bias)
-        # an inference tensor (weights loaded under inference mode) has no version counter: it is never trained
-        key = tuple((p.data_ptr(), -1 if p.is_inference() else p._version, p.dtype, p.device) for p in parts)
-        if getattr(self, "_fused_key", None) != key:
-            with torch.no_grad():
-                self._fused = (torch.cat([parts[0], parts[1]]), torch.cat([parts[2], parts[3]]))
-            self._fused_key = key
-        return self._fused
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                causal: bool = False) -> torch.Tensor:
@@ -436,7 +410,8 @@ class DecoderLayer(_Layer):
 
         def self_attention(h: torch.Tensor) -> torch.Tensor:
             nonlocal new
-            q, k, v = self.self_attn.queries_keys_values(h)
+            k, v = self.self_attn.keys_values(h)
+            q = self.self_attn.queries(h)
             if incremental:
                 new = cache.appended(k, v)
                 k, v = new.keys, new.values
