@@ -525,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=positive_int, default=None)
     t.add_argument("--workers", type=positive_int, default=1,
                    help="batches decoded at once, each in its own thread with a share of --threads (on 2 cores "
-                        "2 workers ran 1.15-1.3x as fast as 1; the output is the same)")
+                        "2 workers ran 1.14-1.3x as fast as 1; the output is the same)")
     t.add_argument("-i", "--input", default=None)
     t.add_argument("-o", "--output", default=None)
     _add_force(t, "-o")

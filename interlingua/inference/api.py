@@ -437,7 +437,7 @@ class Model:
         rule: faster, and on Multi30k dev 0.2-0.4 BLEU lower with length_penalty 1).
         `workers`: batches decoded at once, each in its own thread, torch's threads shared out among them
         while it runs (`interlingua.inference.representation.in_threads`); the output is the same. On 2 cores,
-        2 workers of 1 thread ran 1.15-1.3x as fast as 1 worker of 2 threads (greedy and beam 5).
+        2 workers of 1 thread ran 1.14-1.3x as fast as 1 worker of 2 threads (greedy and beam 5).
         """
         check_search(beam, length_penalty, max_len, batch_size, beam_stop)
         COUNT.check("workers", workers)

@@ -224,7 +224,7 @@ def in_threads(fn: Callable[[Item], Result], items: Iterable[Item], workers: int
     """`map(fn, items)` in `workers` threads, results in order. Why threads: a decoding step is many small
     operators, most of them too small to split over cores, and PyTorch lets go of the interpreter inside each,
     so batches side by side keep the cores busier than one batch's operators split over them (on 2 cores,
-    1.15-1.3x greedy and 1.2x beam 5 in sentences/s). The intra-op threads are shared out among the workers
+    1.14-1.3x in sentences/s, greedy and beam 5). The intra-op threads are shared out among the workers
     while it runs (`torch.set_num_threads` is process-wide: other work in the process sees it too), and each
     thread runs under inference mode and `context()`, which are per thread in PyTorch."""
     def run(item: Item) -> Result:
