@@ -1,5 +1,6 @@
 """The decoding step's fast paths give what the plain operations give: the search's choices by blocks
-(`modules.candidates`) and the Transformer's key/value store written in place.
+(`modules.candidates`); and the Transformer's cached steps stay each state's own (a state stepped twice, rows
+chosen again), which a cache written in place would have to keep.
 
 Tiny random models, no training; the equality of whole translations before and after is measured on the test
 set (docs/results/speed.md).
@@ -43,8 +44,7 @@ def _decoder_after(net, steps: list[int]):
 
 @torch.inference_mode()
 def test_a_state_stepped_twice_continues_each_prefix():
-    """Two continuations of one state (5 then 7, and 6): the second does not overwrite the first's position
-    in the shared store."""
+    """Two continuations of one state (5 then 7, and 6): the second does not change what the first reads."""
     net = model(seed=5)
     decoder, state = _decoder_after(net, [4, 9, 11])
     rows = state.batch_size

@@ -303,89 +303,27 @@ def _sentence_rows(index: torch.Tensor, rows: int, sentences: int) -> torch.Tens
     return index[::width] // width
 
 
-class KVStore:
-    """Room for one layer's self-attention keys and values in incremental decoding, (rows, capacity, h * d_k)
-    each, where a step writes its position in place instead of concatenating it to the cache (a copy of the
-    whole cache per step and layer). Positions come before heads so that a row's first t positions are one
-    block of memory: reordering beams copies one block per row, and attention reads them through a view.
-    `filled` positions hold data. A `LayerCache` reads the first positions of its store; a state stepped
-    twice (two continuations of one prefix) would write over the other's position, so only a cache whose
-    length is `filled` writes in place, and any other gets a store of its own (`LayerCache.appended`)."""
-
-    GROWTH = 2
-    """A full store is copied into one this many times as long (few copies over a sentence)."""
-    MIN_CAPACITY = 16
-
-    def __init__(self, rows: int, heads: int, capacity: int, head_dim: int, like: torch.Tensor):
-        shape = (rows, capacity, heads * head_dim)
-        self.keys, self.values, self.heads, self.filled = like.new_empty(shape), like.new_empty(shape), heads, 0
-
-    @property
-    def capacity(self) -> int:
-        return self.keys.size(1)
-
-    def heads_view(self, x: torch.Tensor) -> torch.Tensor:
-        """(rows, t, h * d_k) positions of the store -> (rows, h, t, d_k), a view."""
-        rows, t, dim = x.shape
-        return x.view(rows, t, self.heads, dim // self.heads).transpose(1, 2)
-
-    def cache(self, t: int, memory_keys: torch.Tensor, memory_values: torch.Tensor) -> LayerCache:
-        """Its first t positions as a layer's cache."""
-        return LayerCache(self.heads_view(self.keys[:, :t]), self.heads_view(self.values[:, :t]), memory_keys,
-                          memory_values, self)
-
-
 @dataclass
 class LayerCache:
     keys: torch.Tensor
-    """(batch, h, t, d_k) self-attention keys of the positions decoded so far (in incremental decoding a view
-    of the first t positions of `store`)."""
+    """(batch, h, t, d_k) self-attention keys of the positions decoded so far."""
     values: torch.Tensor
     memory_keys: torch.Tensor
     """(batch, h, mem_len, d_k) cross-attention keys, projected once per sentence."""
     memory_values: torch.Tensor
-    store: KVStore | None = None
-    """Where `keys` and `values` live while decoding step by step; None before the first step."""
-
-    def appended(self, keys: torch.Tensor, values: torch.Tensor) -> LayerCache:
-        """The cache with `keys`, `values` (batch, h, n, d_k) of the next n positions after its own, written
-        into its store in place where it is the store's last writer, else into a new store."""
-        rows, heads, t, head_dim = self.keys.shape
-        n = keys.size(2)
-        store = self.store
-        if store is None or store.filled != t or store.capacity < t + n:
-            store = KVStore(rows, heads, max(KVStore.GROWTH * (t + n), KVStore.MIN_CAPACITY), head_dim, keys)
-            store.heads_view(store.keys[:, :t]).copy_(self.keys)
-            store.heads_view(store.values[:, :t]).copy_(self.values)
-        store.heads_view(store.keys[:, t:t + n]).copy_(keys)
-        store.heads_view(store.values[:, t:t + n]).copy_(values)
-        store.filled = t + n
-        return store.cache(t + n, self.memory_keys, self.memory_values)
-
-    def _decoded_rows(self, index: torch.Tensor, memory_keys: torch.Tensor, memory_values: torch.Tensor) -> LayerCache:
-        """Rows `index` of the self-attention cache, gathered straight into a new store of the same capacity
-        (one copy of one block per row; the next step writes in place), with the given memory."""
-        old = self.store
-        if old is None:
-            return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index), memory_keys,
-                              memory_values)
-        t = self.keys.size(2)
-        store = KVStore(index.numel(), old.heads, old.capacity, self.keys.size(3), old.keys)
-        torch.index_select(old.keys[:, :t], 0, index, out=store.keys[:, :t])
-        torch.index_select(old.values[:, :t], 0, index, out=store.values[:, :t])
-        store.filled = t
-        return store.cache(t, memory_keys, memory_values)
 
     def select(self, index: torch.Tensor, memory_index: torch.Tensor) -> LayerCache:
         """Rows `index` of the self-attention cache and rows `memory_index` of the memory's (the same rows,
         or the sentences of `index` where the memory is kept once per sentence for its beams, see
         `TransformerDecoderState.expand_beams`)."""
-        return self._decoded_rows(index, self.memory_keys.index_select(0, memory_index),
-                                  self.memory_values.index_select(0, memory_index))
+        return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
+                          self.memory_keys.index_select(0, memory_index),
+                          self.memory_values.index_select(0, memory_index))
 
     def select_decoded(self, index: torch.Tensor) -> LayerCache:
         """Reorder the self-attention cache only (rows of one sentence share the memory's)."""
-        return self._decoded_rows(index, self.memory_keys, self.memory_values)
+        return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
+                          self.memory_keys, self.memory_values)
 
 
 class DecoderLayer(_Layer):
@@ -413,8 +351,8 @@ class DecoderLayer(_Layer):
             k, v = self.self_attn.keys_values(h)
             q = self.self_attn.queries(h)
             if incremental:
-                new = cache.appended(k, v)
-                k, v = new.keys, new.values
+                k, v = torch.cat([cache.keys, k], dim=2), torch.cat([cache.values, v], dim=2)
+                new = LayerCache(k, v, cache.memory_keys, cache.memory_values)
                 causal = q.size(2) > 1
                 if causal:  # several new positions: each sees the cache and the new ones up to itself
                     t, n = k.size(2), q.size(2)
