@@ -166,12 +166,15 @@ DEFAULT_WORKLOAD = "lstm probe"
 """The cache entry of `measure_bf16_speedup`."""
 
 
-def _machine_key(features: list[str], workload: str) -> str:
+def machine_key(features: list[str], workload: str) -> str:
+    """The cache key of a measurement: CPU model, the features it depends on, torch version, threads, workload
+    (what int8 and the packed output layer key their kernel timings by too)."""
     return (f"{cpu_model()} | {'+'.join(features)} | torch {torch.__version__} | threads {torch.get_num_threads()}"
             f" | {workload}")
 
 
-def _read_cache(path: Path) -> dict:
+def read_cache(path: Path) -> dict:
+    """The measurement cache (precision.json); empty where it is missing or unreadable."""
     try:
         data = json.loads(path.read_text())
         return data if isinstance(data, dict) else {}
@@ -179,7 +182,8 @@ def _read_cache(path: Path) -> dict:
         return {}
 
 
-def _write_cache(path: Path, data: dict) -> None:
+def write_cache(path: Path, data: dict) -> None:
+    """Write the measurement cache atomically; a folder that cannot be written is a warning, not an error."""
     try:
         write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
     except OSError as err:  # a read-only home must not stop training
@@ -190,16 +194,16 @@ def cached_speedup(workload: str, measure: Callable[[], float], features: list[s
                    what: str = "bf16") -> float:
     """A speed-up measured by `measure` once per machine (CPU model, `features`, torch version, threads)
     and `workload`, then read from the cache; `what` names it in the log."""
-    key = _machine_key(features or [], workload)
+    key = machine_key(features or [], workload)
     path = cache_path()
-    cached = _read_cache(path)
+    cached = read_cache(path)
     entry = cached.get(key)
     if isinstance(entry, dict) and isinstance(entry.get("speedup"), (int, float)):
         return float(entry["speedup"])
     log.info("measuring whether %s is faster here for %s (once per machine)", what, workload)
     speedup = measure()
     cached[key] = {"speedup": round(speedup, 3), "measured": datetime.datetime.now().isoformat(timespec="seconds")}
-    _write_cache(path, cached)
+    write_cache(path, cached)
     return speedup
 
 

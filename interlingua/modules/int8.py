@@ -63,7 +63,7 @@ import torch
 from torch import nn
 
 from interlingua.errors import ConfigError
-from interlingua.precision import _machine_key, _read_cache, _write_cache, cache_path, cpu_model, int8_features
+from interlingua.precision import cache_path, cpu_model, int8_features, machine_key, read_cache, write_cache
 
 log = logging.getLogger(__name__)
 
@@ -384,7 +384,7 @@ def int8_plan(shapes: Iterable[tuple[int, int]]) -> Int8Plan:
     kernels = working_kernels()
     labels = sorted({shape_label(*s) for s in shapes}, key=_parse_label)
     rows = ",".join(str(r) for r in MEASURE_ROWS)
-    key = _machine_key(int8_features(), f"int8 kernels {'+'.join(kernels)} at rows {rows}: {' '.join(labels)}")
+    key = machine_key(int8_features(), f"int8 kernels {'+'.join(kernels)} at rows {rows}: {' '.join(labels)}")
 
     def measure() -> KernelTimes:
         log.info("timing the int8 kernels (%s) against fp32 at %d layer shape(s) (once per machine)",
@@ -398,13 +398,13 @@ def int8_plan(shapes: Iterable[tuple[int, int]]) -> Int8Plan:
 
 def cached_times(key: str, labels: Iterable[str], measure: Callable[[], KernelTimes], what: str,
                  summary: Callable[[KernelTimes], dict[str, Any]] | None = None) -> tuple[KernelTimes, bool]:
-    """The kernel times cached in precision.json under `key` (from `precision._machine_key`: CPU model, flags,
+    """The kernel times cached in precision.json under `key` (from `precision.machine_key`: CPU model, flags,
     torch version, thread count, workload) where they cover `labels`, else `measure()`d now and cached (with
     `summary(times)`'s fields beside them, how long it took and when); True where they came from the cache. A
     measurement taken while the machine was busy (`_busy`) is used, marked, and taken again (`what` in the
     log) once the machine is quieter."""
     path = cache_path()
-    cached = _read_cache(path)
+    cached = read_cache(path)
     entry = cached.get(key)
     times = KernelTimes.from_json(entry)
     load = _load_average()
@@ -419,7 +419,7 @@ def cached_times(key: str, labels: Iterable[str], measure: Callable[[], KernelTi
                    "took_s": round(time.perf_counter() - t0, 2),
                    "measured": datetime.datetime.now().isoformat(timespec="seconds"),
                    **({"busy_load": round(load, 2)} if load is not None and _busy(load) else {})}
-    _write_cache(path, cached)
+    write_cache(path, cached)
     return times, False
 
 

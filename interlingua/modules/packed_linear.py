@@ -57,7 +57,7 @@ from interlingua.modules.int8 import (
     restricted_output_layers,
     shape_label,
 )
-from interlingua.precision import _machine_key, cpu_flags
+from interlingua.precision import cpu_flags, machine_key
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ def packed_plan(n_in: int, n_out: int) -> PackedPlan:
     torch version and thread count have timed the shape before, else timed now (`time_packed`, a fraction of
     a second) and cached."""
     labels = [rows_label(n_in, n_out, r) for r in PACKED_ROWS]
-    key = _machine_key(_flags(), f"packed fp32 linear at rows {','.join(map(str, PACKED_ROWS))}: "
+    key = machine_key(_flags(), f"packed fp32 linear at rows {','.join(map(str, PACKED_ROWS))}: "
                                  f"{shape_label(n_in, n_out)}")
 
     def measure() -> KernelTimes:
