@@ -111,6 +111,9 @@ def test_old_outputs_and_log_probs_unchanged(trained, corpus):
         for beam in (1, 3):
             assert ext.translate(texts, src, tgt, beam=beam) == old.translate(texts, src, tgt, beam=beam), \
                 (kind, src, tgt)
+            # batches decoded at once in threads step the one shared decoder side by side
+            assert ext.translate(texts, src, tgt, beam=beam, batch_size=2, workers=3) == old.translate(
+                texts, src, tgt, beam=beam), (kind, src, tgt)
     # bit for bit: the step's log-probabilities and the teacher-forced loss of an old direction
     size = len(old.vocabs["xa"])
     logp, losses = {}, {}

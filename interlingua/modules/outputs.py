@@ -13,6 +13,7 @@ was trained with before the new rows existed.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -56,6 +57,10 @@ class OutputRows:
         return ids if self.prefix is not None else torch.searchsorted(self.index(ids.device), ids)
 
 
+_GENERATOR_SWAP = threading.Lock()
+"""Held while a decoder kind without `step_states` runs with its generator swapped (`RestrictedDecoder.step`)."""
+
+
 class _RowsGenerator(nn.Module):
     """Stands in for a decoder's generator during one search step: the allowed rows' logits."""
 
@@ -71,9 +76,10 @@ class RestrictedDecoder(Decoder):
     """A decoder whose `step` gives log-probabilities over the allowed rows only (every other id
     -inf), so greedy and beam search never leave the target language's vocabulary.
 
-    The decoder's own `step` runs with its `generator` swapped for the allowed rows for the call's
-    duration (decoders compute log_softmax(generator(h)) in `step`), so no decoder kind needs to
-    know about the restriction. The state is the inner decoder's, which the search reorders itself
+    A kind with `step_states` gives its states and the allowed rows' logits are computed here; any other
+    kind's own `step` runs with its `generator` swapped for the allowed rows for the call's duration
+    (decoders compute log_softmax(generator(h)) in `step`), so no decoder kind needs to know about the
+    restriction. The state is the inner decoder's, which the search reorders itself
     (`DecoderStateLike`): only `step` changes here."""
 
     def __init__(self, decoder: Decoder, rows: OutputRows):
@@ -97,11 +103,18 @@ class RestrictedDecoder(Decoder):
 
     def step(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         inner, generator = self.inner, self.inner.generator
-        inner.generator = _RowsGenerator(generator, self.rows)  # type: ignore[assignment]  # Linear's stand-in
-        try:
-            logp, state = inner.step(prev, state)
-        finally:
-            inner.generator = generator
+        if type(inner).step_states is not Decoder.step_states:
+            # a kind that gives its states: `step` is log_softmax(generator(states)), computed here over the
+            # allowed rows without touching the decoder, so batches decoded in threads at once do not collide
+            states, state = inner.step_states(prev, state)
+            logp = torch.log_softmax(self.rows.logits(generator, states).float(), dim=-1)
+        else:
+            with _GENERATOR_SWAP:  # the shared decoder's generator is swapped for this call: one thread at a time
+                inner.generator = _RowsGenerator(generator, self.rows)  # type: ignore[assignment]  # Linear's stand-in
+                try:
+                    logp, state = inner.step(prev, state)
+                finally:
+                    inner.generator = generator
         full = logp.new_full((logp.size(0), generator.out_features), float("-inf"))
         n = self.rows.prefix
         if n is not None:
