@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 BLOCK = 32
-"""Columns per block; rows shorter than `MIN_BLOCKS` blocks per wanted value go the plain way."""
+"""Columns per block; a sentence with fewer than `MIN_BLOCKS` blocks per wanted value goes the plain way."""
 MIN_BLOCKS = 4
 
 
@@ -37,10 +37,9 @@ def _read_blocks(x: torch.Tensor, rows: torch.Tensor, blocks: torch.Tensor) -> t
     column, and their column indices (..., BLOCK)."""
     vocab = x.size(1)
     columns = blocks.unsqueeze(-1) * BLOCK + torch.arange(BLOCK, device=x.device)
-    inside = columns < vocab
     values = x.reshape(-1).take(rows.unsqueeze(-1) * vocab + columns.clamp(max=vocab - 1))
-    if not bool(inside.all()):
-        values = values.masked_fill(~inside, float("-inf"))
+    if vocab % BLOCK:  # a short last block: its missing columns never win (known from the shape: no device sync)
+        values = values.masked_fill(columns >= vocab, float("-inf"))
     return values, columns
 
 
@@ -59,10 +58,10 @@ def best_candidates(scores: torch.Tensor, logp: torch.Tensor, k: int) -> tuple[t
     .topk(k)`, values and flat indices (beam * V + token), for scores (n, width) and logp (n * width, V)."""
     n, width = scores.shape
     vocab = logp.size(1)
-    if vocab < MIN_BLOCKS * BLOCK * max(k, 1) // width + BLOCK:
+    per_row = -(-vocab // BLOCK)  # blocks per row, the last one maybe short
+    if width * per_row < MIN_BLOCKS * k:
         return (scores.unsqueeze(-1) + logp.view(n, width, vocab)).view(n, width * vocab).topk(k, dim=1)
     maxima = _block_maxima(logp)
-    per_row = maxima.size(1)
     chosen = (scores.unsqueeze(-1) + maxima.view(n, width, per_row)).view(n, width * per_row).topk(k, dim=1).indices
     beam, block = chosen // per_row, chosen % per_row
     rows = beam + torch.arange(n, device=logp.device).unsqueeze(1) * width
