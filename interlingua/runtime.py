@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import torch
@@ -35,6 +35,19 @@ from interlingua.precision import DEFAULT_WORKLOAD, resolve_precision
 log = logging.getLogger(__name__)
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to `threads` (None: left as they are) inside the block, and given back after
+    it: the setting is process-wide, so whoever narrows it for a while restores it."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _mps_available() -> bool:

@@ -34,6 +34,7 @@ from interlingua.errors import ArgumentError, ArgumentTypeError, TargetMismatchE
 from interlingua.modules.base import BridgeOutput
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.search import batches_total, decode_batch, encoded_batches
+from interlingua.runtime import torch_threads
 
 
 @dataclass(frozen=True, eq=False, repr=False)  # tensors: no element-wise ==, no pages of numbers in a repr
@@ -231,13 +232,9 @@ def in_threads(fn: Callable[[Item], Result], items: Iterable[Item], workers: int
         with torch.inference_mode(), context():
             return fn(item)
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, threads // workers))
-    try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="interlingua-decode") as pool:
-            yield from pool.map(run, items)
-    finally:
-        torch.set_num_threads(threads)
+    with torch_threads(max(1, torch.get_num_threads() // workers)), \
+            ThreadPoolExecutor(workers, thread_name_prefix="interlingua-decode") as pool:
+        yield from pool.map(run, items)
 
 
 def _batch(rep: Representation, idx: list[int]) -> tuple[BridgeOutput, torch.Tensor]:

@@ -10,17 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import torch
 from threadpoolctl import threadpool_limits
+
+from interlingua.runtime import torch_threads
 
 
 @contextmanager
 def single_thread() -> Iterator[None]:
     """One BLAS thread and one torch intra-op thread inside the block."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(1), threadpool_limits(limits=1, user_api="blas"):
+        yield

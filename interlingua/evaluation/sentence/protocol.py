@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-import torch
 
 from interlingua.errors import InterlinguaError
+from interlingua.runtime import torch_threads
 
 
 class EvaluationError(InterlinguaError):
@@ -63,13 +63,10 @@ class CachedEmbedder:
         One thread by default: encoding runs beside the probe-fit workers, and a second torch
         thread contending with them for the cores slows encoding down rather than up."""
         start = time.perf_counter()
-        before = torch.get_num_threads()
-        if self.threads is not None:
-            torch.set_num_threads(self.threads)
         try:
-            return np.asarray(self.embedder.encode(sentences, lang, pooling=pooling, batch_size=batch_size))
+            with torch_threads(self.threads):
+                return np.asarray(self.embedder.encode(sentences, lang, pooling=pooling, batch_size=batch_size))
         finally:
-            torch.set_num_threads(before)
             self.encode_seconds += time.perf_counter() - start
 
     def has(self, lang: str) -> bool:
