@@ -112,6 +112,22 @@ def _assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> Non
         assert torch.allclose(a[name], b[name], rtol=1e-5, atol=1e-6), (name, (a[name] - b[name]).abs().max())
 
 
+def _trained_alone(corpus: Path, folder: Path, model: dict | None = None, **settings) -> Path:
+    """One process trains the run with these settings into folder/run (its config at folder.yaml): the run
+    folder, the reference a two-rank run is compared with."""
+    cfg = yaml.safe_load(_write_config(corpus, folder / "run", folder.with_suffix(".yaml"), model,
+                                       **settings).read_text())
+    train(parse_config(cfg))
+    return folder / "run"
+
+
+def _rank_weights(ranks: Path) -> dict[str, torch.Tensor]:
+    """Rank 0's weights at the end of a two-rank run, after checking that rank 1 ended with the very same."""
+    rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    return rank0
+
+
 @pytest.fixture(scope="module")
 def two_ranks(multi30k_corpus, tmp_path_factory) -> dict[str, Path]:
     """One torchrun launch of two ranks that trains each run of `TWO_RANK_RUNS` in turn: {name: its folder,
@@ -130,10 +146,7 @@ def two_ranks(multi30k_corpus, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def one_process(multi30k_corpus, tmp_path_factory) -> Path:
     """The reference: one process, the whole batch of 20 pairs per step, 6 steps."""
-    work = tmp_path_factory.mktemp("one")
-    cfg = yaml.safe_load(_write_config(multi30k_corpus, work / "run", work / "cfg.yaml").read_text())
-    train(parse_config(cfg))
-    return work / "run"
+    return _trained_alone(multi30k_corpus, tmp_path_factory.mktemp("one") / "alone")
 
 
 def test_shards_cover_the_batch_once():
@@ -151,19 +164,15 @@ def test_a_batch_smaller_than_its_parts_is_refused(multi30k_corpus, tmp_path):
 
 def test_accumulated_micro_batches_equal_the_whole_batch(multi30k_corpus, one_process, tmp_path):
     """Three micro-batches (7 + 7 + 6 pairs, one backward each) give the update of one batch of 20."""
-    cfg = yaml.safe_load(_write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml",
-                                       accumulate=3).read_text())
-    train(parse_config(cfg))
-    _assert_close(read_checkpoint(tmp_path / "run" / "last.pt")["model"],
-                  read_checkpoint(one_process / "last.pt")["model"])
+    run = _trained_alone(multi30k_corpus, tmp_path / "accumulated", accumulate=3)
+    _assert_close(read_checkpoint(run / "last.pt")["model"], read_checkpoint(one_process / "last.pt")["model"])
 
 
 def test_two_gloo_processes_equal_one_process_with_the_combined_batch(one_process, two_ranks):
     """Two ranks of 10 pairs each (5 + 5 with accumulate 2): identical weights on both ranks,
     equal to one process's with the 20 pairs; rank 0 alone wrote the files."""
     ranks = two_ranks["combined_batch"]
-    rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
-    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    rank0 = _rank_weights(ranks)
     _assert_close(rank0, read_checkpoint(one_process / "last.pt")["model"])
     _assert_close(read_checkpoint(ranks / "run" / "last.pt")["model"], rank0)
 
@@ -171,18 +180,14 @@ def test_two_gloo_processes_equal_one_process_with_the_combined_batch(one_proces
 def test_two_gloo_processes_with_contrastive_agreement_equal_one_process(multi30k_corpus, two_ranks, tmp_path):
     """Contrastive agreement takes its negatives from the whole step batch: each rank gathers the
     other's sentence vectors (with their gradients), so two ranks of 10 pairs train as one process of 20."""
-    one = tmp_path / "one"
-    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml", **AGREEMENT).read_text())
-    train(parse_config(cfg))
+    one = _trained_alone(multi30k_corpus, tmp_path / "one", **AGREEMENT)
     ranks = two_ranks["agreement"]
     rank0 = torch.load(ranks / "rank0.pt")
-    reference = read_checkpoint(one / "run" / "last.pt")["model"]
+    reference = read_checkpoint(one / "last.pt")["model"]
     _assert_close(rank0, reference)
     # and the agreement term did move the weights: without it they end elsewhere
-    plain = tmp_path / "plain"
-    cfg = yaml.safe_load(_write_config(multi30k_corpus, plain / "run", tmp_path / "plain.yaml").read_text())
-    train(parse_config(cfg))
-    other = read_checkpoint(plain / "run" / "last.pt")["model"]
+    plain = _trained_alone(multi30k_corpus, tmp_path / "plain")
+    other = read_checkpoint(plain / "last.pt")["model"]
     assert any(not torch.allclose(reference[k], other[k], rtol=1e-5, atol=1e-6) for k in reference)
     logged = [json.loads(line) for line in (ranks / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["agreement"] > 0 for r in logged if r["type"] == "train")
@@ -217,46 +222,31 @@ def test_torchrun_cli_validates_once_and_resumes_with_another_process_count(mult
 def test_two_gloo_processes_with_token_batches_equal_one_process(multi30k_corpus, two_ranks, tmp_path):
     """`train.batch_tokens`: a step holds a batch of each direction; two ranks (x accumulate 2) take
     their parts of both and end with the weights of one process that trains the whole step."""
-    one = tmp_path / "one"
-    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml",
-                                       batch_tokens=1200).read_text())
-    train(parse_config(cfg))
-    ranks = two_ranks["token_batches"]
-    rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
-    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-    _assert_close(rank0, read_checkpoint(one / "run" / "last.pt")["model"])
+    one = _trained_alone(multi30k_corpus, tmp_path / "one", batch_tokens=1200)
+    _assert_close(_rank_weights(two_ranks["token_batches"]), read_checkpoint(one / "last.pt")["model"])
 
 
 def test_two_gloo_processes_compiled_equal_one_compiled_process(multi30k_corpus, two_ranks, tmp_path):
     """`train.compile` on both sides: two ranks (x accumulate 2) through the compiled DDP module train as one
     compiled process with the whole batch."""
-    one = tmp_path / "one"
-    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml", compile=True,
-                                       model=TRANSFORMER).read_text())
-    train(parse_config(cfg))
-    ranks = two_ranks["compiled"]
-    rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
-    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-    _assert_close(rank0, read_checkpoint(one / "run" / "last.pt")["model"])
+    one = _trained_alone(multi30k_corpus, tmp_path / "one", compile=True, model=TRANSFORMER)
+    _assert_close(_rank_weights(two_ranks["compiled"]), read_checkpoint(one / "last.pt")["model"])
 
 
 def test_two_gloo_processes_with_synthetic_pairs_equal_one_process(multi30k_corpus, two_ranks, tmp_path):
     """`train.synthetic`: each rank makes its own part of the step's synthetic pairs, the same pairs one process
     makes (the logged counts and losses agree), and the weights are one process's up to float summation order
     (the made batches add terms to it)."""
-    one = tmp_path / "one"
-    cfg = yaml.safe_load(_write_config(multi30k_corpus, one / "run", tmp_path / "one.yaml", **SYNTHETIC).read_text())
-    train(parse_config(cfg))
+    one = _trained_alone(multi30k_corpus, tmp_path / "one", **SYNTHETIC)
     ranks = two_ranks["synthetic"]
-    rank0, rank1 = torch.load(ranks / "rank0.pt"), torch.load(ranks / "rank1.pt")
-    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-    reference = read_checkpoint(one / "run" / "last.pt")["model"]
+    rank0 = _rank_weights(ranks)
+    reference = read_checkpoint(one / "last.pt")["model"]
     for name in rank0:
         assert torch.allclose(rank0[name], reference[name], rtol=1e-3, atol=1e-4), name
 
     def logged(work: Path) -> list[dict]:
         return [r for r in map(json.loads, (work / "metrics.jsonl").read_text().splitlines()) if r["type"] == "train"]
-    two, single = logged(ranks / "run"), logged(one / "run")
+    two, single = logged(ranks / "run"), logged(one)
     assert [r.get("synthetic_pairs") for r in two] == [r.get("synthetic_pairs") for r in single]
     assert any(r.get("synthetic_pairs") for r in two)
     assert [r.get("synthetic_loss") for r in two] == pytest.approx([r.get("synthetic_loss") for r in single],
