@@ -14,7 +14,6 @@ without it.
 from __future__ import annotations
 
 import json
-import platform
 import re
 import time
 from concurrent.futures import as_completed
@@ -32,6 +31,7 @@ from interlingua.evaluation.paper_bleu import paper_bleu
 from interlingua.evaluation.plots import plot_dev_bleu_against_loss
 from interlingua.inference.api import load
 from interlingua.model_files.checkpoint import Checkpoint, TrainingState
+from interlingua.precision import cpu_model
 from interlingua.training.metrics import MetricsLog
 from interlingua.training.patience import patience_spent
 from interlingua.training.trainer import budget_spent, train
@@ -152,7 +152,7 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
                     "best_dev_bleu": state.best_bleu, "validations": len(state.history),
                     "eval_seconds": round(time.perf_counter() - t0, 1),
                     "threads": last.experiment_config().train.threads or torch.get_num_threads(),
-                    "machine": f"{platform.machine()} {platform.processor() or ''}".strip()},
+                    "device": model.device.type, "machine": _machine(model.device)},
     }
     write_text_atomic(cache, json.dumps({"key": key, "run": run}, indent=1))
     return run
@@ -165,6 +165,20 @@ def _cell(ours: float | None, paper: float | None, zero_shot: bool) -> str:
     return f"*{text}*" if zero_shot else text
 
 
+def _machine(device: torch.device) -> str:
+    """Where the run was scored: the GPU's name on CUDA, else the CPU model (trained on the same machine)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return cpu_model()
+
+
+def _compute_place(compute: dict[str, Any]) -> str:
+    machine = compute["machine"]
+    if compute.get("device") == "cuda":  # runs scored before this key was written were all on a CPU
+        return f"on {machine}"
+    return f"{compute['threads']} CPU threads ({machine})"
+
+
 def results_markdown(runs: list[dict[str, Any]], title: str = "Multi30k results") -> str:
     out = [f"# {title}", "",
            "test_2016_flickr, lowercased sacreBLEU (13a). Each cell: ours (paper, journal Table 1). "
@@ -174,7 +188,7 @@ def results_markdown(runs: list[dict[str, Any]], title: str = "Multi30k results"
         c = run["compute"]
         out += [f"## {run['recipe']}", "",
                 f"Compute: {c['train_minutes']} min of training, {c['steps']} steps, "
-                f"{c['threads']} CPU threads ({c['machine']}); best mean dev BLEU "
+                f"{_compute_place(c)}; best mean dev BLEU "
                 f"{c['best_dev_bleu'] if c['best_dev_bleu'] is None else round(c['best_dev_bleu'], 2)}; "
                 f"beam {m.beam_size}.", ""]
         zs = set(m.zero_shot)
