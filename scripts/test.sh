@@ -13,5 +13,7 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -d .site-docs   # not --qu
 # -rs lists every skip (under CI=true a skip fails the run); -m "not cuda" leaves out the tests that need a
 # CUDA GPU (tests/test_cuda.py, run by scripts/gpu-check.sh on a GPU machine): neither run nor skipped.
 # -n: one process per core (pytest-xdist; TEST_WORKERS to choose, 0 for one process), each test file in one of them
-# (--dist loadfile: a file's module fixtures are built once); the session's tiny models are shared (conftest.py)
-.venv/bin/python -m pytest tests -rs -m "not cuda" -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
+# (--dist loadfile: a file's module fixtures are built once), in the order tests/conftest.py gives (the longest
+# files first; --no-loadscope-reorder, else xdist starts the files with the most tests first); the session's tiny
+# models are shared (conftest.py)
+.venv/bin/python -m pytest tests -rs -m "not cuda" -n "${TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

@@ -69,11 +69,12 @@ def pytest_runtest_setup(item):
                     "(scripts/gpu-check.sh), or leave them out with -m \"not cuda\"", pytrace=False)
 
 
-# The longest test files (measured under pytest-xdist, 2026-11-27), started first: scripts/test.sh hands whole
-# files to its two processes in collection order, so a long file collected last runs alone at the end.
-LONGEST_FIRST = ("test_gpu_study_script.py", "test_gpu_scripts.py", "test_sentence_eval_suites.py",
-                 "test_experiment.py", "test_distributed.py", "test_work_dir_lock.py", "test_synthetic.py",
-                 "test_kinds_matrix.py", "test_serve.py", "test_compile.py")
+# The longest test files, longest first (seconds of each under pytest-xdist with a cold compile cache, 2026-11-27:
+# 106, 49, 47, 42, 38, 36, 28, 26, 25, 25, 25), started first: scripts/test.sh hands whole files to its two
+# processes in collection order (--no-loadscope-reorder), so a long file collected last would run alone at the end.
+LONGEST_FIRST = ("test_distributed.py", "test_kinds_matrix.py", "test_gpu_scripts.py", "test_compile.py",
+                 "test_gpu_study_script.py", "test_experiment.py", "test_sentence_eval_suites.py", "test_serve.py",
+                 "test_sentence_eval_probing.py", "test_work_dir_lock.py", "test_int8.py")
 
 
 def pytest_collection_modifyitems(config, items):
