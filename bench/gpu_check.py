@@ -293,7 +293,7 @@ def ctrl_c_in_step(step: int) -> Iterator[None]:
 
 def step_cuda_tests(check: Check) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-m", "cuda", "-p", "no:cacheprovider", "-rA",
-           "-o", "addopts="]
+           "-p", "no:schemathesis", "-p", "no:hypothesispytest", "-o", "addopts="]  # plugins the CUDA tests do not use
     collect = not check.device.startswith("cuda")
     if collect:
         cmd.append("--collect-only")

@@ -16,14 +16,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import QUIET_PLUGINS, REPO
 
 sys.path.insert(0, str(REPO / "bench"))
 import gpu_prepare  # noqa: E402 - bench/ is not a package
 
 
 def _pytest(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *QUIET_PLUGINS, "-o", "addopts=",
+                           *args], cwd=REPO,
                           capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300)
 
 

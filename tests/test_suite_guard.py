@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import QUIET_PLUGINS
 
 CONFTEST = Path(__file__).with_name("conftest.py")
 
@@ -50,7 +51,8 @@ def _run_pytest(root: Path, target: Path, ci: bool) -> subprocess.CompletedProce
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci:
         env["CI"] = "true"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(target)],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *QUIET_PLUGINS,
+                           str(target)],
                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
 
 
