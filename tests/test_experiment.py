@@ -10,7 +10,8 @@ import yaml
 import interlingua
 from interlingua.config import load_config
 from interlingua.errors import DataError
-from interlingua.experiment import paper_setting, run_experiments, summary_markdown
+from interlingua.experiment import paper_setting, results_markdown, run_experiments, summary_markdown
+from interlingua.precision import cpu_model
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -53,6 +54,9 @@ def test_runner_trains_evaluates_and_writes_paper_table(multi30k_corpus, tmp_pat
     runs = run_experiments([recipe], [], out, max_test=20)
     text = out.read_text()
     assert "## cpu_pivot_en" in text and "8 steps" in text
+    assert f"CPU threads ({cpu_model()})" in text  # where it ran: the CPU model; a GPU run names its GPU
+    on_gpu = {**runs[0], "compute": {**runs[0]["compute"], "device": "cuda", "machine": "NVIDIA H200"}}
+    assert "8 steps, on NVIDIA H200;" in results_markdown([on_gpu])
     assert runs[0]["matrix"]["zero_shot"] == ["de-fr", "fr-de"]
     bleu = runs[0]["matrix"]["bleu"]
     cells = _table_cells(text, "## cpu_pivot_en")
