@@ -316,8 +316,8 @@ class SyntheticConfig(_Strict):
     ever translated: the two real sides of one multi-way line are never paired.
     `backtranslation` (random online back-translation, Zhang et al. 2020): a batch of a pair (x -> y),
     y in language t, is also given a batch x' -> y, where x' is y translated into a language t' (neither
-    x's nor t) such that t' -> t gets synthetic pairs. Made pairs train like another direction's batch
-    of the step (each weighted on its own mean over its target tokens); they are made again every step,
+    x's nor t) such that t' -> t gets synthetic pairs. Made pairs train beside the step's real ones (as much
+    as `weighting` says); they are made again every step,
     by the model as it is then (so a resumed run makes the same ones)."""
 
     modes: list[Literal["pivot", "backtranslation"]] = Field(default_factory=list)
@@ -352,6 +352,12 @@ class SyntheticConfig(_Strict):
     language_filter: bool = False
     """Drop made sentences that a language identifier places in another of the run's languages (or that
     are empty); the off-target rate is logged either way."""
+    weighting: Literal["token", "batch"] = "token"
+    """How much the made pairs weigh in the step's loss. `token`: a made target token as much as a real
+    one (a made batch weighs its target tokens over the step's real target tokens, so with
+    `batch_tokens`, where a step holds a batch of every direction, the made pairs do not drown the real
+    ones). `batch`: each made batch is a mean of its own with the weight of the step's whole real batch
+    (the behaviour before `token`; with `batch_size`, one direction a step, the two nearly agree)."""
     max_time_share: float | None = Field(None, gt=0, le=1)
     """Make no synthetic pairs in a step while the current log window has spent more than this share of
     its time making them. The steps that get pairs then depend on timing, so a resumed run is not

@@ -308,3 +308,32 @@ def test_without_forward_the_made_sentence_is_only_ever_a_source(multi30k_corpus
                     assert tuple(x for x in row if x not in (PAD, EOS)) in real
     finally:
         run.close()
+
+
+@pytest.mark.parametrize("weighting", ["token", "batch"])
+def test_made_pairs_weigh_what_the_weighting_says(cipher_model, tmp_path, weighting):
+    """With `batch_tokens` a step holds a batch of every trained direction, and its real pairs weigh 1 in all:
+    `token` gives a made target token the weight of a real one, `batch` gives each made batch the weight of
+    the whole real step (so several made batches outweigh the real pairs several times)."""
+    corpus, checkpoint = cipher_model
+    cfg = _cipher_config(corpus, tmp_path, {"modes": ["pivot", "backtranslation"], "rate": 1.0,
+                                            "weighting": weighting})
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"batch_size": None, "batch_tokens": 300})})
+    run = build_run(cfg, init=checkpoint)
+    try:
+        made = _made(run, steps=3)
+        assert made
+        for parts, _, micro, stats in made:
+            assert len(parts) == len(run.batches) > 1
+            real = sum(run.batches[d].target_tokens(idx) for d, idx in parts)
+            kept = [mb for mb in micro if not mb.batch.filler]
+            assert kept and stats.weight == pytest.approx(sum(mb.scale for mb in micro))
+            if weighting == "token":
+                made_tokens = [float(mb.batch.tgt_out.ne(PAD).sum()) for mb in kept]
+                assert [mb.scale for mb in kept] == pytest.approx([n / real for n in made_tokens])
+                assert stats.weight == pytest.approx(sum(made_tokens) / real)
+            else:
+                assert [mb.scale for mb in kept] == pytest.approx([1.0] * len(kept))  # one pass per job and use
+                assert stats.weight == pytest.approx(len(kept)) and stats.weight > 2
+    finally:
+        run.close()

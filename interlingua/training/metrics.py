@@ -40,6 +40,8 @@ class SyntheticStats:
     nll: float = 0.0
     target_tokens: int = 0
     seconds: float = 0.0
+    weight: float = 0.0
+    """The made pairs' weight in the step's loss, the real pairs' being 1 (`train.synthetic.weighting`)."""
 
 
 def empty_window(streak: int = 0) -> dict[str, Any]:
@@ -47,7 +49,7 @@ def empty_window(streak: int = 0) -> dict[str, Any]:
     before it) goes on across windows."""
     return {"nll": 0.0, "tok": 0, "pen": 0.0, "n": 0, "tokens": 0, "time": 0.0, "agr": 0.0, "agr_n": 0,
             "syn": {}, "syn_checked": 0, "syn_off": 0, "syn_unfinished": 0, "syn_nll": 0.0, "syn_tok": 0,
-            "syn_time": 0.0,
+            "syn_time": 0.0, "syn_weight": 0.0,
             "skipped": 0, "streak": streak}
 
 
@@ -71,7 +73,8 @@ def add_step(window: dict[str, Any], nll: float, target_tokens: int, penalty: fl
         out.update(syn=pairs, syn_checked=w["syn_checked"] + synthetic.checked,
                    syn_off=w["syn_off"] + synthetic.off_target,
                    syn_unfinished=w["syn_unfinished"] + synthetic.unfinished, syn_nll=w["syn_nll"] + synthetic.nll,
-                   syn_tok=w["syn_tok"] + synthetic.target_tokens, syn_time=w["syn_time"] + synthetic.seconds)
+                   syn_tok=w["syn_tok"] + synthetic.target_tokens, syn_time=w["syn_time"] + synthetic.seconds,
+                   syn_weight=w["syn_weight"] + synthetic.weight)
     return out
 
 
@@ -92,6 +95,7 @@ def train_record(step: int, window: dict[str, Any], lr: float, elapsed: float) -
         rec["synthetic_pairs"] = {name: count / w["n"] for name, count in sorted(w["syn"].items())}
         rec["synthetic_loss"] = w["syn_nll"] / max(w["syn_tok"], 1)
         rec["synthetic_time_share"] = w["syn_time"] / max(w["time"], 1e-9)
+        rec["synthetic_loss_weight"] = w["syn_weight"] / w["n"]
         rec["synthetic_unfinished"] = w["syn_unfinished"] / w["n"]
         if w["syn_checked"]:
             rec["synthetic_off_target"] = w["syn_off"] / w["syn_checked"]

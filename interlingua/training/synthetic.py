@@ -1,14 +1,15 @@
 """Synthetic sentence pairs made online, by the model being trained, for directions without parallel
 data (`train.synthetic`): pivot-based pairs and random online back-translation.
 
-Each step, `plan_synthetic` decides from (seed, step) alone which of the step's batches get a
+Each step, `SyntheticPairs.plan` decides from (seed, step) alone which of the step's batches get a
 synthetic batch and in which language, so every process and a resumed run decide alike. Then
-`make_synthetic` translates this process's part of each chosen batch with the model as it is
-(eval mode, no gradient, the step's autocast), drops empty made sentences (and with
-`language_filter` those in another language), and returns one extra pass per part: a made batch
-trains like another direction's batch of the step, weighted on its own mean over its target tokens
-(summed over the processes). Greedy making draws nothing from the RNG; sampled making uses a
-generator seeded from (seed, step, rank), so exact resume holds either way.
+`SyntheticPairs.make` translates this process's part of each chosen batch with the model as it is
+(eval mode, no gradient, the step's autocast; one search per language pair for the whole step), drops
+empty and unfinished made sentences (and with `language_filter` those in another language), and
+returns one extra pass per part: a made target token weighs what a real one of the step weighs
+(`weighting: token`), or each made batch is a mean of its own weighing as much as the step's real
+batch (`weighting: batch`). Greedy making draws nothing from the RNG; sampled making uses a generator
+seeded from (seed, step, rank), so exact resume holds either way.
 """
 from __future__ import annotations
 
@@ -128,43 +129,51 @@ class SyntheticPairs:
         if self.cfg.decoding == "sample":
             generator = torch.Generator(device=run.runtime.device)
             generator.manual_seed(int(np.random.default_rng([tc.seed, step, run.dist.rank, 0x5A]).integers(2**62)))
-        made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]] = []
-        checked = off = unfinished = 0
+        # what each job translates on this process (per accumulation part), then one translation per language
+        # pair for the whole step: a few large batches instead of one small one per job (on a GPU each
+        # search step is a kernel launch per layer, whatever the batch)
+        wanted: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], str]] = []
+        for job in jobs:
+            (s, t), idx = parts[job.part]
+            batches = run.batches[(s, t)]
+            for m in range(tc.accumulate):
+                mine = shard(idx, n_parts, m * world + run.dist.rank)
+                source_side = [batches.src[i] for i in mine]
+                target_side = [batches.tgt[i] for i in mine]
+                wanted.append((job, source_side if job.made_from_source else target_side,
+                               source_side if job.kept_is_source else target_side, s if job.made_from_source else t))
         was_training = run.network.training
         run.network.eval()
         try:
-            for job in jobs:
-                (s, t), idx = parts[job.part]
-                batches = run.batches[(s, t)]
-                from_lang = s if job.made_from_source else t
-                for m in range(tc.accumulate):
-                    mine = shard(idx, n_parts, m * world + run.dist.rank)
-                    source_side = [batches.src[i] for i in mine]
-                    target_side = [batches.tgt[i] for i in mine]
-                    from_seqs = source_side if job.made_from_source else target_side
-                    given = source_side if job.kept_is_source else target_side
-                    sentences, limits = (self._translate(from_seqs, from_lang, job.made_lang, generator) if mine.size
-                                         else ([], []))
-                    # an empty sentence, or one still unfinished at its length limit (greedy search caught in
-                    # a loop, "a man in a shirt shirt shirt ..."), would teach the model to write it
-                    keep = [i for i, h in enumerate(sentences) if 0 < len(h) < limits[i]]
-                    unfinished += sum(len(h) >= n for h, n in zip(sentences, limits))
-                    if self.identify and keep:
-                        vocab = run.data.vocabs[job.made_lang]
-                        found = identify([vocab.decode(sentences[i]) for i in keep], self.languages)
-                        wrong = {i for i, lang in zip(keep, found) if lang != job.made_lang}
-                        checked, off = checked + len(keep), off + len(wrong)
-                        if self.cfg.language_filter:
-                            keep = [i for i in keep if i not in wrong]
-                    kept_given = [given[i] for i in keep]
-                    kept_made = [np.asarray(sentences[i], dtype=np.int64) for i in keep]
-                    if not keep:  # a stand-in (weight 0), so every process makes as many passes
-                        kept_given = (given or [np.asarray([UNK], dtype=np.int64)])[:1]
-                        kept_made = [np.asarray([UNK], dtype=np.int64)]  # one token: an encoder needs one
-                    made.append((job, kept_given, kept_made, not keep))
+            translated = self._translate_grouped([(seqs, from_lang, job.made_lang)
+                                                  for job, seqs, _, from_lang in wanted], generator)
         finally:
             run.network.train(was_training)
-        micro, keys = self._passes(parts, made)
+        # an empty sentence, or one still unfinished at its length limit (greedy search caught in a loop, "a man
+        # in a shirt shirt shirt ..."), would teach the model to write it
+        keeps = [[i for i, h in enumerate(sentences) if 0 < len(h) < limits[i]] for sentences, limits in translated]
+        unfinished = sum(len(h) >= n for sentences, limits in translated for h, n in zip(sentences, limits))
+        checked = off = 0
+        if self.identify:
+            texts, owners = [], []
+            for w, ((job, *_), (sentences, _), keep) in enumerate(zip(wanted, translated, keeps)):
+                vocab = run.data.vocabs[job.made_lang]
+                texts += [vocab.decode(sentences[i]) for i in keep]
+                owners += [(w, i) for i in keep]
+            wrong = {owner for owner, lang, in zip(owners, identify(texts, self.languages) if texts else [])
+                     if lang != wanted[owner[0]][0].made_lang}
+            checked, off = len(owners), len(wrong)
+            if self.cfg.language_filter:
+                keeps = [[i for i in keep if (w, i) not in wrong] for w, keep in enumerate(keeps)]
+        made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]] = []
+        for (job, _, given, _), (sentences, _), keep in zip(wanted, translated, keeps):
+            kept_given = [given[i] for i in keep]
+            kept_made = [np.asarray(sentences[i], dtype=np.int64) for i in keep]
+            if not keep:  # a stand-in (weight 0), so every process makes as many passes
+                kept_given = (given or [np.asarray([UNK], dtype=np.int64)])[:1]
+                kept_made = [np.asarray([UNK], dtype=np.int64)]  # one token: an encoder needs one
+            made.append((job, kept_given, kept_made, not keep))
+        micro, keys, weight = self._passes(parts, made)
         seconds = clock() - t0
         pairs: dict[str, int] = {}
         for (job, use), (_, given, _, filler) in zip(keys, [m for m in made for _ in m[0].made_is_target]):
@@ -173,13 +182,15 @@ class SyntheticPairs:
         names = sorted(pairs)
         summed = run.dist.sum([float(pairs[n]) for n in names] + [float(checked), float(off), float(unfinished)])
         stats = SyntheticStats({n: int(v) for n, v in zip(names, summed)}, int(summed[-3]), int(summed[-2]),
-                               unfinished=int(summed[-1]), seconds=seconds)
+                               unfinished=int(summed[-1]), seconds=seconds, weight=weight)
         return micro, stats
 
     def _passes(self, parts: list[StepPart], made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]]
-                ) -> tuple[list[MicroBatch], list[tuple[SyntheticJob, bool]]]:
-        """The made pairs as batches (one per job, part and use), each weighted by its share of the target tokens
-        of that job and use on every process; and the (job, use) of each."""
+                ) -> tuple[list[MicroBatch], list[tuple[SyntheticJob, bool]], float]:
+        """The made pairs as batches (one per job, part and use), the (job, use) of each, and their summed weight
+        in the step's loss (the real pairs' being 1). `weighting: token`: a batch weighs its target tokens over
+        the step's real target tokens (all processes); `batch`: each job and use, a mean over its own target
+        tokens on every process, weighs 1."""
         run = self.run
         batches, tokens, keys = [], [], []
         for job, given, sentences, filler in made:
@@ -197,12 +208,37 @@ class SyntheticPairs:
         mine = {k: sum(n for key, n in zip(keys, tokens) if key == k) for k in order}
         whole = dict(zip(order, run.dist.sum([mine[k] for k in order])))
         world = run.dist.world_size
+        if self.cfg.weighting == "token":  # the step's real target tokens: the same parts on every process
+            real = float(sum(run.batches[d].target_tokens(idx) for d, idx in parts))
+            denominator = {k: real for k in order}
+        else:
+            denominator = whole
         micro = []
         for (batch, filler), n, key in zip(batches, tokens, keys):
             batch = replace(batch, filler=True) if filler else batch
-            micro.append(MicroBatch(batch, world * n / whole[key] if whole[key] else 0.0, synthetic=True,
+            micro.append(MicroBatch(batch, world * n / denominator[key] if denominator[key] else 0.0, synthetic=True,
                                     agreement=self.cfg.agreement))
-        return micro, keys
+        weight = sum(whole[k] / denominator[k] for k in order if denominator[k])
+        return micro, keys, weight
+
+    def _translate_grouped(self, requests: list[tuple[list[np.ndarray], str, str]],
+                           generator: torch.Generator | None) -> list[tuple[list[list[int]], list[int]]]:
+        """Each request (sentences, from language, into language) translated, as `_translate` gives it, with one
+        search per language pair over all the requests of that pair."""
+        groups: dict[tuple[str, str], list[int]] = {}
+        for r, (seqs, from_lang, into) in enumerate(requests):
+            if seqs:
+                groups.setdefault((from_lang, into), []).append(r)
+        out: list[tuple[list[list[int]], list[int]]] = [([], []) for _ in requests]
+        for (from_lang, into), members in groups.items():
+            sentences, limits = self._translate([x for r in members for x in requests[r][0]], from_lang, into,
+                                                generator)
+            at = 0
+            for r in members:
+                n = len(requests[r][0])
+                out[r] = (sentences[at:at + n], limits[at:at + n])
+                at += n
+        return out
 
     @torch.no_grad()
     def _translate(self, seqs: list[np.ndarray], src_lang: str, tgt_lang: str,
