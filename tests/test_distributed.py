@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch._dynamo
 import yaml
 from conftest import tiny_config
 
@@ -24,6 +25,7 @@ from interlingua.config import parse_config
 from interlingua.data.batching import shard
 from interlingua.errors import ConfigError
 from interlingua.model_files.checkpoint import Checkpoint, read_checkpoint
+from interlingua.training import compiled as compiled_mod
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
 
@@ -48,6 +50,11 @@ with process_group(cfg.train.device) as (dist, device):
     torch.save(run.network.state_dict(), f"{sys.argv[2]}/rank{dist.rank}.pt")
 """
 
+COMPILE_BACKEND = "aot_eager"
+"""The backend of the compiled runs here: dynamo's graphs, DDP's split of them at its buckets and AOTAutograd's
+backward, all as `train.compile` makes them, without inductor's C++ code generation (a cold compile of 2 ranks
+cost about 30 s); test_compile.py checks inductor's own graphs against eager steps."""
+
 # The same for several runs in turn in one launch (one process group): each config's rank weights are saved
 # beside it.
 RUNS_SCRIPT = """
@@ -57,13 +64,16 @@ from interlingua.config import load_config
 from interlingua.distributed import process_group
 from interlingua.training.run import build_run
 from interlingua.training.trainer import Trainer
+import torch._dynamo
+from interlingua.training import compiled
+compiled.inductor_backend = torch._dynamo.lookup_backend(COMPILE_BACKEND)
 configs = [load_config(path) for path in sys.argv[1:]]
 with process_group(configs[0].train.device) as (dist, device):
     for path, cfg in zip(sys.argv[1:], configs):
         run = build_run(cfg, dist=dist, device=device)
         Trainer(run).train()
         torch.save(run.network.state_dict(), Path(path).parent / f"rank{dist.rank}.pt")
-"""
+""".replace("COMPILE_BACKEND", repr(COMPILE_BACKEND))
 AGREEMENT = {"agreement": {"weight": 2.0, "loss": "contrastive", "temperature": 0.1}}
 # A Transformer for the compiled runs (one graph a direction; the LSTM kinds' graphs break at every nn.LSTM,
 # which multiplies the compile time)
@@ -228,9 +238,10 @@ def test_two_gloo_processes_with_token_batches_equal_one_process(multi30k_corpus
     _assert_close(_rank_weights(two_ranks["token_batches"]), read_checkpoint(one / "last.pt")["model"])
 
 
-def test_two_gloo_processes_compiled_equal_one_compiled_process(multi30k_corpus, two_ranks, tmp_path):
+def test_two_gloo_processes_compiled_equal_one_compiled_process(multi30k_corpus, two_ranks, tmp_path, monkeypatch):
     """`train.compile` on both sides: two ranks (x accumulate 2) through the compiled DDP module train as one
-    compiled process with the whole batch."""
+    compiled process with the whole batch (`COMPILE_BACKEND` on both sides)."""
+    monkeypatch.setattr(compiled_mod, "inductor_backend", torch._dynamo.lookup_backend(COMPILE_BACKEND))
     one = _trained_alone(multi30k_corpus, tmp_path / "one", compile=True, model=TRANSFORMER,
                          directions=ONE_DIRECTION)
     _assert_close(_rank_weights(two_ranks["compiled"]), read_checkpoint(one / "last.pt")["model"])
