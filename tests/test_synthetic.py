@@ -173,6 +173,7 @@ def test_a_synthetic_run_resumes_exactly(multi30k_corpus, prepared, tmp_path):
     reference = logged(tmp_path / "straight")
     assert reference == logged(tmp_path / "stopped")
     assert any("synthetic_pairs" in r for r in reference)
+    assert all(r["synthetic_loss_weight"] > 0 for r in reference if "synthetic_pairs" in r)
     valid = [r for r in reference if r["type"] == "valid"][-1]
     assert valid["directions"]["de-fr"]["zero_resource"] and not valid["directions"]["de-en"]["zero_resource"]
     languages = load(tmp_path / "straight" / "last.pt").languages
