@@ -160,7 +160,7 @@ class SyntheticPairs:
                 vocab = run.data.vocabs[job.made_lang]
                 texts += [vocab.decode(sentences[i]) for i in keep]
                 owners += [(w, i) for i in keep]
-            wrong = {owner for owner, lang, in zip(owners, identify(texts, self.languages) if texts else [])
+            wrong = {owner for owner, lang in zip(owners, identify(texts, self.languages) if texts else [])
                      if lang != wanted[owner[0]][0].made_lang}
             checked, off = len(owners), len(wrong)
             if self.cfg.language_filter:
@@ -208,11 +208,9 @@ class SyntheticPairs:
         mine = {k: sum(n for key, n in zip(keys, tokens) if key == k) for k in order}
         whole = dict(zip(order, run.dist.sum([mine[k] for k in order])))
         world = run.dist.world_size
-        if self.cfg.weighting == "token":  # the step's real target tokens: the same parts on every process
-            real = float(sum(run.batches[d].target_tokens(idx) for d, idx in parts))
-            denominator = {k: real for k in order}
-        else:
-            denominator = whole
+        # `token`: the step's real target tokens (the same parts on every process); `batch`: each key's own
+        denominator = (dict.fromkeys(order, float(sum(run.batches[d].target_tokens(idx) for d, idx in parts)))
+                       if self.cfg.weighting == "token" else whole)
         micro = []
         for (batch, filler), n, key in zip(batches, tokens, keys):
             batch = replace(batch, filler=True) if filler else batch
