@@ -14,15 +14,16 @@ Both rows train at once, as two `interlingua train` processes on the one GPU. A 
 `last.pt` at the step it reached; the runs' folders stay under `--work` (runs/gpu-study), so the next
 command resumes them exactly where they stopped, and a row that has converged is not trained again.
 Every command then scores what there is with `interlingua experiment`'s runner (`run_recipe`): a
-converged row its averaged checkpoint, a row still training its best-dev-BLEU checkpoint so far; on
+converged row its averaged checkpoint, a row still training its best-dev-BLEU checkpoint so far
+(`--checkpoint last`: every row's last.pt); on
 test_2016_flickr, supervised, zero-shot and zero-shot through English (pivot), cased and lowercased
 BLEU, off-target rates; with each row's state (converged by patience, stopped by the step cap, or
 still training).
 
-Into `--out` (else $OUT, else runs/gpu-study/out), never a checkpoint: study.md (the tables),
-study.json (the runs, their dev curves and states, the settings), study_dev_curves.png, metrics_<row>.jsonl
-(every training and validation record), study.log (both trainings' output). `--tiny` (with
-`--device cpu`) runs the same code on a tiny model and corpus in seconds.
+Into `--out` (else $OUT, else runs/gpu-study/out), never a checkpoint: study.md (the tables, and every
+row's validations by step), study.json (the runs, their dev curves and states, the settings),
+study_dev_curves.png, metrics_<row>.jsonl (every training and validation record), study.log (both
+trainings' output). `--tiny` (with `--device cpu`) runs the same code on a tiny model and corpus in seconds.
 """
 from __future__ import annotations
 
@@ -150,9 +151,10 @@ def score_rows(args: argparse.Namespace, states: dict[str, dict[str, Any]]) -> d
         if not state["steps"] or not (args.work / row / "best.pt").is_file():
             continue
         overrides = row_overrides(args, row)
-        checkpoint = "selected"
+        checkpoint = args.checkpoint
         if state["stopped_by"].startswith("time limit"):
-            overrides, checkpoint = [*overrides, f"train.max_steps={state['steps']}"], "best"
+            overrides = [*overrides, f"train.max_steps={state['steps']}"]
+            checkpoint = "best" if checkpoint == "selected" else checkpoint
         jobs[row] = (str(RECIPES / f"{row}.yaml"), overrides, TINY_TEST_SENTENCES if args.tiny else None, checkpoint)
     scored: dict[str, dict[str, Any]] = {}
     with process_pool(max(len(jobs), 1)) as pool:  # one process per row, as they trained
@@ -188,6 +190,32 @@ def markdown(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         lines += zero_shot_study_markdown(runs) + dev_curve_markdown(runs)
         lines.append(results_markdown(runs, title="Per direction"))
     return "\n".join(lines)
+
+
+def validations_markdown(out: Path, rows: list[str]) -> list[str]:
+    """Every row's validations by step from its metrics: dev loss, mean dev BLEU of the trained and of the
+    zero-shot directions (greedy), and the speed and made pairs' share of time of the last train record
+    before it: what a run with `train.synthetic` is read by, whose scored checkpoint may predate them."""
+    from interlingua.records import read_records, validations
+    lines = ["## Dev validations", "",
+             "| row | step | dev loss | dev BLEU, trained | dev BLEU, zero-shot | tokens/s | made pairs' time share |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        records = read_records(out / f"metrics_{row}.jsonl")
+        train = [r for r in records if r.get("type") == "train"]
+        for v in validations(records):
+            trained = [d.bleu for d in v.directions.values() if not d.zero_shot]
+            zero = [d.bleu for d in v.directions.values() if d.zero_shot]
+            before = [r for r in train if r.get("step", 0) <= v.step]
+            speed = before[-1].get("tokens_per_s") if before else None
+            share = before[-1].get("synthetic_time_share") if before else None
+
+            def mean(xs: list[float]) -> str:
+                return f"{sum(xs) / len(xs):.2f}" if xs else "-"
+            lines.append(f"| {row} | {v.step} | {'-' if v.mean_loss is None else f'{v.mean_loss:.3f}'} | "
+                         f"{mean(trained)} | {mean(zero)} | {'-' if speed is None else f'{speed:,.0f}'} | "
+                         f"{'-' if share is None else f'{share:.2f}'} |")
+    return [*lines, ""]
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -233,9 +261,11 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
             text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
             out.writelines(f"[{row}] {line}\n" for line in text.splitlines()[-2000:])
     for row in args.rows:
-        metrics = args.work / row / "metrics.jsonl"
-        if metrics.is_file():
-            shutil.copyfile(metrics, args.out / f"metrics_{row}.jsonl")
+        if (args.work / row / "metrics.jsonl").is_file():  # 8 files at most come back from a GPU machine
+            shutil.copyfile(args.work / row / "metrics.jsonl", args.out / f"metrics_{row}.jsonl")
+    with open(args.out / "study.md", "a", encoding="utf-8") as md:
+        md.write("\n" + "\n".join(validations_markdown(args.out, [r for r in args.rows if
+                                                                  (args.out / f"metrics_{r}.jsonl").is_file()])))
     return summary
 
 
@@ -257,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stop-timeout-s", type=float, default=60.0, help="wait after SIGTERM before killing")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a further override for both rows, e.g. train.precision=fp32")
+    ap.add_argument("--checkpoint", choices=("selected", "last"), default="selected",
+                    help="what is scored: the run's selected checkpoint (default; best dev BLEU while it trains), "
+                         "or last.pt, e.g. after made pairs for the zero-shot directions, which the supervised "
+                         "dev BLEU that selects does not see")
     args = ap.parse_args(argv)
     args.out = (args.out or Path(os.environ.get("OUT") or REPO / "runs" / "gpu-study" / "out")).resolve()
     args.corpus, args.work = args.corpus.resolve(), args.work.resolve()

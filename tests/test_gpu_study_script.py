@@ -11,8 +11,8 @@ from test_gpu_scripts import outputs_fit, run_script
 
 def test_gpu_study_runs_on_the_cpu_with_tiny_sizes_and_resumes_across_two_commands(multi30k_corpus, tmp_path):
     """Command 1 trains the baseline row alone (--rows) to step 8 (a step cap given with --set) and scores it;
-    command 2 (both rows, the tiny cap of 12 steps) resumes the baseline where it stopped, trains the residual
-    row from the start beside it, and scores both."""
+    command 2 (both rows, the tiny cap of 12 steps, scoring last.pt) resumes the baseline where it stopped,
+    trains the residual row from the start beside it, and scores both."""
     work, wheels = tmp_path / "work", tmp_path / "wheels"
     common = ["--device", "cpu", "--tiny", "--corpus", str(multi30k_corpus), "--work", str(work)]
     first = run_script("gpu-study.sh", [*common, "--out", str(tmp_path / "out1"), "--rows", "baseline",
@@ -21,8 +21,8 @@ def test_gpu_study_runs_on_the_cpu_with_tiny_sizes_and_resumes_across_two_comman
     study = json.loads((tmp_path / "out1" / "study.json").read_text())
     assert study["states"]["baseline"]["steps"] == 8
     assert {r["recipe"] for r in study["runs"]} == {"baseline"}
-    second = run_script("gpu-study.sh", [*common, "--out", str(tmp_path / "out2"), "--set", "train.max_steps=12"],
-                     tmp_path, wheels)
+    second = run_script("gpu-study.sh", [*common, "--out", str(tmp_path / "out2"), "--set", "train.max_steps=12",
+                                         "--checkpoint", "last"], tmp_path, wheels)
     assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
     out = tmp_path / "out2"
     assert set(outputs_fit(out)) == {"install.log", "study.md", "study.json", "study_dev_curves.png",
@@ -34,9 +34,10 @@ def test_gpu_study_runs_on_the_cpu_with_tiny_sizes_and_resumes_across_two_comman
         resumed = f"resumed from {work / row / 'last.pt'} at step 8" in (out / "study.log").read_text()
         assert resumed == (row == "baseline")
         run = next(r for r in study["runs"] if r["recipe"] == row)
+        assert run["checkpoint"] == "last.pt"
         assert run["matrix"]["zero_shot"] and run["pivot_matrix"] and run["dev_curve"]
         assert all(json.loads(line)["step"] <= state["steps"]
                    for line in (out / f"metrics_{row}.jsonl").read_text().splitlines())
     text = (out / "study.md").read_text()
-    assert "## Zero-shot study" in text and "zero-shot via pivot" in text
+    assert "## Zero-shot study" in text and "zero-shot via pivot" in text and "## Dev validations" in text
     assert not any(p.suffix == ".pt" for p in out.rglob("*"))
