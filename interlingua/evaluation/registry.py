@@ -178,7 +178,7 @@ PROBING_DIR = Option("--probing-dir", metavar="DIR",
                      help="official SentEval probing files (default: <data-root>/senteval_probing)")
 JOBS = Option("--jobs", value="count", metavar="N",
               help="worker processes for the probe fits of a sentence suite (default: one per usable core)")
-QUICK = Option("--quick", value="switch", help="subsample data sets (smoke runs)")
+QUICK = Option("--quick", value="switch", help="subsample data sets and stop probes after 6 dev checks (smoke runs)")
 NO_REFERENCES = Option("--no-references", value="switch",
                        help="skip the bag-of-words and untrained reference points")
 OUT = Option("--out", help="output folder (default: <model folder>/eval; cldc: <model folder>/eval/cldc)")

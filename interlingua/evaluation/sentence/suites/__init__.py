@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import cast
 
 from interlingua.evaluation.sentence.features import PAIR_FEATURES
+from interlingua.evaluation.sentence.probing import ProbeConfig
 from interlingua.evaluation.sentence.protocol import CachedEmbedder, EmbedderLike, EvaluationError
 from interlingua.evaluation.sentence.suites.context import Budget, Context
 from interlingua.evaluation.sentence.suites.downstream_suite import Downstream
@@ -80,9 +81,11 @@ def run_suite(name: str, embedders: Mapping[str, EmbedderLike], data_root: Path,
                               "(expected senteval_downstream/, xnli/, multi30k/ in it)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    budget = Budget.make(quick, max_examples)
+    probe = ProbeConfig() if budget.probe_checks is None else ProbeConfig(max_epochs=budget.probe_checks)
     ctx = Context(encoders={n: CachedEmbedder(n, e, batch_size, encode_threads) for n, e in embedders.items()},
                   data_root=data_root,
-                  out_dir=out_dir, budget=Budget.make(quick, max_examples), seed=seed, features=pair_features,
-                  probing_dir=Path(probing_dir) if probing_dir else None,
+                  out_dir=out_dir, budget=budget, seed=seed, features=pair_features,
+                  probing_dir=Path(probing_dir) if probing_dir else None, probe=probe,
                   per_head_embedders=None if per_head_embedders is None else list(per_head_embedders), jobs=jobs)
     return _run_and_write(name, ctx)

@@ -26,6 +26,7 @@ class Budget:
     per_head_train: int | None = 2000
     parse_limit: int | None = 40000
     max_examples: int | None = None  # cap on every split of every data set (seeded subsets)
+    probe_checks: int | None = None  # dev checks a probe makes at most (None: ProbeConfig's)
 
     @classmethod
     def make(cls, quick: bool = False, max_examples: int | None = None) -> Budget:
@@ -35,7 +36,7 @@ class Budget:
         small = SplitSizes(400, 120, 120)
         return cls(cv_folds=3, inner_folds=2, xnli_folds=3, xnli_inner_folds=2, sst_train=500, probe_sizes=small,
                    official_probe_limits=small, wc_words=40, per_head_train=300, parse_limit=1500,
-                   max_examples=max_examples or 400)
+                   max_examples=max_examples or 400, probe_checks=6)
 
 
 @dataclass
