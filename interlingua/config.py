@@ -362,6 +362,11 @@ class SyntheticConfig(_Strict):
     """Make no synthetic pairs in a step while the current log window has spent more than this share of
     its time making them. The steps that get pairs then depend on timing, so a resumed run is not
     bit-identical to an uninterrupted one. None: no limit."""
+    selection: Literal["supervised", "with_made"] = "supervised"
+    """What the dev means that select `best.pt`, stop on patience and choose the averaged checkpoints are
+    taken over: `supervised`, the directions with real pairs alone; `with_made`, those and the directions
+    trained on made pairs that have dev sentences (else a run whose made pairs lift zero-shot while the
+    supervised directions dip keeps its checkpoint from before them)."""
 
 
 class TrainConfig(_Strict):

@@ -64,7 +64,8 @@ class DevScores:
 @dataclass(frozen=True, kw_only=True)
 class Validation:
     """The dev validation of one step: per direction ("de-en") its scores, and the mean BLEU and loss of the
-    trained directions (None where no trained direction had dev sentences), which select and stop a run."""
+    trained directions (None where no trained direction had dev sentences), which select and stop a run
+    (with `train.synthetic.selection: with_made`, the directions trained on made pairs count too)."""
 
     step: int
     mean_bleu: float | None = None

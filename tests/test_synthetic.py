@@ -152,7 +152,10 @@ def test_sampled_making_and_the_language_filter_run(multi30k_corpus, prepared, t
 
 
 def test_a_synthetic_run_resumes_exactly(multi30k_corpus, prepared, tmp_path):
-    synthetic = {"modes": ["pivot", "backtranslation"], "rate": 0.7, "start_step": 3, "decoding": "sample"}
+    """Also: with `selection: with_made` the dev means that select are taken over the supervised directions
+    and the made pairs' directions together."""
+    synthetic = {"modes": ["pivot", "backtranslation"], "rate": 0.7, "start_step": 3, "decoding": "sample",
+                 "selection": "with_made"}
     straight = _config(multi30k_corpus, tmp_path / "straight", synthetic)
     train(straight, data=prepared)
     stopped = _config(multi30k_corpus, tmp_path / "stopped", synthetic)
@@ -176,6 +179,10 @@ def test_a_synthetic_run_resumes_exactly(multi30k_corpus, prepared, tmp_path):
     assert all(r["synthetic_loss_weight"] > 0 for r in reference if "synthetic_pairs" in r)
     valid = [r for r in reference if r["type"] == "valid"][-1]
     assert valid["directions"]["de-fr"]["zero_resource"] and not valid["directions"]["de-en"]["zero_resource"]
+    counted = [d for d in valid["directions"].values() if not d["zero_shot"] or d["zero_resource"]]
+    assert len(counted) > len([d for d in counted if not d["zero_shot"]])
+    for mean, key in (("mean_bleu", "bleu"), ("mean_loss", "loss")):
+        assert valid[mean] == pytest.approx(sum(d[key] for d in counted) / len(counted))
     languages = load(tmp_path / "straight" / "last.pt").languages
     assert languages.zero_resource == (("de", "fr"), ("fr", "de")) and set(languages.zero_resource) <= set(
         languages.zero_shot)

@@ -125,7 +125,8 @@ class Run:
         """One validation record: dev loss, BLEU and chrF per direction, mean BLEU of the trained ones."""
         return validate(self.network, self.devsets, self.data.vocabs, self.zero_shot, step, self.runtime.autocast,
                         beam=self.cfg.train.valid_beam, max_len=2 * self.cfg.preprocess.max_len,
-                        zero_resource=self.zero_resource)
+                        zero_resource=self.zero_resource,
+                        select_zero_resource=self.cfg.train.synthetic.selection == "with_made")
 
     @property
     def zero_resource(self) -> list[Direction]:

@@ -121,18 +121,20 @@ def check_dev_files(data: PreparedData, corpus_path: str | Path) -> None:
 
 def validate(network: TranslationNetwork, devsets: dict[Direction, DevSet], vocabs: dict[str, Vocab],
              zero_shot: list[Direction], step: int, autocast: Callable[[], AbstractContextManager], *,
-             beam: int, max_len: int, zero_resource: Collection[Direction] = ()) -> Validation:
+             beam: int, max_len: int, zero_resource: Collection[Direction] = (),
+             select_zero_resource: bool = False) -> Validation:
     """The validation record of `step`: per-direction dev scores; the mean BLEU and mean loss of the
     trained directions (zero-shot ones are reported, never selected on; None where no trained
     direction has dev sentences). `zero_resource`: the zero-shot directions trained on synthetic pairs
-    (`train.synthetic`), marked so. Leaves the model in train mode."""
+    (`train.synthetic`), marked so, and counted in the means with `select_zero_resource`. Leaves the
+    model in train mode."""
     results = {}
     for d, dev in devsets.items():
         with autocast():
             scores = evaluate_devset(network, dev, vocabs, beam=beam, max_len=max_len)
         results[f"{d[0]}-{d[1]}"] = replace(scores, zero_shot=d in zero_shot, zero_resource=d in zero_resource)
-    supervised = [s for s in results.values() if not s.zero_shot]
-    mean_bleu = float(np.mean([s.bleu for s in supervised])) if supervised else None
-    mean_loss = float(np.mean([s.loss for s in supervised])) if supervised else None
+    selected = [s for s in results.values() if not s.zero_shot or (select_zero_resource and s.zero_resource)]
+    mean_bleu = float(np.mean([s.bleu for s in selected])) if selected else None
+    mean_loss = float(np.mean([s.loss for s in selected])) if selected else None
     network.train()
     return Validation(step=step, mean_bleu=mean_bleu, mean_loss=mean_loss, directions=results)
