@@ -192,16 +192,21 @@ def markdown(summary: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def validations_markdown(out: Path, rows: list[str]) -> list[str]:
-    """Every row's validations by step from its metrics: dev loss, mean dev BLEU of the trained and of the
-    zero-shot directions (greedy), and the speed and made pairs' share of time of the last train record
-    before it: what a run with `train.synthetic` is read by, whose scored checkpoint may predate them."""
+def _mean_cell(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.2f}" if values else "-"
+
+
+def validations_markdown(work: Path, rows: list[str]) -> list[str]:
+    """Every row's validations by step from its metrics (`work`/<row>/metrics.jsonl): dev loss, mean dev BLEU
+    of the trained and of the zero-shot directions (greedy), and the speed and made pairs' share of time of
+    the last train record before it: what a run with `train.synthetic` is read by, whose scored checkpoint
+    may predate them."""
     from interlingua.records import read_records, validations
     lines = ["## Dev validations", "",
              "| row | step | dev loss | dev BLEU, trained | dev BLEU, zero-shot | tokens/s | made pairs' time share |",
              "|---|---|---|---|---|---|---|"]
     for row in rows:
-        records = read_records(out / f"metrics_{row}.jsonl")
+        records = read_records(work / row / "metrics.jsonl")
         train = [r for r in records if r.get("type") == "train"]
         for v in validations(records):
             trained = [d.bleu for d in v.directions.values() if not d.zero_shot]
@@ -209,11 +214,8 @@ def validations_markdown(out: Path, rows: list[str]) -> list[str]:
             before = [r for r in train if r.get("step", 0) <= v.step]
             speed = before[-1].get("tokens_per_s") if before else None
             share = before[-1].get("synthetic_time_share") if before else None
-
-            def mean(xs: list[float]) -> str:
-                return f"{sum(xs) / len(xs):.2f}" if xs else "-"
             lines.append(f"| {row} | {v.step} | {'-' if v.mean_loss is None else f'{v.mean_loss:.3f}'} | "
-                         f"{mean(trained)} | {mean(zero)} | {'-' if speed is None else f'{speed:,.0f}'} | "
+                         f"{_mean_cell(trained)} | {_mean_cell(zero)} | {'-' if speed is None else f'{speed:,.0f}'} | "
                          f"{'-' if share is None else f'{share:.2f}'} |")
     return [*lines, ""]
 
@@ -251,7 +253,8 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     summary["seconds"] = round(time.time() - t0, 1)
     (args.out / "study.json").write_text(json.dumps({**summary, "runs": runs}, indent=1, default=str),
                                          encoding="utf-8")
-    (args.out / "study.md").write_text(markdown(summary, runs), encoding="utf-8")
+    validated = validations_markdown(args.work, [r for r in args.rows if (args.work / r / "metrics.jsonl").is_file()])
+    (args.out / "study.md").write_text(markdown(summary, runs) + "\n\n" + "\n".join(validated), encoding="utf-8")
     curves = {r["recipe"]: [(loss, bleu) for _, loss, bleu in r.get("dev_curve", [])] for r in runs}
     if any(curves.values()):
         plot_dev_bleu_against_loss(curves, args.out / "study_dev_curves.png")
@@ -261,11 +264,8 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
             text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
             out.writelines(f"[{row}] {line}\n" for line in text.splitlines()[-2000:])
     for row in args.rows:
-        if (args.work / row / "metrics.jsonl").is_file():  # 8 files at most come back from a GPU machine
+        if (args.work / row / "metrics.jsonl").is_file():
             shutil.copyfile(args.work / row / "metrics.jsonl", args.out / f"metrics_{row}.jsonl")
-    with open(args.out / "study.md", "a", encoding="utf-8") as md:
-        md.write("\n" + "\n".join(validations_markdown(args.out, [r for r in args.rows if
-                                                                  (args.out / f"metrics_{r}.jsonl").is_file()])))
     return summary
 
 
