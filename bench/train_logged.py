@@ -28,7 +28,9 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
     cfg = load_config(args.config, args.set)
-    result = StampedTrainer(build_run(cfg, resume=args.resume)).train()
+    run = build_run(cfg, resume=args.resume)
+    print(f"training precision: {run.precision}", flush=True)  # `auto` resolved, for the benches' records
+    result = StampedTrainer(run).train()
     print(f"trained {result.steps} steps; checkpoints: {result.best_checkpoint}, {result.last_checkpoint}")
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -63,7 +64,18 @@ def our_overrides(args: argparse.Namespace) -> list[str]:
             "directions.mode=bilingual", f"directions.pairs=[[{SRC},{TGT}]]", f"directions.languages=[{SRC},{TGT}]",
             f"train.max_steps={args.steps}", "train.max_minutes=null", f"train.valid_every={args.steps + 1}",
             "train.average_best=0", f"train.log_every={args.log_every}", f"train.threads={THREADS}",
-            "train.precision=fp32", "train.device=cpu", "preprocess.max_valid_sentences=8"]
+            f"train.precision={args.precision}", "train.device=cpu", "preprocess.max_valid_sentences=8"]
+
+
+def our_precision(work: Path, rounds: int) -> list[str]:
+    """The precision each of our rounds trained in, as bench/train_logged.py printed it (`auto` resolved)."""
+    found = []
+    for rnd in range(1, rounds + 1):
+        log = work / f"ours_round{rnd}.log"
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        match = re.search(r"training precision: (\w+)", text)
+        found.append(match.group(1) if match else "unknown")
+    return found
 
 
 def write_our_config(args: argparse.Namespace) -> Path:
@@ -175,6 +187,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--threads", type=int, default=THREADS, help="torch threads of each side")
     ap.add_argument("--rounds", type=int, default=3, help="peer, ours, peer, ours, ... (peer first in each round)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
+                    help="ours (the peer trains in fp32, its only CPU precision); auto: what `train` would choose here")
     ap.add_argument("--warmup", type=int, default=50, help="steps before the timed window, each run")
     ap.add_argument("--log-every", type=int, default=25, help="log interval of both sides (steps)")
     ap.add_argument("--peer-dir", default=str(_peer.DEFAULT_PEER_DIR))
@@ -210,7 +224,8 @@ def main() -> None:
     ratio["steps_per_s_window_each_round"] = [round(a["steps_per_s_window"] / b["steps_per_s_window"], 3)
                                               for a, b in zip(ours, peer)]
     append_result(args.out or None, {
-        "system": "interlingua / opennmt-py", "config": "transformer d128 ff512 h4 enc5 dec2, en->de, batch 64, fp32",
+        "system": "interlingua / opennmt-py", "config": "transformer d128 ff512 h4 enc5 dec2, en->de, batch 64",
+        "precision": {"ours": args.precision, "ours_each_round": our_precision(work, args.rounds), "peer": "fp32"},
         "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup, "log_every": args.log_every,
         "threads": THREADS,
         "tokens": "src subwords + tgt subwords + EOS, no padding (both sides' own counts; the same sequences)",
