@@ -32,7 +32,10 @@ def last_checkpoint(peer_dir: Path, run: str = "budget") -> Path:
 
 
 def checkpoint_step(path: Path) -> int:
-    return int(re.search(r"model_step_(\d+)\.pt$", str(path)).group(1))
+    found = re.search(r"model_step_(\d+)\.pt$", str(path))
+    if found is None:
+        raise ValueError(f"not an OpenNMT-py checkpoint name (model_step_N.pt): {path}")
+    return int(found.group(1))
 
 
 # OpenNMT-py 3.5.1 has `-precision int8` ("pytorch native 8-bit quantization, cpu only"), but its
