@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -34,9 +37,33 @@ class InlineExecutor(Executor):
         return future
 
 
+ORPHAN_GRACE_S = 300.0
+"""How long a worker whose parent died may still run after its SIGTERM (a training saves `last.pt` in it)."""
+
+
+def end_with_parent(parent: int, grace_s: float | None = None) -> None:
+    """A worker's first call: a watch that ends this worker once `parent` (the pid that started it) is gone.
+
+    Without it a killed parent (SIGKILL, the OOM killer) leaves its pool's workers waiting for ever on a task
+    queue that the other workers keep open. The watch sends the worker SIGTERM, so a training stops as on
+    Ctrl-C (its step finished, `last.pt` saved) and an idle worker ends, then after `grace_s` (default
+    `ORPHAN_GRACE_S`) ends the worker outright, whatever it is doing: no one is left to take its result."""
+    grace = ORPHAN_GRACE_S if grace_s is None else grace_s
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="interlingua-parent-watch", daemon=True).start()
+
+
 @contextmanager
 def process_pool(jobs: int) -> Iterator[Executor]:
-    """An executor with `jobs` worker processes (inline for 1, so one job costs no process).
+    """An executor with `jobs` worker processes (inline for 1, so one job costs no process), which end when
+    this process dies (`end_with_parent`).
 
     Workers are spawned, not forked: a fork after torch has started its thread pool can hang."""
     if jobs < 1:
@@ -44,5 +71,6 @@ def process_pool(jobs: int) -> Iterator[Executor]:
     if jobs == 1:
         yield InlineExecutor()
         return
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=end_with_parent, initargs=(os.getpid(),)) as pool:
         yield pool

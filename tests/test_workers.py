@@ -1,0 +1,61 @@
+"""Worker pools (`interlingua.workers.process_pool`): workers end when the process that started them is killed,
+instead of waiting for ever on a task queue (as `interlingua experiment`'s did after its parent was killed)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+PARENT = textwrap.dedent("""
+    import os, sys, time
+    from interlingua.workers import process_pool
+
+    def work(folder):
+        open(os.path.join(folder, str(os.getpid())), "w").close()
+        time.sleep(120)
+
+    if __name__ == "__main__":
+        with process_pool(2) as pool:
+            futures = [pool.submit(work, sys.argv[1]) for _ in range(2)]
+            [f.result() for f in futures]
+""")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.is_file() and "State:\tZ" in status.read_text())
+
+
+def test_workers_end_when_their_parent_is_killed(tmp_path):
+    script, started = tmp_path / "parent.py", tmp_path / "started"
+    script.write_text(PARENT)
+    started.mkdir()
+    parent = subprocess.Popen([sys.executable, str(script), str(started)], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(started.iterdir())) < 2:
+            assert parent.poll() is None and time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.1)
+        workers = [int(p.name) for p in started.iterdir()]
+        assert all(alive(pid) for pid in workers)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 20
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(pid) for pid in workers), "a worker outlived its killed parent"
+    finally:
+        parent.kill()
+        for p in started.iterdir():
+            try:
+                os.kill(int(p.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
