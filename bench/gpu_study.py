@@ -253,7 +253,8 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     summary["seconds"] = round(time.time() - t0, 1)
     (args.out / "study.json").write_text(json.dumps({**summary, "runs": runs}, indent=1, default=str),
                                          encoding="utf-8")
-    validated = validations_markdown(args.work, [r for r in args.rows if (args.work / r / "metrics.jsonl").is_file()])
+    trained = [r for r in args.rows if (args.work / r / "metrics.jsonl").is_file()]
+    validated = validations_markdown(args.work, trained)
     (args.out / "study.md").write_text(markdown(summary, runs) + "\n\n" + "\n".join(validated), encoding="utf-8")
     curves = {r["recipe"]: [(loss, bleu) for _, loss, bleu in r.get("dev_curve", [])] for r in runs}
     if any(curves.values()):
@@ -263,9 +264,8 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
             log = args.work / row / "train.log"
             text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
             out.writelines(f"[{row}] {line}\n" for line in text.splitlines()[-2000:])
-    for row in args.rows:
-        if (args.work / row / "metrics.jsonl").is_file():
-            shutil.copyfile(args.work / row / "metrics.jsonl", args.out / f"metrics_{row}.jsonl")
+    for row in trained:
+        shutil.copyfile(args.work / row / "metrics.jsonl", args.out / f"metrics_{row}.jsonl")
     return summary
 
 

@@ -67,15 +67,11 @@ def our_overrides(args: argparse.Namespace) -> list[str]:
             f"train.precision={args.precision}", "train.device=cpu", "preprocess.max_valid_sentences=8"]
 
 
-def our_precision(work: Path, rounds: int) -> list[str]:
-    """The precision each of our rounds trained in, as bench/train_logged.py printed it (`auto` resolved)."""
-    found = []
-    for rnd in range(1, rounds + 1):
-        log = work / f"ours_round{rnd}.log"
-        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-        match = re.search(r"training precision: (\w+)", text)
-        found.append(match.group(1) if match else "unknown")
-    return found
+def trained_precision(log: Path) -> str:
+    """The precision one of our runs trained in, as bench/train_logged.py printed it in `log` (`auto` resolved)."""
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    match = re.search(r"training precision: (\w+)", text)
+    return match.group(1) if match else "unknown"
 
 
 def write_our_config(args: argparse.Namespace) -> Path:
@@ -159,9 +155,10 @@ def run_ours(args: argparse.Namespace, rnd: int) -> dict:
         (work_dir / f).unlink(missing_ok=True)
     shutil.rmtree(work_dir / "best_loss", ignore_errors=True)
     cmd = [sys.executable, str(ROOT / "bench" / "train_logged.py"), str(write_our_config(args))]
-    measured = run_measured(cmd, Path(args.work).resolve() / f"ours_round{rnd}.log")
+    log = Path(args.work).resolve() / f"ours_round{rnd}.log"
+    measured = run_measured(cmd, log)
     rates = window_rates(our_marks(work_dir / "metrics.jsonl", 64), args.warmup)
-    return {"round": rnd, **rates, **measured}
+    return {"round": rnd, **rates, **measured, "precision": trained_precision(log)}
 
 
 def summary(runs: list[dict]) -> dict:
@@ -225,7 +222,7 @@ def main() -> None:
                                               for a, b in zip(ours, peer)]
     append_result(args.out or None, {
         "system": "interlingua / opennmt-py", "config": "transformer d128 ff512 h4 enc5 dec2, en->de, batch 64",
-        "precision": {"ours": args.precision, "ours_each_round": our_precision(work, args.rounds), "peer": "fp32"},
+        "precision": {"ours": args.precision, "ours_each_round": [r["precision"] for r in ours], "peer": "fp32"},
         "steps": args.steps, "rounds": args.rounds, "warmup": args.warmup, "log_every": args.log_every,
         "threads": THREADS,
         "tokens": "src subwords + tgt subwords + EOS, no padding (both sides' own counts; the same sequences)",

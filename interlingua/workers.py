@@ -41,20 +41,19 @@ ORPHAN_GRACE_S = 300.0
 """How long a worker whose parent died may still run after its SIGTERM (a training saves `last.pt` in it)."""
 
 
-def end_with_parent(parent: int, grace_s: float | None = None) -> None:
+def end_with_parent(parent: int) -> None:
     """A worker's first call: a watch that ends this worker once `parent` (the pid that started it) is gone.
 
     Without it a killed parent (SIGKILL, the OOM killer) leaves its pool's workers waiting for ever on a task
     queue that the other workers keep open. The watch sends the worker SIGTERM, so a training stops as on
-    Ctrl-C (its step finished, `last.pt` saved) and an idle worker ends, then after `grace_s` (default
-    `ORPHAN_GRACE_S`) ends the worker outright, whatever it is doing: no one is left to take its result."""
-    grace = ORPHAN_GRACE_S if grace_s is None else grace_s
+    Ctrl-C (its step finished, `last.pt` saved) and an idle worker ends, then after `ORPHAN_GRACE_S` ends the
+    worker outright, whatever it is doing: no one is left to take its result."""
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(grace)
+        time.sleep(ORPHAN_GRACE_S)
         os._exit(1)
 
     threading.Thread(target=watch, name="interlingua-parent-watch", daemon=True).start()
