@@ -366,7 +366,8 @@ class SyntheticConfig(_Strict):
     """What the dev means that select `best.pt`, stop on patience and choose the averaged checkpoints are
     taken over: `supervised`, the directions with real pairs alone; `with_made`, those and the directions
     trained on made pairs that have dev sentences (else a run whose made pairs lift zero-shot while the
-    supervised directions dip keeps its checkpoint from before them)."""
+    supervised directions dip keeps its checkpoint from before them). A run resumed with other made pairs or
+    another selection (a control fine-tuned with them) scores its stored validations again on the new scale."""
 
 
 class TrainConfig(_Strict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -210,6 +211,33 @@ def test_synthetic_pairs_raise_zero_shot_accuracy_on_a_tiny_task(cipher_model, t
     with_pairs = train(_cipher_config(corpus, tmp_path / "with", {"modes": ["pivot"], "rate": 1.0,
                                                                   "start_step": 250})).last_checkpoint
     assert zero_shot_accuracy(with_pairs) >= zero_shot_accuracy(without_pairs) + 0.12
+
+
+def test_a_control_resumed_with_made_pairs_selects_on_one_scale(cipher_model, tmp_path):
+    """The control (selected on its 4 trained directions) resumed with made pairs and `selection: with_made`
+    (6 directions): its stored validation is scored again on the new scale, so best.pt and the best dev mean
+    are the best of all validations counted alike; before, the control's 4-direction mean outscored every
+    6-direction one and best.pt stayed the control for good."""
+    corpus, control = cipher_model
+    work = tmp_path / "run"
+    shutil.copytree(control.parent, work)
+    cfg = parse_config(tiny_config(corpus, work, directions=ENGLISH_CENTRED,
+                                   preprocess={"vocab_size": 80, "max_train_sentences": None, "lowercase": False,
+                                               "max_valid_sentences": 20},
+                                   train={"max_steps": 420, "valid_every": 10, "log_every": 10, "batch_size": 50,
+                                          "lr": 0.01, "synthetic": {"modes": ["pivot"], "rate": 1.0,
+                                                                    "selection": "with_made"}}))
+    result = train(cfg, resume=True)
+    made = {"de-fr", "fr-de"}
+    validations = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()
+                   if json.loads(line)["type"] == "valid"]
+    assert [v["step"] for v in validations] == [400, 410, 420]
+    on_one_scale = {v["step"]: float(np.mean([s["bleu"] for name, s in v["directions"].items()
+                                              if not s["zero_shot"] or name in made])) for v in validations}
+    best_step = max(on_one_scale, key=lambda step: (on_one_scale[step], -step))
+    assert validations[0]["mean_bleu"] > on_one_scale[400]  # the control's own mean, over its 4 directions
+    assert result.best_bleu == pytest.approx(on_one_scale[best_step])
+    assert read_checkpoint(work / "best.pt")["training"]["step"] == best_step
 
 
 def test_greedy_sampling_draws_from_the_distribution():

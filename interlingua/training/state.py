@@ -20,6 +20,7 @@ from interlingua.model_files.checkpoint import Checkpoint, TrainingState
 from interlingua.modules.model import TranslationNetwork
 from interlingua.records import Validation
 from interlingua.training.metrics import empty_window
+from interlingua.training.validation import rescored
 
 if TYPE_CHECKING:
     from interlingua.training.run import Run
@@ -114,11 +115,33 @@ def resume_run(run: Run, ckpt: Checkpoint) -> Progress:
     except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as err:
         raise CheckpointError(f"cannot resume {path}: its training state does not fit this run "
                               f"(corrupt checkpoint?): {_one_line(err)}") from None
-    progress = Progress(st.step, st.elapsed, st.best_bleu, list(st.history), {**empty_window(), **st.log_window})
+    history, best_bleu = rescored_history(run, st.history, st.best_bleu)
+    progress = Progress(st.step, st.elapsed, best_bleu, history, {**empty_window(), **st.log_window})
     if run.dist.is_main:
         run.metrics.reconcile(progress.step, progress.validated, window_open=progress.window["n"] > 0)
     log.info("resumed from %s at step %d", path, progress.step)
     return progress
+
+
+def rescored_history(run: Run, history: list[Validation],
+                     best_bleu: float | None) -> tuple[list[Validation], float | None]:
+    """The stored validations scored as this run scores its own (`validation.rescored`), and the score of the
+    one best.pt holds (the first to reach the stored best) on that scale. Logs where the scale changed."""
+    wanted = run.cfg.train.synthetic.selection == "with_made"
+    now = [rescored(v, run.zero_resource, wanted) for v in history]
+    if best_bleu is None:
+        return now, None
+    held = next((i for i, v in enumerate(history) if v.mean_bleu == best_bleu), None)
+    if held is None:  # a state written before its history held the best's record: keep it as stored
+        return now, best_bleu
+    best_now = now[held].mean_bleu
+    if best_now != best_bleu:
+        log.info("the dev mean that selects best.pt changed since it was chosen (train.synthetic: selection %s, "
+                 "directions trained on made pairs: %d): best.pt (step %d) now scores %s instead of %.2f, and "
+                 "later validations are compared with that", run.cfg.train.synthetic.selection,
+                 len(run.zero_resource), history[held].step,
+                 "n/a" if best_now is None else f"{best_now:.2f}", best_bleu)
+    return now, best_now
 
 
 def read_init_checkpoint(cfg: ExperimentConfig, init: str | Path) -> Checkpoint:

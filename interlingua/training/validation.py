@@ -133,8 +133,28 @@ def validate(network: TranslationNetwork, devsets: dict[Direction, DevSet], voca
         with autocast():
             scores = evaluate_devset(network, dev, vocabs, beam=beam, max_len=max_len)
         results[f"{d[0]}-{d[1]}"] = replace(scores, zero_shot=d in zero_shot, zero_resource=d in zero_resource)
-    selected = [s for s in results.values() if not s.zero_shot or (select_zero_resource and s.zero_resource)]
-    mean_bleu = float(np.mean([s.bleu for s in selected])) if selected else None
-    mean_loss = float(np.mean([s.loss for s in selected])) if selected else None
     network.train()
-    return Validation(step=step, mean_bleu=mean_bleu, mean_loss=mean_loss, directions=results)
+    return _with_means(Validation(step=step, directions=results), select_zero_resource)
+
+
+def _with_means(rec: Validation, select_zero_resource: bool) -> Validation:
+    """`rec` with the mean BLEU and loss of the directions a run selects on: the trained ones, and with
+    `select_zero_resource` those trained on synthetic pairs."""
+    selected = [s for s in rec.directions.values() if not s.zero_shot or (select_zero_resource and s.zero_resource)]
+    mean_bleu = float(np.mean([s.bleu for s in selected])) if selected else None
+    losses = [s.loss for s in selected if s.loss is not None]  # None: stored not finite
+    mean_loss = float(np.mean(losses)) if selected and len(losses) == len(selected) else None
+    return replace(rec, mean_bleu=mean_bleu, mean_loss=mean_loss)
+
+
+def rescored(rec: Validation, zero_resource: Collection[Direction], select_zero_resource: bool) -> Validation:
+    """A stored record as this run would have scored it: its zero-shot directions marked by this run's
+    `zero_resource` and its means taken over what this run selects on. A run resumed with another
+    `train.synthetic` (fine-tuning a control with made pairs) compares its validations with its past ones
+    on one scale: best.pt, patience and checkpoint averaging would otherwise weigh means of different
+    directions against each other (a mean over 6 supervised directions beats every mean over 12)."""
+    if not rec.directions:  # nothing per direction to score again (hand-made or older records)
+        return rec
+    names = {f"{d[0]}-{d[1]}" for d in zero_resource}
+    directions = {name: replace(s, zero_resource=s.zero_shot and name in names) for name, s in rec.directions.items()}
+    return _with_means(replace(rec, directions=directions), select_zero_resource)
