@@ -186,3 +186,19 @@ def test_a_real_run_logs_and_keeps_exactly_the_typed_record(multi30k_corpus, tmp
     assert last.elapsed_s is not None and last.mean_bleu is not None and last.mean_loss is not None
     assert {name for name, s in last.directions.items() if s.zero_shot} == {"de-en"}
     assert set(logged[-1]["directions"]["en-de"]) == {"loss", "ppl", "bleu", "chrf", "zero_shot", "zero_resource"}
+
+
+def test_a_run_without_penalty_or_agreement_plots_its_dev_loss_in_the_middle(tmp_path, monkeypatch):
+    """A bridge-less run (penalty 0 throughout, no agreement) shows its dev loss where a bridge run shows
+    its penalty: a flat line at zero says nothing."""
+    import interlingua.figures as figures
+    titles: list[str] = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, out: titles.append(fig.axes[1].get_title()))
+    valid = {"type": "valid", "step": 8, "mean_bleu": 1.5, "mean_loss": 5.0,
+             "directions": {"en-de": {"loss": 5.0, "bleu": 1.5, "zero_shot": False}}}
+    for penalty in (0.0, 0.5):
+        log = tmp_path / f"metrics_{penalty}.jsonl"
+        log.write_text("".join(json.dumps(r) + "\n" for r in
+                               [{"type": "train", "step": 8, "loss": 4.0, "penalty": penalty}, valid]))
+        plot_training_curves(log, tmp_path / "curves.png")
+    assert titles == ["dev loss (mean of the selected directions)", "bridge penalty ||AA^T - I||^2"]
