@@ -36,23 +36,24 @@ def plot_training_curves(metrics_jsonl: Path, out_png: Path) -> None:
     train = [r for r in records if r.get("type") == "train"]
     valid = validations(records)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    agreed = [(r["step"], r["agreement"]) for r in train if "agreement" in r]
-    if train and not agreed and not any(r["penalty"] for r in train):
-        losses = [(v.step, v.mean_loss) for v in valid if v.mean_loss is not None]
-        if losses:
-            axes[1].plot(*zip(*losses), marker=".", color="tab:orange")
-        axes[1].set_title("dev loss (mean of the selected directions)")
-    elif train:
+    if train:
         steps = [r["step"] for r in train]
-        axes[1].plot(steps, [r["penalty"] for r in train], color="tab:orange", label="bridge penalty ||AA^T - I||^2")
-        axes[1].set_title("bridge penalty ||AA^T - I||^2")
+        axes[0].plot(steps, [r["loss"] for r in train], label="train token NLL")
+        axes[0].set_title("training loss")
+        agreed = [(r["step"], r["agreement"]) for r in train if "agreement" in r]
+        if agreed or any(r["penalty"] for r in train):
+            axes[1].plot(steps, [r["penalty"] for r in train], color="tab:orange",
+                         label="bridge penalty ||AA^T - I||^2")
+            axes[1].set_title("bridge penalty ||AA^T - I||^2")
+        else:
+            losses = [(v.step, v.mean_loss) for v in valid if v.mean_loss is not None]
+            if losses:
+                axes[1].plot(*zip(*losses), marker=".", color="tab:orange")
+            axes[1].set_title("dev loss (mean of the selected directions)")
         if agreed:
             axes[1].plot(*zip(*agreed), color="tab:green", label="agreement loss per sentence")
             axes[1].set_title("penalty and agreement")
             axes[1].legend(fontsize=7)
-    if train:
-        axes[0].plot([r["step"] for r in train], [r["loss"] for r in train], label="train token NLL")
-        axes[0].set_title("training loss")
     for ax in axes[:2]:
         ax.set_xlabel("step")
     if valid:

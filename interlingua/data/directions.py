@@ -16,6 +16,11 @@ from interlingua.errors import ConfigError
 Direction = tuple[str, str]
 
 
+def direction_name(d: Direction) -> str:
+    """A direction as logs, records and checkpoints name it: "de-en"."""
+    return f"{d[0]}-{d[1]}"
+
+
 def build_directions(cfg: DirectionsConfig, corpus_languages: list[str]) -> list[Direction]:
     """Expand a directions config into the sorted list of trained (src, tgt) pairs."""
     langs = sorted(cfg.languages or corpus_languages)

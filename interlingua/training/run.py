@@ -26,6 +26,7 @@ from interlingua.data.directions import (
     DirectionScheduler,
     build_directions,
     check_synthetic,
+    direction_name,
     pair_shares,
     synthetic_directions,
     zero_shot_directions,
@@ -44,7 +45,6 @@ from interlingua.training.metrics import MetricsLog
 from interlingua.training.precision_probe import auto_precision
 from interlingua.training.state import (
     Progress,
-    direction_name,
     load_init_weights,
     read_init_checkpoint,
     read_resume_checkpoint,

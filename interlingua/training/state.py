@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlingua.config import ExperimentConfig
-from interlingua.data.directions import Direction
+from interlingua.data.directions import direction_name
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.model_files.checkpoint import Checkpoint, TrainingState
 from interlingua.modules.model import TranslationNetwork
@@ -29,10 +29,6 @@ log = logging.getLogger(__name__)
 
 SAME_SECTIONS = ("model", "directions", "preprocess")
 """The config sections a resumed run must share with its checkpoint (the others may change, e.g. the budget)."""
-
-
-def direction_name(d: Direction) -> str:
-    return f"{d[0]}-{d[1]}"
 
 
 @dataclass

@@ -19,7 +19,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from interlingua.data.batching import make_batch
 from interlingua.data.corpus import load_corpus
-from interlingua.data.directions import Direction
+from interlingua.data.directions import Direction, direction_name
 from interlingua.data.prepare import PreparedData, direction_pairs, direction_references
 from interlingua.data.vocab import Vocab, decoder_start, source_prefix
 from interlingua.errors import DataError
@@ -94,7 +94,7 @@ def build_devsets(data: PreparedData, directions: list[Direction], zero_shot: li
         refs = direction_references(data, "val", *d, limit=limit)
         if refs is None:
             refs = [data.vocabs[d[1]].decode(t.tolist()) for t in tgt]
-            rebuilt.append(f"{d[0]}-{d[1]}")
+            rebuilt.append(direction_name(d))
         dev[d] = DevSet(d[0], d[1], list(src), list(tgt), refs)
     if rebuilt:
         log.warning("the prepared data keeps no raw validation text: dev BLEU of %s is computed on references "
@@ -132,7 +132,7 @@ def validate(network: TranslationNetwork, devsets: dict[Direction, DevSet], voca
     for d, dev in devsets.items():
         with autocast():
             scores = evaluate_devset(network, dev, vocabs, beam=beam, max_len=max_len)
-        results[f"{d[0]}-{d[1]}"] = replace(scores, zero_shot=d in zero_shot, zero_resource=d in zero_resource)
+        results[direction_name(d)] = replace(scores, zero_shot=d in zero_shot, zero_resource=d in zero_resource)
     network.train()
     return _with_means(Validation(step=step, directions=results), select_zero_resource)
 
@@ -155,6 +155,6 @@ def rescored(rec: Validation, zero_resource: Collection[Direction], select_zero_
     directions against each other (a mean over 6 supervised directions beats every mean over 12)."""
     if not rec.directions:  # nothing per direction to score again (hand-made or older records)
         return rec
-    names = {f"{d[0]}-{d[1]}" for d in zero_resource}
+    names = {direction_name(d) for d in zero_resource}
     directions = {name: replace(s, zero_resource=s.zero_shot and name in names) for name, s in rec.directions.items()}
     return _with_means(replace(rec, directions=directions), select_zero_resource)
