@@ -171,6 +171,7 @@ def test_sigterm_through_the_cli_resumes_exactly(multi30k_corpus, straight, tmp_
     # No validation at the stop and no new best.pt: both still those of step 8.
     assert [r["step"] for r in _metrics(work) if r["type"] == "valid"] == [8]
     assert _state(work / "best.pt").history[-1].step == 8
+    assert (work / "curves.png").stat().st_size > 1000  # drawn at the stop (validations draw at most every 30 s)
     assert signal.getsignal(signal.SIGTERM) == handler_before  # the trainer's handler is gone again
 
     monkeypatch.setattr(trainer_mod, "build_run", real_build)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,12 +110,20 @@ def synthetic_time_share(window: dict[str, Any]) -> float:
     return float(window.get("syn_time", 0.0)) / max(float(window.get("time", 0.0)), 1e-9)
 
 
+PLOT_INTERVAL_S = 30.0
+"""The least wall-clock time between two drawings of `curves.png` during training: a drawing takes 0.5-0.8 s,
+which a run validating every few seconds would otherwise spend at each validation. The last drawing, at
+the end of training (finished, stopped or failed), is never skipped."""
+
+
 class MetricsLog:
     """Appends records to `<work_dir>/metrics.jsonl` and redraws `curves.png` from it."""
 
     def __init__(self, work_dir: Path):
         self.path = Path(work_dir) / "metrics.jsonl"
         self.curves = Path(work_dir) / "curves.png"
+        self._drawn_at = time.monotonic()  # training starts about now: its first drawing waits an interval
+        self._stale = False  # records appended since the last drawing
 
     def start_fresh(self) -> None:
         """A new run: a log left by one stopped before its first checkpoint is stale."""
@@ -125,6 +134,7 @@ class MetricsLog:
         try:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(line)
+            self._stale = True
         except OSError as err:
             if err.filename is None:  # a full disk says nothing of which file
                 raise OSError(err.errno, err.strerror, str(self.path)) from None
@@ -151,12 +161,16 @@ class MetricsLog:
             kept.append(line)
         write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
-    def plot(self) -> None:
-        """Redraw the training curves; a log that cannot be drawn yet only warns."""
+    def plot(self, final: bool = False) -> None:
+        """Redraw the training curves if `PLOT_INTERVAL_S` has passed since the last drawing, or, `final`, if
+        anything was logged since; a log that cannot be drawn yet only warns."""
+        if not (self._stale and (final or time.monotonic() - self._drawn_at >= PLOT_INTERVAL_S)):
+            return
         try:
             plot_training_curves(self.path, self.curves)
         except (ValueError, KeyError, TypeError) as err:
             log.warning("could not plot curves: %s", err)
+        self._drawn_at, self._stale = time.monotonic(), False
 
 
 def finite(value: Any) -> Any:

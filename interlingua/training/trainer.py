@@ -143,6 +143,7 @@ class Trainer:
                     if not p.validated:
                         self.validate_and_save()
                     self.files.average_lowest_loss(p.history)
+                    self._draw_final_curves()
                     if not run.dist.same_weights(run.network):
                         raise RuntimeError("the training processes ended with different weights")
                 except KeyboardInterrupt as err:
@@ -255,6 +256,16 @@ class Trainer:
         ProgressBar.write(f"step {p.step}: dev mean BLEU {shown} {'(best)' if improved else ''} | {summary}")
         run.metrics.plot()
 
+    def _draw_final_curves(self) -> None:
+        """curves.png with every record of the run, at its end or its stop by a signal (validations draw at most
+        every `PLOT_INTERVAL_S`); not after a failure, where the second it takes could outlast a launcher's patience.
+        A drawing that cannot be written warns rather than hide how training ended."""
+        if self.run.dist.is_main:
+            try:
+                self.run.metrics.plot(final=True)
+            except OSError as err:
+                log.warning("could not write %s: %s", self.run.metrics.curves, err)
+
     def log(self, record: dict[str, Any]) -> None:
         """A metrics.jsonl record (and its TensorBoard scalars), rank 0's."""
         if self.run.dist.is_main:
@@ -316,4 +327,5 @@ class Trainer:
         if not run.dist.is_main:
             return TrainingInterrupted(f"{how} at step {p.step} (process {run.dist.rank}; process 0 saves last.pt)",
                                        signum)
+        self._draw_final_curves()
         return TrainingInterrupted(f"{how} at step {p.step}: saved {path}; continue with --resume", signum)
