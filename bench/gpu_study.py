@@ -157,7 +157,8 @@ def score_rows(args: argparse.Namespace, states: dict[str, dict[str, Any]]) -> d
             checkpoint = "best" if checkpoint == "selected" else checkpoint
         jobs[row] = (str(RECIPES / f"{row}.yaml"), overrides, TINY_TEST_SENTENCES if args.tiny else None, checkpoint)
     scored: dict[str, dict[str, Any]] = {}
-    with process_pool(max(len(jobs), 1)) as pool:  # one process per row, as they trained
+    # one process per row, as they trained
+    with process_pool(max(len(jobs), 1), preload=("interlingua.experiment",)) as pool:
         futures = {pool.submit(score_row, *job): row for row, job in jobs.items()}
         for fut in as_completed(futures):
             row = futures[fut]

@@ -405,7 +405,7 @@ def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: 
             done[i] = run_recipe(recipe, overrides, beam, max_test, pivot, checkpoint)
             _write([done[j] for j in sorted(done)], out, notes)
     else:
-        with process_pool(jobs) as pool:
+        with process_pool(jobs, preload=(__name__,)) as pool:
             futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test, pivot, checkpoint): i
                        for i, r in enumerate(recipes)}
             for fut in as_completed(futures):

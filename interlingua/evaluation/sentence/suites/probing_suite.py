@@ -68,6 +68,7 @@ class Probing(Suite):
 
     name = "probing"
     uses_workers = True
+    worker_modules = ("interlingua.evaluation.sentence.probing", "interlingua.evaluation.sentence.probing_sets")
 
     def tasks(self, ctx: Context, result: SuiteResult, pool: Executor) -> Iterator[Task]:
         start = time.perf_counter()

@@ -47,6 +47,7 @@ class Suite(ABC):
 
     name: ClassVar[str]
     uses_workers: ClassVar[bool] = False  # True: tasks get a pool of `ctx.jobs` worker processes
+    worker_modules: ClassVar[tuple[str, ...]] = ()  # what the pool's jobs run from, imported once for all workers
 
     @abstractmethod
     def tasks(self, ctx: Context, result: SuiteResult, pool: Executor) -> Iterator[Task]:
@@ -60,7 +61,7 @@ class Suite(ABC):
         """Every task on every able embedder, then the report."""
         result = SuiteResult(self.name, ctx.names, ctx.settings())
         done: list[Task] = []
-        with process_pool(ctx.jobs if self.uses_workers else 1) as pool:
+        with process_pool(ctx.jobs if self.uses_workers else 1, self.worker_modules) as pool:
             pending: list[_Pending] = []
             for task in self.tasks(ctx, result, pool):
                 done.append(task)
