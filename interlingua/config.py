@@ -344,9 +344,12 @@ class SyntheticConfig(_Strict):
     """Also compute `train.agreement` on the made pairs. Off by default: greedy output repeats itself across a
     batch (many made sentences alike), and a contrastive term asked to tell identical sentences apart pulls the
     shared layer every which way."""
-    decoding: Literal["greedy", "sample"] = "greedy"
-    """How the synthetic side is made: the most probable subword at each step, or one drawn from the
-    model's distribution (a seeded generator: the same draws after a resume)."""
+    decoding: Literal["greedy", "sample", "beam"] = "greedy"
+    """How the synthetic side is made: the most probable subword at each step, one drawn from the model's
+    distribution (a seeded generator: the same draws after a resume), or the best hypothesis of a beam search
+    of `beam` (the pivot's own search, at about `beam` times greedy's cost)."""
+    beam: int = Field(4, ge=2)
+    """The beam size of `decoding: beam`."""
     max_len: int | None = Field(None, ge=1)
     """The most subwords of a made sentence; None: twice its source's length + 10, at most preprocess.max_len."""
     language_filter: bool = False

@@ -85,9 +85,11 @@ def cipher_model(tmp_path_factory):
     return corpus, train(_cipher_config(corpus, root / "run", {})).last_checkpoint
 
 
-def test_pivot_mode_translates_the_pivot_side_into_the_zero_shot_target(cipher_model, tmp_path):
+@pytest.mark.parametrize("decoding", ["greedy", "beam"])
+def test_pivot_mode_translates_the_pivot_side_into_the_zero_shot_target(cipher_model, tmp_path, decoding):
     corpus, checkpoint = cipher_model
-    run = build_run(_cipher_config(corpus, tmp_path, {"modes": ["pivot"], "rate": 1.0}), init=checkpoint)
+    run = build_run(_cipher_config(corpus, tmp_path, {"modes": ["pivot"], "rate": 1.0, "decoding": decoding}),
+                    init=checkpoint)
     try:
         made = _made(run)
         assert made, "rate 1 gives every batch with an English side a synthetic batch"

@@ -8,7 +8,7 @@ synthetic batch and in which language, so every process and a resumed run decide
 empty and unfinished made sentences (and with `language_filter` those in another language), and
 returns one extra pass per part: a made target token weighs what a real one of the step weighs
 (`weighting: token`), or each made batch is a mean of its own weighing as much as the step's real
-batch (`weighting: batch`). Greedy making draws nothing from the RNG; sampled making uses a generator
+batch (`weighting: batch`). Greedy and beam making draw nothing from the RNG; sampled making uses a generator
 seeded from (seed, step, rank), so exact resume holds either way.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from interlingua.data.batching import make_batch, pad_sources, shard
 from interlingua.data.directions import Direction, synthetic_directions
 from interlingua.data.language_id import identify, supported
 from interlingua.data.vocab import UNK
-from interlingua.modules.search import greedy_search, output_limits
+from interlingua.modules.search import beam_search, greedy_search, output_limits
 from interlingua.training.metrics import SyntheticStats
 from interlingua.training.run import Run
 from interlingua.training.step import MicroBatch, StepPart
@@ -241,8 +241,8 @@ class SyntheticPairs:
     @torch.no_grad()
     def _translate(self, seqs: list[np.ndarray], src_lang: str, tgt_lang: str,
                    generator: torch.Generator | None) -> tuple[list[list[int]], list[int]]:
-        """`seqs` translated by the model as it is (greedy, or sampled with `generator`), as target ids, and
-        each one's length limit (a sentence that reaches it never ended)."""
+        """`seqs` translated by the model as it is (greedy, sampled with `generator`, or beam search), as target
+        ids, and each one's length limit (a sentence that reaches it never ended)."""
         run = self.run
         network, device = run.network, run.runtime.device
         ids, lengths = pad_sources(seqs, run.prefix(src_lang, tgt_lang))
@@ -253,4 +253,6 @@ class SyntheticPairs:
             if self.cfg.max_len is not None:
                 limit = limit.clamp(max=run.cfg.preprocess.max_len)
             decoder, state = network.start_decoding(bridged, tgt_lang)
+            if self.cfg.decoding == "beam":
+                return beam_search(decoder, state, limit, self.cfg.beam, start=run.start(tgt_lang)), limit.tolist()
             return greedy_search(decoder, state, limit, run.start(tgt_lang), sample=generator), limit.tolist()
