@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,32 +46,38 @@ class Batch:
                        tgt_out=self.tgt_out.to(device, non_blocking=True))
 
 
+def _lengths(seqs: Sequence[Any]) -> np.ndarray:
+    return np.fromiter((len(x) for x in seqs), dtype=np.int64, count=len(seqs))
+
+
 def pad_sources(seqs: list[np.ndarray], prefix: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad id sequences into (batch, max_len); `prefix` prepends a token (a language tag)."""
+    """Pad id sequences into (batch, max_len); `prefix` prepends a token (a language tag). Filled in numpy
+    and handed to torch once: a torch index assignment per row cost 25-45 us, 38 ms for a batch of 800
+    pairs (a GPU step's worth of time)."""
     extra = 0 if prefix is None else 1
-    lengths = torch.tensor([len(s) + extra for s in seqs], dtype=torch.long)
-    out = torch.full((len(seqs), int(lengths.max()) if len(seqs) else 0), PAD, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if prefix is not None:
-            out[i, 0] = prefix
-        out[i, extra:extra + len(s)] = torch.from_numpy(np.asarray(s, dtype=np.int64))
-    return out, lengths
+    lengths = _lengths(seqs) + extra
+    out = np.full((len(seqs), int(lengths.max()) if len(seqs) else 0), PAD, dtype=np.int64)
+    if prefix is not None:
+        out[:, 0] = prefix
+    for row, x in zip(out, seqs):
+        row[extra:extra + len(x)] = x
+    return torch.from_numpy(out), torch.from_numpy(lengths)
 
 
 def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], src_lang: str, tgt_lang: str,
                src_prefix: int | None = None, tgt_start: int = BOS, reverse_prefix: int | None = None) -> Batch:
     """Padded tensors of one direction; the decoder input starts with `tgt_start` (BOS, or a language tag)."""
     s, lengths = pad_sources(src, src_prefix)
-    tmax = max(len(t) for t in tgt) + 1
-    tin = torch.full((len(tgt), tmax), PAD, dtype=torch.long)
-    tout = torch.full((len(tgt), tmax), PAD, dtype=torch.long)
-    for i, t in enumerate(tgt):
-        tt = torch.from_numpy(np.asarray(t, dtype=np.int64))
-        tin[i, 0] = tgt_start
-        tin[i, 1:len(t) + 1] = tt
-        tout[i, :len(t)] = tt
-        tout[i, len(t)] = EOS
-    return Batch(s, lengths, tin, tout, src_lang, tgt_lang, reverse_prefix)
+    tgt_lengths = _lengths(tgt)
+    tmax = int(tgt_lengths.max()) + 1
+    tin = np.full((len(tgt), tmax), PAD, dtype=np.int64)
+    tout = np.full((len(tgt), tmax), PAD, dtype=np.int64)
+    tin[:, 0] = tgt_start
+    for row_in, row_out, t in zip(tin, tout, tgt):
+        row_in[1:len(t) + 1] = t
+        row_out[:len(t)] = t
+    tout[np.arange(len(tgt)), tgt_lengths] = EOS
+    return Batch(s, lengths, torch.from_numpy(tin), torch.from_numpy(tout), src_lang, tgt_lang, reverse_prefix)
 
 
 def shard(idx: np.ndarray, parts: int, k: int) -> np.ndarray:
