@@ -641,7 +641,7 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
         out.path(name).unlink(missing_ok=True)
     check = Check(args, sizes, out, t0)
     from interlingua.training.metrics import MetricsLog
-    MetricsLog.plot = lambda self, final=False: None  # no curves.png at each validation: metrics.jsonl holds the curves
+    MetricsLog.plot = lambda self, final=False: None  # no curves.png at all: metrics.jsonl holds the curves
     summary: dict[str, Any] = {"environment": environment(args.device), "sizes": "tiny" if args.tiny else "full",
                                "budget_s": args.budget_s, "steps": {}}
     install = out.path("install.log")

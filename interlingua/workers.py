@@ -40,7 +40,7 @@ class InlineExecutor(Executor):
 
 
 ORPHAN_GRACE_S = 300.0
-"""How long a worker whose parent died may still run after its SIGTERM (a training saves `last.pt` in it)."""
+"""How long a worker whose pool's owner died may still run after its SIGTERM (a training saves `last.pt` in it)."""
 
 
 def _started_at(pid: int) -> str | None:
@@ -53,7 +53,7 @@ def _started_at(pid: int) -> str | None:
     return None if state in ("Z", "X") else fields[18]  # field 22 of stat: the start time
 
 
-def end_with_parent(owner: int) -> None:
+def end_with_owner(owner: int) -> None:
     """A worker's first call: a watch that ends this worker once `owner` (the pid of the process that made the
     pool) is gone.
 
@@ -96,7 +96,7 @@ def _worker_context(preload: Sequence[str]) -> multiprocessing.context.BaseConte
 @contextmanager
 def process_pool(jobs: int, preload: Sequence[str] = ()) -> Iterator[Executor]:
     """An executor with `jobs` worker processes (inline for 1, so one job costs no process), which end when
-    this process dies (`end_with_parent`). `preload`: the modules the jobs run from, imported once for all
+    this process dies (`end_with_owner`). `preload`: the modules the jobs run from, imported once for all
     workers (`_worker_context`)."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
@@ -104,5 +104,5 @@ def process_pool(jobs: int, preload: Sequence[str] = ()) -> Iterator[Executor]:
         yield InlineExecutor()
         return
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_worker_context(preload),
-                             initializer=end_with_parent, initargs=(os.getpid(),)) as pool:
+                             initializer=end_with_owner, initargs=(os.getpid(),)) as pool:
         yield pool

@@ -111,9 +111,9 @@ def synthetic_time_share(window: dict[str, Any]) -> float:
 
 
 PLOT_INTERVAL_S = 30.0
-"""The least wall-clock time between two drawings of `curves.png` during training: a drawing takes 0.5-0.8 s,
-which a run validating every few seconds would otherwise spend at each validation. The last drawing, at
-the end of training (finished, stopped or failed), is never skipped."""
+"""The least wall-clock time between two drawings of `curves.png` during training: a drawing takes 0.3-0.8 s,
+which a run validating every few seconds would otherwise spend at each validation. The last drawing, when
+training finishes or is stopped by a signal, is never skipped (after a failure none is made)."""
 
 
 class MetricsLog:
