@@ -344,6 +344,13 @@ class SyntheticConfig(_Strict):
     """Also compute `train.agreement` on the made pairs. Off by default: greedy output repeats itself across a
     batch (many made sentences alike), and a contrastive term asked to tell identical sentences apart pulls the
     shared layer every which way."""
+    distill: bool = False
+    """`pivot` mode with `forward`: train x -> y' towards the pivot direction's whole distribution at each
+    position of y' (the supervised e -> Y teacher-forced on y', no gradient), not y''s one-hot subwords:
+    word-level knowledge distillation of the pivot path into the direct one (Chen et al. 2017, "A
+    Teacher-Student Framework for Zero-Resource NMT"). The decoder then learns the teacher's distributions,
+    not its argmax, so it is not taught the loops of its own greedy output. Costs one forward pass of the
+    teacher per made batch."""
     decoding: Literal["greedy", "sample", "beam"] = "greedy"
     """How the synthetic side is made: the most probable subword at each step, one drawn from the model's
     distribution (a seeded generator: the same draws after a resume), or the best hypothesis of a beam search
@@ -371,6 +378,14 @@ class SyntheticConfig(_Strict):
     trained on made pairs that have dev sentences (else a run whose made pairs lift zero-shot while the
     supervised directions dip keeps its checkpoint from before them). A run resumed with other made pairs or
     another selection (a control fine-tuned with them) scores its stored validations again on the new scale."""
+
+
+    @model_validator(mode="after")
+    def _distill_needs_forward_pivot_pairs(self) -> SyntheticConfig:
+        if self.distill and ("pivot" not in self.modes or not self.forward):
+            raise ValueError("train.synthetic.distill trains the made target of `pivot` pairs: it needs "
+                             "'pivot' in train.synthetic.modes and train.synthetic.forward: true")
+        return self
 
 
 class TrainConfig(_Strict):

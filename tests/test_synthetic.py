@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -158,7 +159,7 @@ def test_a_synthetic_run_resumes_exactly(multi30k_corpus, prepared, tmp_path):
     """Also: with `selection: with_made` the dev means that select are taken over the supervised directions
     and the made pairs' directions together."""
     synthetic = {"modes": ["pivot", "backtranslation"], "rate": 0.7, "start_step": 3, "decoding": "sample",
-                 "selection": "with_made"}
+                 "distill": True, "selection": "with_made"}
     straight = _config(multi30k_corpus, tmp_path / "straight", synthetic)
     train(straight, data=prepared)
     stopped = _config(multi30k_corpus, tmp_path / "stopped", synthetic)
@@ -375,3 +376,38 @@ def test_made_pairs_weigh_what_the_weighting_says(cipher_model, tmp_path, weight
                 assert stats.weight == pytest.approx(len(kept)) and stats.weight > 2
     finally:
         run.close()
+
+
+def test_distilled_targets_are_the_teachers_distributions(cipher_model, tmp_path):
+    """`distill`: a made target carries, at each of its positions, the distribution of the pivot direction
+    that made it, teacher-forced on the made sentence. Greedy making took the argmax of that very
+    distribution, so every made subword is its position's most probable one; the made sentence as a source
+    (`reverse`) carries none. One-hot soft targets give the hard loss exactly."""
+    corpus, checkpoint = cipher_model
+    run = build_run(_cipher_config(corpus, tmp_path, {"modes": ["pivot"], "rate": 1.0, "distill": True}),
+                    init=checkpoint)
+    try:
+        made = _made(run)
+        distilled = [mb for _, _, micro, _ in made for mb in micro if mb.batch.soft_targets is not None]
+        plain = [mb for _, _, micro, _ in made for mb in micro if mb.batch.soft_targets is None]
+        assert distilled and plain  # forward pairs distilled, reverse pairs not
+        for mb in distilled:
+            b, soft = mb.batch, mb.batch.soft_targets
+            gold = b.tgt_out[b.tgt_out != PAD]
+            assert soft.shape[0] == len(gold) and torch.allclose(soft.sum(-1), torch.ones(len(gold)))
+            if not b.filler:
+                assert torch.equal(soft.argmax(-1), gold)
+        b = next(mb.batch for mb in distilled if not mb.batch.filler)
+        run.network.eval()
+        one_hot = torch.nn.functional.one_hot(b.tgt_out[b.tgt_out != PAD], b.soft_targets.shape[1]).float()
+        hard = run.network(replace(b, soft_targets=None)).loss
+        assert float(run.network(replace(b, soft_targets=one_hot)).loss) == pytest.approx(float(hard), rel=1e-6)
+        assert float(run.network(b).loss) != pytest.approx(float(hard), rel=1e-3)  # the teacher's are not one-hot
+    finally:
+        run.close()
+
+
+def test_distillation_needs_forward_pivot_pairs():
+    with pytest.raises(Exception, match="train.synthetic.distill"):
+        parse_config(tiny_config("corpus.yaml", "work", train={"synthetic": {"modes": ["pivot"], "forward": False,
+                                                                             "distill": True}}))

@@ -37,13 +37,18 @@ class Batch:
     filler: bool = False
     """A stand-in for a process whose part of the step batch is empty: trained with weight 0, and
     without rows of its own among the agreement loss's negatives."""
+    soft_targets: torch.Tensor | None = None
+    """(real target tokens, output types) probabilities, row-major over `tgt_out != PAD`: the targets the
+    loss trains towards in place of `tgt_out`'s one-hot ones (word-level distillation, `train.synthetic.distill`);
+    None: `tgt_out`."""
 
     def to(self, device: torch.device | str) -> Batch:
         """The same batch on `device` (tensors already there are not copied)."""
+        soft = None if self.soft_targets is None else self.soft_targets.to(device, non_blocking=True)
         return replace(self, src=self.src.to(device, non_blocking=True),
                        src_lengths=self.src_lengths.to(device, non_blocking=True),
                        tgt_in=self.tgt_in.to(device, non_blocking=True),
-                       tgt_out=self.tgt_out.to(device, non_blocking=True))
+                       tgt_out=self.tgt_out.to(device, non_blocking=True), soft_targets=soft)
 
 
 def _lengths(seqs: Sequence[Any]) -> np.ndarray:

@@ -176,12 +176,24 @@ class TranslationNetwork(nn.Module):
         batch = batch.to(self.device)
         return self.loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.src_lang, batch.tgt_lang,
                          penalty_weight, label_smoothing, softmax_sample, agreement,
-                         reverse_prefix=batch.reverse_prefix, filler=batch.filler, agreement_weight=agreement_weight)
+                         reverse_prefix=batch.reverse_prefix, filler=batch.filler, agreement_weight=agreement_weight,
+                         soft_targets=batch.soft_targets)
+
+    @torch.no_grad()
+    def target_distributions(self, batch: Batch) -> torch.Tensor:
+        """The model's next-subword distribution at each real target position of `batch`, teacher-forced on
+        its target (row-major over `tgt_out != PAD`, over the target language's output types as the loss
+        sees them): what word-level distillation trains another direction towards."""
+        batch = batch.to(self.device)
+        bridged, _ = self._encode(batch.src, batch.src_lengths, batch.src_lang, None)
+        logits, _ = self._output_logits(bridged, batch.tgt_in, batch.tgt_out, batch.tgt_lang, 0)
+        return F.softmax(logits, dim=-1)
 
     def loss(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor,
              src_lang: str, tgt_lang: str, penalty_weight: float = 0.0, label_smoothing: float = 0.0,
              softmax_sample: int = 0, agreement: AgreementConfig | None = None, reverse_prefix: int | None = None,
-             filler: bool = False, agreement_weight: torch.Tensor | None = None) -> LossOutput:
+             filler: bool = False, agreement_weight: torch.Tensor | None = None,
+             soft_targets: torch.Tensor | None = None) -> LossOutput:
         """Teacher-forced loss of one batch; logits are computed only at real target positions.
 
         With `softmax_sample` > 0 (training only) the softmax runs over the batch's own target
@@ -193,29 +205,26 @@ class TranslationNetwork(nn.Module):
         their vectors pulled towards the sources' (`interlingua.modules.agreement`); `filler`: this
         batch only stands in for a process without sentences and gives contrastive no negatives;
         `agreement_weight`: the term's weight as a tensor, in place of `agreement.weight` (a compiled step's,
-        `training.compiled`: a weight that changes every step, as in a ramp, is then no new graph each step)."""
+        `training.compiled`: a weight that changes every step, as in a ramp, is then no new graph each step).
+
+        With `soft_targets` (one distribution per real target position, `target_distributions` of a teacher)
+        the training term is the cross-entropy against them, over the whole output (no label smoothing: they
+        are smooth already; no sampled softmax); the logged NLL is still that of `tgt_out`."""
         use_agreement = agreement is not None and agreement.weight > 0 and src_lang != tgt_lang
         layer = agreement.layer if use_agreement and agreement is not None else None
         bridged, layers = self._encode(src, src_lengths, src_lang, layer)
-        decoder = self.decoder_for(tgt_lang)
-        att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask, language=tgt_lang))
-        real = tgt_out != PAD
-        gold = tgt_out[real]
-        rows = self.output_rows.get(tgt_lang)
-        if softmax_sample > 0 and self.training:
-            logits, gold = _sampled_logits(decoder.generator, att[real], gold, softmax_sample, rows)
-        elif rows is not None:  # the target language's own ids only (see interlingua.modules.outputs)
-            logits, gold = rows.logits(decoder.generator, att[real]).float(), rows.renumber(gold)
-        else:
-            logits = decoder.generator(att[real]).float()
+        logits, gold = self._output_logits(bridged, tgt_in, tgt_out, tgt_lang,
+                                           softmax_sample if soft_targets is None and self.training else 0)
         # One log-softmax for the logged NLL and the training loss (over 8k types it is ~10% of a
         # Transformer step); label smoothing as F.cross_entropy defines it: (1 - eps) * NLL +
         # eps * mean over the types of -log p, averaged over the target tokens.
         log_probs = F.log_softmax(logits, dim=-1)
         nll_sum = F.nll_loss(log_probs, gold, reduction="sum")
-        n = real.sum()  # a tensor, as every logged term (see LossOutput)
+        n = (tgt_out != PAD).sum()  # a tensor, as every logged term (see LossOutput)
         tokens = n.clamp(min=1)
-        if label_smoothing > 0:
+        if soft_targets is not None:
+            train_loss = -(soft_targets.to(log_probs.dtype) * log_probs).sum() / tokens
+        elif label_smoothing > 0:
             smooth_sum = -log_probs.mean(dim=-1).sum()
             train_loss = ((1 - label_smoothing) * nll_sum + label_smoothing * smooth_sum) / tokens
         else:
@@ -242,6 +251,22 @@ class TranslationNetwork(nn.Module):
         return LossOutput(train_loss, nll_sum.detach(), n, penalty.detach(), agreement_sum, agreed)
 
     # -- agreement (train.agreement) -----------------------------------------------------------
+    def _output_logits(self, bridged: BridgeOutput, tgt_in: torch.Tensor, tgt_out: torch.Tensor, tgt_lang: str,
+                       softmax_sample: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Float logits at the real target positions of a teacher-forced decoder pass, and the gold ids
+        numbered as their columns (over the language's own ids where its outputs are restricted, over the
+        gold types plus `softmax_sample` drawn ones where that is > 0)."""
+        decoder = self.decoder_for(tgt_lang)
+        att, _ = decoder(tgt_in, decoder.start_state(bridged.memory, bridged.memory_mask, language=tgt_lang))
+        real = tgt_out != PAD
+        gold = tgt_out[real]
+        rows = self.output_rows.get(tgt_lang)
+        if softmax_sample > 0:
+            return _sampled_logits(decoder.generator, att[real], gold, softmax_sample, rows)
+        if rows is not None:  # the target language's own ids only (see interlingua.modules.outputs)
+            return rows.logits(decoder.generator, att[real]).float(), rows.renumber(gold)
+        return decoder.generator(att[real]).float(), gold
+
     def _encode(self, ids: torch.Tensor, lengths: torch.Tensor, lang: str, layer: int | None
                 ) -> tuple[BridgeOutput, tuple[list[torch.Tensor], torch.Tensor] | None]:
         """`run_encoder`, and with `layer` also every encoder layer's states and the mask (the

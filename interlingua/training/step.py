@@ -111,8 +111,10 @@ def forward_backward(run: Run, micro: list[MicroBatch]) -> StepSums:
     sums = StepSums()
     for i, mb in enumerate(micro):
         with no_sync(trained, skip=i < len(micro) - 1):
+            # a distillation batch runs eagerly: its soft targets, a size of their own, would be new graphs
+            through = trained if mb.batch.soft_targets is not None else forward
             with run.runtime.autocast():
-                out = forward(mb.batch.to(run.runtime.device), **(terms if mb.agreement else without_agreement))
+                out = through(mb.batch.to(run.runtime.device), **(terms if mb.agreement else without_agreement))
             loss = out.loss if mb.scale == 1.0 else out.loss * mb.scale
             (run.scaler.scale(loss) if run.scaler else loss).backward()
         if not mb.scale:

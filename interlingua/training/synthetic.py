@@ -8,12 +8,16 @@ synthetic batch and in which language, so every process and a resumed run decide
 empty and unfinished made sentences (and with `language_filter` those in another language), and
 returns one extra pass per part: a made target token weighs what a real one of the step weighs
 (`weighting: token`), or each made batch is a mean of its own weighing as much as the step's real
-batch (`weighting: batch`). Greedy and beam making draw nothing from the RNG; sampled making uses a generator
-seeded from (seed, step, rank), so exact resume holds either way.
+batch (`weighting: batch`). With `distill`, a made target carries the making direction's distribution at
+each of its positions (word-level distillation of the pivot path). Greedy and beam making draw nothing
+from the RNG; sampled making uses a generator seeded from (seed, step, rank), so exact resume holds
+either way.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -51,6 +55,19 @@ class SyntheticJob:
         s, t = parts[self.part][0]
         kept = s if self.kept_is_source else t
         return (kept, self.made_lang) if made_is_target else (self.made_lang, kept)
+
+
+@dataclass(frozen=True)
+class MadePairs:
+    """What one job made on this process: the kept side, the made sentences, and the side they were made
+    from (the pivot side in `pivot` mode), with `filler` a one-pair stand-in where nothing was kept."""
+
+    job: SyntheticJob
+    given: list[np.ndarray]
+    made: list[np.ndarray]
+    filler: bool
+    translated: list[np.ndarray]
+    from_lang: str
 
 
 class SyntheticPairs:
@@ -142,13 +159,9 @@ class SyntheticPairs:
                 target_side = [batches.tgt[i] for i in mine]
                 wanted.append((job, source_side if job.made_from_source else target_side,
                                source_side if job.kept_is_source else target_side, s if job.made_from_source else t))
-        was_training = run.network.training
-        run.network.eval()
-        try:
+        with self._evaluating():
             translated = self._translate_grouped([(seqs, from_lang, job.made_lang)
                                                   for job, seqs, _, from_lang in wanted], generator)
-        finally:
-            run.network.train(was_training)
         # an empty sentence, or one still unfinished at its length limit (greedy search caught in a loop, "a man
         # in a shirt shirt shirt ..."), would teach the model to write it
         keeps = [[i for i, h in enumerate(sentences) if 0 < len(h) < limits[i]] for sentences, limits in translated]
@@ -165,35 +178,39 @@ class SyntheticPairs:
             checked, off = len(owners), len(wrong)
             if self.cfg.language_filter:
                 keeps = [[i for i in keep if (w, i) not in wrong] for w, keep in enumerate(keeps)]
-        made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]] = []
-        for (job, _, given, _), (sentences, _), keep in zip(wanted, translated, keeps):
+        made: list[MadePairs] = []
+        for (job, translated_side, given, from_lang), (sentences, _), keep in zip(wanted, translated, keeps):
             kept_given = [given[i] for i in keep]
             kept_made = [np.asarray(sentences[i], dtype=np.int64) for i in keep]
+            kept_from = [translated_side[i] for i in keep]
             if not keep:  # a stand-in (weight 0), so every process makes as many passes
                 kept_given = (given or [np.asarray([UNK], dtype=np.int64)])[:1]
                 kept_made = [np.asarray([UNK], dtype=np.int64)]  # one token: an encoder needs one
-            made.append((job, kept_given, kept_made, not keep))
+                kept_from = kept_made
+            made.append(MadePairs(job, kept_given, kept_made, not keep, kept_from, from_lang))
         micro, keys, weight = self._passes(parts, made)
         seconds = clock() - t0
         pairs: dict[str, int] = {}
-        for (job, use), (_, given, _, filler) in zip(keys, [m for m in made for _ in m[0].made_is_target]):
+        for (job, use), pairs_of in zip(keys, [m for m in made for _ in m.job.made_is_target]):
             name = "{}->{}".format(*job.direction(parts, use))
-            pairs[name] = pairs.get(name, 0) + (0 if filler else len(given))
+            pairs[name] = pairs.get(name, 0) + (0 if pairs_of.filler else len(pairs_of.given))
         names = sorted(pairs)
         summed = run.dist.sum([float(pairs[n]) for n in names] + [float(checked), float(off), float(unfinished)])
         stats = SyntheticStats({n: int(v) for n, v in zip(names, summed)}, int(summed[-3]), int(summed[-2]),
                                unfinished=int(summed[-1]), seconds=seconds, weight=weight)
         return micro, stats
 
-    def _passes(self, parts: list[StepPart], made: list[tuple[SyntheticJob, list[np.ndarray], list[np.ndarray], bool]]
+    def _passes(self, parts: list[StepPart], made: list[MadePairs]
                 ) -> tuple[list[MicroBatch], list[tuple[SyntheticJob, bool]], float]:
         """The made pairs as batches (one per job, part and use), the (job, use) of each, and their summed weight
         in the step's loss (the real pairs' being 1). `weighting: token`: a batch weighs its target tokens over
         the step's real target tokens (all processes); `batch`: each job and use, a mean over its own target
-        tokens on every process, weighs 1."""
+        tokens on every process, weighs 1. With `distill`, a batch whose target was made carries the
+        distributions of the direction that made it, teacher-forced on the made sentence."""
         run = self.run
         batches, tokens, keys = [], [], []
-        for job, given, sentences, filler in made:
+        for m in made:
+            job, given, sentences, filler = m.job, m.given, m.made, m.filler
             for use in job.made_is_target:
                 src_lang, tgt_lang = job.direction(parts, use)
                 src, tgt = (given, sentences) if use else (sentences, given)
@@ -201,6 +218,8 @@ class SyntheticPairs:
                 reverse = run.prefix(tgt_lang, src_lang) if agree else None
                 batch = make_batch(src, tgt, src_lang, tgt_lang, run.prefix(src_lang, tgt_lang), run.start(tgt_lang),
                                    reverse)
+                if use and self.cfg.distill:
+                    batch = replace(batch, soft_targets=self._teacher(m))
                 batches.append((batch, filler))
                 tokens.append(0.0 if filler else float(sum(len(t) + 1 for t in tgt)))
                 keys.append((job, use))
@@ -218,6 +237,26 @@ class SyntheticPairs:
                                     agreement=self.cfg.agreement))
         weight = sum(whole[k] / denominator[k] for k in order if denominator[k])
         return micro, keys, weight
+
+    @contextmanager
+    def _evaluating(self) -> Iterator[None]:
+        """The network in eval mode (no dropout) for making, back in its mode afterwards."""
+        network = self.run.network
+        was_training = network.training
+        network.eval()
+        try:
+            yield
+        finally:
+            network.train(was_training)
+
+    def _teacher(self, m: MadePairs) -> torch.Tensor:
+        """The distributions of the direction that made `m`'s sentences (from the translated side), at each
+        position of the made sentences teacher-forced, as the made batch's soft targets."""
+        run = self.run
+        batch = make_batch(m.translated, m.made, m.from_lang, m.job.made_lang, run.prefix(m.from_lang, m.job.made_lang),
+                           run.start(m.job.made_lang))
+        with self._evaluating(), run.runtime.autocast():
+            return run.network.target_distributions(batch)
 
     def _translate_grouped(self, requests: list[tuple[list[np.ndarray], str, str]],
                            generator: torch.Generator | None) -> list[tuple[list[list[int]], list[int]]]:
