@@ -381,7 +381,6 @@ class SyntheticConfig(_Strict):
     supervised directions dip keeps its checkpoint from before them). A run resumed with other made pairs or
     another selection (a control fine-tuned with them) scores its stored validations again on the new scale."""
 
-
     @model_validator(mode="after")
     def _distill_needs_forward_pivot_pairs(self) -> SyntheticConfig:
         if self.distill and ("pivot" not in self.modes or not self.forward):

@@ -408,6 +408,6 @@ def test_distilled_targets_are_the_teachers_distributions(cipher_model, tmp_path
 
 
 def test_distillation_needs_forward_pivot_pairs():
-    with pytest.raises(Exception, match="train.synthetic.distill"):
+    with pytest.raises(ConfigError, match="train.synthetic.distill"):
         parse_config(tiny_config("corpus.yaml", "work", train={"synthetic": {"modes": ["pivot"], "forward": False,
                                                                              "distill": True}}))

@@ -250,7 +250,6 @@ class TranslationNetwork(nn.Module):
             agreement_sum, agreed = losses.detach().sum(), len(losses)
         return LossOutput(train_loss, nll_sum.detach(), n, penalty.detach(), agreement_sum, agreed)
 
-    # -- agreement (train.agreement) -----------------------------------------------------------
     def _output_logits(self, bridged: BridgeOutput, tgt_in: torch.Tensor, tgt_out: torch.Tensor, tgt_lang: str,
                        softmax_sample: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Float logits at the real target positions of a teacher-forced decoder pass, and the gold ids
@@ -267,6 +266,7 @@ class TranslationNetwork(nn.Module):
             return rows.logits(decoder.generator, att[real]).float(), rows.renumber(gold)
         return decoder.generator(att[real]).float(), gold
 
+    # -- agreement (train.agreement) -----------------------------------------------------------
     def _encode(self, ids: torch.Tensor, lengths: torch.Tensor, lang: str, layer: int | None
                 ) -> tuple[BridgeOutput, tuple[list[torch.Tensor], torch.Tensor] | None]:
         """`run_encoder`, and with `layer` also every encoder layer's states and the mask (the
