@@ -36,7 +36,8 @@ def run_layout(args: argparse.Namespace, procs: int, threads: int, work: Path) -
             *[x for kv in args.set for x in ("--set", kv)]]
     train = ["-m", "interlingua.cli", "train", args.recipe, *sets]
     cmd = ([sys.executable, *train] if procs == 1 else
-           [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs), *train])
+           [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs),
+            "--log-dir", str(work / "torchrun-logs"), *train])
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:

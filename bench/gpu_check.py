@@ -446,7 +446,7 @@ def step_distributed(check: Check) -> dict[str, Any]:
     config.write_text(yaml.safe_dump(cfg(work / "ddp")), encoding="utf-8")
     weights = work / "rank0.pt"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-           str(Path(__file__).resolve()), WORKER, str(config), str(weights)]
+           "--log-dir", str(work / "torchrun-logs"), str(Path(__file__).resolve()), WORKER, str(config), str(weights)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     timeout = max(30.0, min(check.left(), 240.0))
     t = time.time()

@@ -2,8 +2,10 @@
 every kind on a synthetic task, each trained once per session."""
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +32,9 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 # The measured precision choice (`precision: auto`) is cached per machine; tests keep theirs
 # out of the user's cache (child processes inherit the variable).
+# Removed when the process that made it exits (each pytest-xdist worker makes its own).
 os.environ["INTERLINGUA_CACHE_DIR"] = tempfile.mkdtemp(prefix="interlingua-test-cache-")
+atexit.register(shutil.rmtree, os.environ["INTERLINGUA_CACHE_DIR"], ignore_errors=True)
 
 
 # setuptools' distutils shim asserts when inductor's C++ build imports distutils a second time in one process

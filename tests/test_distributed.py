@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -110,10 +111,12 @@ def _free_port() -> int:
 
 def _torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
     """torchrun with the rendezvous flags a multi-node launch uses (one node here), on loopback."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "test", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    with tempfile.TemporaryDirectory() as logs:  # torchrun's own files, else a /tmp/torchelastic_* per launch
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "test",
+               "--log-dir", logs, *args]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -284,13 +287,15 @@ def test_a_killed_process_is_one_line_and_the_run_resumes(multi30k_corpus, tmp_p
     """`interlingua train --processes 2` with process 1 killed by SIGKILL mid-run: no traceback, one line
     from process 0 (it saved last.pt: after the lost collective, or stopped by the launcher) and one from the
     launcher naming the dead process and its signal;
-    the run then resumes with one process."""
+    the run then resumes with one process. The launcher leaves no folder of its own in the temporary folder."""
     import signal
     import time
     config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", max_steps=100000, log_every=2,
                            valid_every=100000)
     tag = str(os.getpid())
-    env = {**os.environ, "INTERLINGUA_TEST_TAG": tag, "PYTHONUNBUFFERED": "1"}
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "INTERLINGUA_TEST_TAG": tag, "PYTHONUNBUFFERED": "1", "TMPDIR": str(temporary)}
     cli = [sys.executable, "-m", "interlingua.cli", "train", str(config)]
     launched = subprocess.Popen([*cli, "--processes", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
@@ -312,6 +317,7 @@ def test_a_killed_process_is_one_line_and_the_run_resumes(multi30k_corpus, tmp_p
             or "interrupted: SIGTERM" in err), err[-2000:]
     step = Checkpoint.read(tmp_path / "run" / "last.pt").training.step
     assert step >= 4
+    assert not [p.name for p in temporary.iterdir() if p.name.startswith(("torchelastic_", "interlingua-launch-"))]
     # the resume is in this process (one process: nothing of the launcher to check, no second torch start)
     from interlingua.cli import main
     assert main(["train", str(config), "--resume", "--set", f"train.max_steps={step + 2}"]) == 0

@@ -155,7 +155,7 @@ def test_under_torchrun_process_0_locks_and_a_refusal_stops_every_process(multi3
     def torchrun() -> subprocess.CompletedProcess:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "lock",
-               "-m", "interlingua.cli", "train", str(cfg)]
+               "--log-dir", str(tmp_path / "torchrun-logs"), "-m", "interlingua.cli", "train", str(cfg)]
         return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
 
     refused = torchrun()
