@@ -22,7 +22,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from typing import Any
 import torch
 
 from interlingua.atomic_files import write_text_atomic
+from interlingua.cache import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +158,7 @@ def model_workload(model_config: dict[str, Any], vocab_sizes: dict[str, int], ba
 
 
 def cache_path() -> Path:
-    root = os.environ.get("INTERLINGUA_CACHE_DIR") or Path.home() / ".cache" / "interlingua"
-    return Path(root) / "precision.json"
+    return cache_dir() / "precision.json"
 
 
 DEFAULT_WORKLOAD = "lstm probe"

@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "interlingua"
 
 BASE = {"interlingua.config", "interlingua.errors", "interlingua.arguments", "interlingua.workers",
         "interlingua.figures", "interlingua.records", "interlingua.textio", "interlingua.atomic_files",
-        "interlingua.memory", "interlingua.precision", "interlingua.runtime", "interlingua.distributed"}
+        "interlingua.memory", "interlingua.precision", "interlingua.cache", "interlingua.runtime",
+        "interlingua.distributed"}
 TOP = {"interlingua", "interlingua.cli", "interlingua.demo", "interlingua.experiment"}
 RANK = {"base": 0, "data": 1, "modules": 2, "model_files": 3, "training": 4, "inference": 4, "evaluation": 5,
         "serving": 6, "top": 7}

@@ -1,5 +1,6 @@
 """Paper 004's setting end to end: decoder-side language tags, the n lowest-dev-loss checkpoints
 averaged, off-target rates, and the zero-shot study table of `interlingua experiment`."""
+import os
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,33 @@ def test_language_identifier_and_off_target_rate():
     assert identify(texts, langs) == ["de", "en", "fr", "cs", None]
     assert off_target_rate(texts, "de", langs) == pytest.approx(80.0)  # the empty output counts as off-target
     assert off_target_rate(texts[:1], "de", langs) == 0.0
+
+
+def test_the_identifier_is_unpacked_once_and_read_back_from_the_cache_folder(tmp_path):
+    """langid's model is unpacked (seconds) by the first process and kept in the cache folder; later
+    processes read it back unchanged; a damaged cache file is unpacked and written again; a cache folder
+    that cannot be written changes nothing but the time."""
+    import subprocess
+    import sys
+    code = ("from interlingua.data.language_id import identify; "
+            "print(identify(['Ein Mann fährt Fahrrad.', 'A man rides a bike.', 'Un homme fait du vélo.'], "
+            "['de', 'en', 'fr']))")
+
+    def identified(cache: Path) -> str:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "INTERLINGUA_CACHE_DIR": str(cache)})
+        assert done.returncode == 0 and not done.stderr, done.stderr[-2000:]
+        return done.stdout.strip()
+
+    cache = tmp_path / "cache"
+    assert identified(cache) == "['de', 'en', 'fr']"
+    [kept] = cache.glob("langid-*.npz")
+    written = kept.stat().st_mtime_ns
+    assert identified(cache) == "['de', 'en', 'fr']" and kept.stat().st_mtime_ns == written  # read, not rewritten
+    kept.write_bytes(b"not an npz file")
+    assert identified(cache) == "['de', 'en', 'fr']" and kept.stat().st_size > 2**20
+    (tmp_path / "a-file").write_text("")
+    assert identified(tmp_path / "a-file") == "['de', 'en', 'fr']"
 
 
 def test_the_languages_supported_are_the_identifiers_own():
