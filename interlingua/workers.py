@@ -85,11 +85,13 @@ def _worker_context(preload: Sequence[str]) -> multiprocessing.context.BaseConte
     torch) imported, that never runs torch: each worker is a fork of it, so a pool of N workers pays the
     imports (about 5 s with torch, most of a short job) once per process instead of N times, and the fork
     is safe (forking this process instead, after torch has started its thread pool, can hang). Later pools
-    reuse the server, with what it preloaded; their workers import anything else themselves."""
+    reuse the server, with what it preloaded; their workers import anything else themselves. torch._dynamo
+    is preloaded too: every job here builds a torch optimizer, whose first one imports it (2-3 s a worker);
+    importing it starts no thread."""
     if sys.platform != "linux":
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", *preload])
+    context.set_forkserver_preload(["torch", "torch._dynamo", *preload])
     return context
 
 

@@ -15,7 +15,8 @@ PARENT = textwrap.dedent("""
     from interlingua.workers import process_pool
 
     def work(folder):
-        open(os.path.join(folder, str(os.getpid())), "w").close()
+        with open(os.path.join(folder, str(os.getpid())), "w") as f:  # what the fork server preloaded
+            f.write(" ".join(m for m in ("torch", "torch._dynamo") if m in sys.modules))
         time.sleep(120)
 
     if __name__ == "__main__":
@@ -35,6 +36,8 @@ def alive(pid: int) -> bool:
 
 
 def test_workers_end_when_their_parent_is_killed(tmp_path):
+    """Workers end when their parent is killed, and start with torch and torch._dynamo imported (the fork
+    server's preload: a worker's first torch optimizer would import torch._dynamo, 2-3 s, in every worker)."""
     script, started = tmp_path / "parent.py", tmp_path / "started"
     script.write_text(PARENT)
     started.mkdir()
@@ -45,6 +48,10 @@ def test_workers_end_when_their_parent_is_killed(tmp_path):
             assert parent.poll() is None and time.monotonic() < deadline, "the workers did not start"
             time.sleep(0.1)
         workers = [int(p.name) for p in started.iterdir()]
+        deadline = time.monotonic() + 10
+        while not all(p.read_text() for p in started.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p.read_text() for p in started.iterdir()] == ["torch torch._dynamo"] * 2
         assert all(alive(pid) for pid in workers)
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
