@@ -13,9 +13,9 @@ Both rows train at once, as two `interlingua train` processes on the one GPU. A 
 `--minutes` (9): training stops `--score-minutes` (2.5) before its end with SIGTERM, which saves
 `last.pt` at the step it reached; the runs' folders stay under `--work` (runs/gpu-study), so the next
 command resumes them exactly where they stopped, and a row that has converged is not trained again.
-Every command then scores what there is with `interlingua experiment`'s runner (`run_recipe`): a
-converged row its averaged checkpoint, a row still training its best-dev-BLEU checkpoint so far
-(`--checkpoint last`: every row's last.pt); on
+Every command then scores what there is (unless `--no-score`: a command that only trains) with
+`interlingua experiment`'s runner (`run_recipe`): a converged row its averaged checkpoint, a row still
+training its best-dev-BLEU checkpoint so far (`--checkpoint last`: every row's last.pt); on
 test_2016_flickr, supervised, zero-shot and zero-shot through English (pivot), cased and lowercased
 BLEU, off-target rates; with each row's state (converged by patience, stopped by the step cap, or
 still training).
@@ -236,7 +236,8 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     from interlingua.config import load_config
     from interlingua.evaluation.plots import plot_dev_bleu_against_loss
     t0 = float(os.environ.get("GPU_T0") or time.time())
-    train_minutes = args.train_minutes if args.train_minutes is not None else args.minutes - args.score_minutes
+    kept = 0.5 if args.no_score else args.score_minutes  # for writing only, or for scoring too
+    train_minutes = args.train_minutes if args.train_minutes is not None else args.minutes - kept
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"environment": environment(args.device), "rows": list(args.rows),
@@ -245,7 +246,7 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     summary["training"] = train_rows(args, t0 + train_minutes * 60)
     configs = {row: load_config(RECIPES / f"{row}.yaml", row_overrides(args, row)) for row in args.rows}
     summary["states"] = {row: state_of(args.work / row, configs[row]) for row in args.rows}
-    scored = score_rows(args, summary["states"])
+    scored = {} if args.no_score else score_rows(args, summary["states"])
     summary["scored"] = {row: {"checkpoint": r["checkpoint"]} if "error" not in r else r for row, r in scored.items()}
     runs = []
     for row in args.rows:
@@ -283,8 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=9.0, help="the command's whole time (default 9)")
     ap.add_argument("--score-minutes", type=float, default=2.5,
                     help="kept for scoring and writing at the end (default 2.5)")
+    ap.add_argument("--no-score", action="store_true",
+                    help="train only, all but half a minute of --minutes; a later command scores (the rows' "
+                         "states and validations are written all the same)")
     ap.add_argument("--train-minutes", type=float, default=None,
-                    help="training time of this command (default: --minutes less --score-minutes)")
+                    help="training time of this command (default: --minutes less --score-minutes, or less half "
+                         "a minute with --no-score)")
     ap.add_argument("--stop-timeout-s", type=float, default=60.0, help="wait after SIGTERM before killing")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a further override for both rows, e.g. train.precision=fp32")

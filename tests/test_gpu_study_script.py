@@ -10,17 +10,18 @@ from test_gpu_scripts import outputs_fit, run_script
 
 
 def test_gpu_study_runs_on_the_cpu_with_tiny_sizes_and_resumes_across_two_commands(multi30k_corpus, tmp_path):
-    """Command 1 trains the baseline row alone (--rows) to step 8 (a step cap given with --set) and scores it;
-    command 2 (both rows, the tiny cap of 12 steps, scoring last.pt) resumes the baseline where it stopped,
-    trains the residual row from the start beside it, and scores both."""
+    """Command 1 trains the baseline row alone (--rows) to step 8 (a step cap given with --set) and scores
+    nothing (--no-score); command 2 (both rows, the tiny cap of 12 steps, scoring last.pt) resumes the
+    baseline where it stopped, trains the residual row from the start beside it, and scores both."""
     work, wheels = tmp_path / "work", tmp_path / "wheels"
     common = ["--device", "cpu", "--tiny", "--corpus", str(multi30k_corpus), "--work", str(work)]
     first = run_script("gpu-study.sh", [*common, "--out", str(tmp_path / "out1"), "--rows", "baseline",
-                                        "--set", "train.max_steps=8"], tmp_path, wheels)
+                                        "--set", "train.max_steps=8", "--no-score"], tmp_path, wheels)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     study = json.loads((tmp_path / "out1" / "study.json").read_text())
     assert study["states"]["baseline"]["steps"] == 8
-    assert {r["recipe"] for r in study["runs"]} == {"baseline"}
+    assert study["runs"] == [] and study["scored"] == {}
+    assert "| baseline | step cap | 8 |" in (tmp_path / "out1" / "study.md").read_text()
     second = run_script("gpu-study.sh", [*common, "--out", str(tmp_path / "out2"), "--set", "train.max_steps=12",
                                          "--checkpoint", "last"], tmp_path, wheels)
     assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]

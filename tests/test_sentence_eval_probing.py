@@ -100,7 +100,7 @@ def test_tagger_tasks_keep_forms_in_one_split(pool):
     if nlp is None:
         from conftest import missing
         missing(reason)
-    parsed = pool[:2500]
+    parsed = pool[:1200]  # enough for splits of 300 / 60 / 60 (800 were, 2026-11-28); each parse costs time
     clauses = main_clauses(parsed, nlp)
     first, second = main_clauses([Sentence(word_tokens("The dogs ran home ."), "x"),
                                   Sentence(word_tokens("A man is running ."), "x")], nlp)
