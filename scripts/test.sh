@@ -6,6 +6,10 @@ bash scripts/setup.sh
 # one thread per test process (two run side by side, below): BLAS threads that spin beside a second process
 # made numpy's SVD checks 3.5x slower
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# bytecode caches written (__pycache__/, git-ignored) even where PYTHONDONTWRITEBYTECODE is set: the suite starts
+# about a hundred Python processes and a few child pytests, and without them each compiled the package again and
+# each pytest rewrote the test modules' asserts again (about 5 s of every collection of the whole suite)
+unset PYTHONDONTWRITEBYTECODE
 .venv/bin/ruff check interlingua tests bench   # lint (pyproject.toml [tool.ruff]); fails the run
 # types (pyproject.toml [tool.mypy]), beside the docs build: each uses one core (mypy about 30 s without its cache)
 .venv/bin/mypy interlingua &
