@@ -10,8 +10,7 @@ bf16 was faster). So where the flags allow bf16, `auto` times a few training ste
 backward) in both precisions, interleaved: of the model about to be trained where there is one
 (`training.precision_probe`), else of a small LSTM + output layer; it keeps bf16 only when it
 wins clearly. The answer is cached per CPU model, flags, torch version, thread count and
-workload (the model's configuration) in `$INTERLINGUA_CACHE_DIR` (default
-`~/.cache/interlingua`)/precision.json.
+workload (the model's configuration) in precision.json in the cache folder (`interlingua.cache`).
 Master weights and the loss stay fp32 either way.
 """
 from __future__ import annotations

@@ -7,6 +7,7 @@ reference sentences of the same language, its ceiling.
 """
 from __future__ import annotations
 
+import array
 import copy
 import functools
 import hashlib
@@ -66,8 +67,6 @@ def _from_arrays(path: Path) -> LanguageIdentifier:
     """The identifier `from_modelstring` builds, from the arrays `_write_arrays` saved (the same types:
     langid indexes `tk_nextmove` and `tk_output` per byte of text, which Python ints and an array.array
     keep fast)."""
-    import array
-
     with np.load(path, allow_pickle=False) as z:
         lengths = z["output_lengths"].tolist()
         ends = np.cumsum(lengths).tolist()
