@@ -1,6 +1,6 @@
 # Sourced by scripts/gpu-check.sh and scripts/gpu-study.sh: install the wheels scripts/gpu-prepare.sh put in
 # .whl/ (or $GPU_CHECK_WHEELS) into .site/ (or $GPU_CHECK_SITE) without the network, put it and the project
-# on PYTHONPATH, and log what was installed and what torch sees to the file named by $1.
+# on PYTHONPATH, and log what was installed and the packages' versions to the file named by $1.
 PY=${PYTHON:-python3}
 wheels=${GPU_CHECK_WHEELS:-.whl}
 site=${GPU_CHECK_SITE:-.site}
@@ -17,12 +17,16 @@ export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
     echo "no wheels in $wheels (scripts/gpu-prepare.sh makes them): using what is installed"
   fi
   "$PY" -c 'import os, time; t = os.environ.get("GPU_T0"); print("ready after", round(time.time() - float(t), 1) if t else "?", "s")'
+  # the versions from the installed packages' metadata, without importing them (torch alone takes seconds): what
+  # torch sees (CUDA, the GPU) is in the summary the Python script writes
   "$PY" - <<'PYTHON' 2>&1
-import torch
-print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU", torch.cuda.is_available() and torch.cuda.get_device_name(0))
-import fastapi, langid, pydantic, sentence_splitter, starlette, uvicorn
-print("pydantic", pydantic.VERSION, "fastapi", fastapi.__version__, "starlette", starlette.__version__, "uvicorn",
-      uvicorn.__version__)
+from importlib.metadata import PackageNotFoundError, version
+def of(name):
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "missing"
+print(*(f"{n} {of(n)}" for n in ("torch", "pydantic", "fastapi", "starlette", "uvicorn", "langid", "sentence-splitter")))
 PYTHON
 } > "$1" 2>&1
 tail -n 3 "$1"

@@ -21,6 +21,7 @@ import torch
 import torch._dynamo
 import yaml
 from conftest import tiny_config
+from test_work_dir_lock import leave_a_stale_lock
 
 from interlingua.config import parse_config
 from interlingua.data.batching import shard
@@ -29,6 +30,7 @@ from interlingua.model_files.checkpoint import Checkpoint, read_checkpoint
 from interlingua.training import compiled as compiled_mod
 from interlingua.training.run import build_run
 from interlingua.training.trainer import train
+from interlingua.training.work_dir_lock import LOCK_NAME
 
 # The model, seeds and batch of every run here; only the number of processes and micro-batches vary.
 # Plain SGD, whose update is linear in the gradient: Adam's first steps divide the gradient by its
@@ -211,10 +213,14 @@ def test_two_gloo_processes_with_contrastive_agreement_equal_one_process(multi30
 def test_torchrun_cli_validates_once_and_resumes_with_another_process_count(multi30k_corpus, one_process, tmp_path):
     """`interlingua train` under torchrun: one validation per validation step (not one per rank),
     one metrics log and (`train.tensorboard`) one TensorBoard event file, process 0's; the run stops at
-    step 3, and goes on to step 6 with ONE process, ending where the one-process run ends."""
+    step 3, and goes on to step 6 with ONE process, ending where the one-process run ends. The work_dir's lock,
+    left behind by a killed process, is taken over by process 0 alone and given back at the end."""
     config = _write_config(multi30k_corpus, tmp_path / "run", tmp_path / "cfg.yaml", tensorboard=True)
+    dead = leave_a_stale_lock(tmp_path / "run")
     done = _torchrun(["-m", "interlingua.cli", "train", str(config), "--set", "train.max_steps=3"])
     assert done.stdout.count("trained 3 steps") == 1  # rank 0 reports
+    assert done.stderr.count(f"taking over the stale lock of {(tmp_path / 'run').resolve()}: process {dead} ") == 1
+    assert not (tmp_path / "run" / LOCK_NAME).exists()
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["type"], r["step"]) for r in records] == [("train", 3), ("valid", 3)]
     assert Checkpoint.read(tmp_path / "run" / "last.pt").training.step == 3

@@ -147,21 +147,27 @@ def _free_port() -> int:
 
 
 def test_under_torchrun_process_0_locks_and_a_refusal_stops_every_process(multi30k_corpus, holder, tmp_path):
-    """Both processes learn of process 0's refusal and exit 2 at once (none waits for the other);
-    with the work_dir free, the two train as one run (process 1 takes no lock of its own)."""
+    """Both processes learn of process 0's refusal and exit 2 at once (none waits for the other). With the
+    work_dir's lock stale, the two train as one run: test_distributed.py's torchrun command line."""
     proc, work = holder
     cfg = _config(multi30k_corpus, work, tmp_path / "cfg.yaml", threads=1, precision="fp32")
-
-    def torchrun() -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "lock",
-               "--log-dir", str(tmp_path / "torchrun-logs"), "-m", "interlingua.cli", "train", str(cfg)]
-        return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
-
-    refused = torchrun()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "lock",
+           "--log-dir", str(tmp_path / "torchrun-logs"), "-m", "interlingua.cli", "train", str(cfg)]
+    refused = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
     assert refused.returncode != 0
     assert refused.stderr.count(f"is in use by another run: process {proc.pid} on") == 2, refused.stderr[-3000:]
-    _stop(proc)
-    done = torchrun()
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "taking over the stale lock" in done.stderr and not (work / LOCK_NAME).exists()
+    assert not (work / "data").exists()  # refused before preparing anything
+
+
+def leave_a_stale_lock(work: Path) -> int:
+    """A process takes the lock of `work` and is killed (SIGKILL): the lock file stays behind, naming it, with no
+    lock on it. Returns the dead process's pid."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_SCRIPT, str(work)], stdout=subprocess.PIPE, text=True,
+                            env=_env())
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+    finally:
+        _stop(proc)
+    assert lock_holder(work)["pid"] == proc.pid
+    return proc.pid
