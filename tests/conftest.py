@@ -78,13 +78,13 @@ def pytest_runtest_setup(item):
 QUIET_PLUGINS = ("-p", "no:schemathesis", "-p", "no:hypothesispytest")
 
 # The test files of 6 s and more, longest first (seconds under pytest-xdist, 2026-11-28: 70 for test_distributed.py
-# down to 6; test_compile.py, 21 s with inductor's cache warm, takes about 47 s cold, as in a fresh clone):
+# down to 6; test_compile.py, 28 s of CPU with inductor's cache warm, takes about 78 s cold, as on a new machine):
 # scripts/test.sh hands whole files to its two processes in this order (--no-loadscope-reorder), then the short
 # rest as collected, so that no long file runs alone at the end.
 LONGEST_FIRST = ("test_distributed.py", "test_kinds_matrix.py", "test_compile.py", "test_gpu_study_script.py",
                  "test_synthetic.py", "test_experiment.py", "test_gpu_scripts.py", "test_sentence_eval_probing.py",
-                 "test_resume.py", "test_work_dir_lock.py", "test_sentence_eval_suites.py", "test_cli.py",
-                 "test_int8.py", "test_zero_shot_study.py", "test_serve.py", "test_output_targets.py",
+                 "test_resume.py", "test_sentence_eval_suites.py", "test_cli.py", "test_int8.py",
+                 "test_work_dir_lock.py", "test_zero_shot_study.py", "test_serve.py", "test_output_targets.py",
                  "test_environment_faults.py", "test_extension.py", "test_fuzz.py", "test_suite_guard.py",
                  "test_tensorboard.py", "test_docs.py", "test_page.py", "test_serve_limits.py", "test_token_batches.py",
                  "test_encoder_analysis.py", "test_checkpoint.py", "test_agreement.py", "test_wheel.py")
