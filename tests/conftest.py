@@ -6,6 +6,9 @@ import atexit
 import os
 import pickle
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,6 +74,24 @@ def pytest_runtest_setup(item):
                     f"(CUDA build: {torch.version.cuda or 'none'}) sees none (CUDA_VISIBLE_DEVICES="
                     f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); run these on a GPU machine "
                     "(scripts/gpu-check.sh), or leave them out with -m \"not cuda\"", pytrace=False)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(args: list[str], nproc: int = 2, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """torchrun with the rendezvous flags a multi-node launch uses (one node here), on loopback, one thread per
+    process; its own files in a temporary folder (else a /tmp/torchelastic_* per launch). Returns what it did."""
+    env = {**(os.environ if env is None else env), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryDirectory() as logs:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "test",
+               "--log-dir", logs, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
 # For the pytest processes that tests start: plugins those runs do not use, left unloaded (each costs about a

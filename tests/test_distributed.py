@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,7 @@ import pytest
 import torch
 import torch._dynamo
 import yaml
-from conftest import tiny_config
+from conftest import tiny_config, torchrun
 from test_work_dir_lock import leave_a_stale_lock
 
 from interlingua.config import parse_config
@@ -105,20 +103,8 @@ def _write_config(corpus: Path, work: Path, path: Path, model: dict | None = Non
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
-    """torchrun with the rendezvous flags a multi-node launch uses (one node here), on loopback."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    with tempfile.TemporaryDirectory() as logs:  # torchrun's own files, else a /tmp/torchelastic_* per launch
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "test",
-               "--log-dir", logs, *args]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    done = torchrun(args, nproc)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 

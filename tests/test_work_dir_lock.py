@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, tiny_config
+from conftest import REPO, tiny_config, torchrun
 
 from interlingua.cli import main
 from interlingua.config import parse_config
@@ -44,14 +44,24 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
-@pytest.fixture
-def holder(tmp_path):
-    """A process holding the lock of tmp_path/run (started from an empty work_dir)."""
-    work = tmp_path / "run"
+def _hold_lock(work: Path) -> subprocess.Popen:
+    """A process that has taken the lock of `work` and waits (stop it with `_stop`)."""
     proc = subprocess.Popen([sys.executable, "-c", HOLD_SCRIPT, str(work)], stdout=subprocess.PIPE, text=True,
                             env=_env())
     try:
         assert proc.stdout.readline().strip() == "locked"
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """A process holding the lock of tmp_path/run (started from an empty work_dir)."""
+    work = tmp_path / "run"
+    proc = _hold_lock(work)
+    try:
         yield proc, work
     finally:
         _stop(proc)
@@ -140,21 +150,12 @@ def test_a_failed_setup_gives_the_lock_back(multi30k_corpus, tmp_path):
     assert not (tmp_path / "run" / LOCK_NAME).exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_under_torchrun_process_0_locks_and_a_refusal_stops_every_process(multi30k_corpus, holder, tmp_path):
     """Both processes learn of process 0's refusal and exit 2 at once (none waits for the other). With the
     work_dir's lock stale, the two train as one run: test_distributed.py's torchrun command line."""
     proc, work = holder
     cfg = _config(multi30k_corpus, work, tmp_path / "cfg.yaml", threads=1, precision="fp32")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "lock",
-           "--log-dir", str(tmp_path / "torchrun-logs"), "-m", "interlingua.cli", "train", str(cfg)]
-    refused = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)
+    refused = torchrun(["-m", "interlingua.cli", "train", str(cfg)], env=_env())
     assert refused.returncode != 0
     assert refused.stderr.count(f"is in use by another run: process {proc.pid} on") == 2, refused.stderr[-3000:]
     assert not (work / "data").exists()  # refused before preparing anything
@@ -163,11 +164,7 @@ def test_under_torchrun_process_0_locks_and_a_refusal_stops_every_process(multi3
 def leave_a_stale_lock(work: Path) -> int:
     """A process takes the lock of `work` and is killed (SIGKILL): the lock file stays behind, naming it, with no
     lock on it. Returns the dead process's pid."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_SCRIPT, str(work)], stdout=subprocess.PIPE, text=True,
-                            env=_env())
-    try:
-        assert proc.stdout.readline().strip() == "locked"
-    finally:
-        _stop(proc)
+    proc = _hold_lock(work)
+    _stop(proc)
     assert lock_holder(work)["pid"] == proc.pid
     return proc.pid
