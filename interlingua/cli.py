@@ -1,13 +1,19 @@
 """The `interlingua` command. It only parses arguments and calls library functions.
 
 Around them it does the little a command needs: torch's thread count for `--threads` (of a command
-that runs no trainer), corpora built from the files it was given, label files read for `evaluate cldc`."""
+that runs no trainer), corpora built from the files it was given, label files read for `evaluate cldc`, and
+one line on stderr however it ends (an error, Ctrl-C or SIGTERM), never a traceback."""
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 from interlingua import arguments
 from interlingua.errors import InterlinguaError
@@ -711,21 +717,69 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, outside training's own handling of it: the command stops as on Ctrl-C."""
+
+    signum = signal.SIGTERM
+
+
+def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
+    raise _Terminated("SIGTERM")
+
+
+@contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """For the whole command SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that a command it stops ends
+    in one line wherever it was: preparing data, or ending on an error after training put its own handler back
+    (a process of `train --processes N` whose peer died gets the launcher's SIGTERM just then; the default
+    action would end it without a word). The handler before is put back on return."""
+    if threading.current_thread() is not threading.main_thread():  # signals are the main thread's business
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _ending() -> None:
+    """The command is ending and saying why: a stop signal now would cut that line short, so it is dropped."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        args.func(args)
-    except InterlinguaError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # unwritable folders, full disks, unreadable files
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as err:  # Ctrl-C; training also turns SIGTERM into this, after saving last.pt
-        print(f"interrupted: {err}" if str(err) else "interrupted", file=sys.stderr)
-        return 128 + getattr(err, "signum", 2)
+    sigint = signal.getsignal(signal.SIGINT)
+    with _sigterm_as_ctrl_c():
+        try:
+            args.func(args)
+        except InterlinguaError as err:
+            _ending()
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        except _Terminated as err:
+            _ending()
+            if isinstance(err.__context__, InterlinguaError):  # it came while that error was on its way out
+                print(f"error: {err.__context__}", file=sys.stderr)
+                return 2
+            print(f"interrupted: {err}", file=sys.stderr)
+            return 128 + signal.SIGTERM
+        except OSError as err:  # unwritable folders, full disks, unreadable files
+            _ending()
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM; training saves last.pt first
+            _ending()
+            print(f"interrupted: {err}" if str(err) else "interrupted", file=sys.stderr)
+            return 128 + getattr(err, "signum", 2)
+        finally:
+            if threading.current_thread() is threading.main_thread() and sigint is not None:
+                signal.signal(signal.SIGINT, sigint)
     return 0
 
 

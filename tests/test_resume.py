@@ -20,6 +20,7 @@ from conftest import tiny_config
 from interlingua.cli import main
 from interlingua.config import parse_config
 from interlingua.data.prepare import prepare
+from interlingua.errors import TrainingError
 from interlingua.model_files.checkpoint import Checkpoint, read_checkpoint, save_atomic
 from interlingua.training import trainer as trainer_mod
 from interlingua.training import validation as validation_mod
@@ -178,6 +179,55 @@ def test_sigterm_through_the_cli_resumes_exactly(multi30k_corpus, straight, tmp_
     code = main(["train", str(cfg_path), "--resume"])
     assert code == 0 and "trained 24 steps" in capsys.readouterr().out
     assert_same_run(reference, work)
+
+
+@pytest.fixture
+def sigterm_noted():
+    """A SIGTERM handler that only notes the signal, in place of the default action (which would end the test
+    process) while a test sends SIGTERM at a moment no handler of the command's own may be in place."""
+    noted: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: noted.append(signum))
+    yield noted
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_before_the_loop_is_one_line(multi30k_corpus, straight, tmp_path, capsys, monkeypatch, sigterm_noted):
+    """SIGTERM while the run is still being built (data, model), before training's own handler: the command
+    ends in one line with SIGTERM's exit status, not silently by the default action."""
+    cfg_path = tmp_path / "exp.yaml"
+    cfg_path.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, tmp_path / "run", **RUN)))
+    real_build = trainer_mod.build_run
+
+    def sigterm_then_build(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "build_run", sigterm_then_build)
+    code = main(["train", str(cfg_path)])
+    assert sigterm_noted == []  # the command's handler had it
+    assert (code, capsys.readouterr().err.strip().splitlines()[-1]) == (128 + signal.SIGTERM, "interrupted: SIGTERM")
+
+
+def test_sigterm_while_an_error_ends_training_keeps_the_errors_line(multi30k_corpus, tmp_path, capsys, monkeypatch,
+                                                                    sigterm_noted):
+    """A process of `train --processes N` whose peer died ends on an error after training put the handler
+    before it back, and the launcher's SIGTERM can arrive just then: the error's line is still printed
+    (before, the process ended without a word)."""
+    cfg_path = tmp_path / "exp.yaml"
+    cfg_path.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, tmp_path / "run", **RUN)))
+    lost = "process 0 of 2: another training process stopped answering in step 7: saved last.pt"
+
+    def train_ending_on_an_error(*args, **kwargs):
+        try:
+            raise TrainingError(lost)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered here, with the error on its way out
+
+    monkeypatch.setattr(trainer_mod, "train", train_ending_on_an_error)
+    code = main(["train", str(cfg_path)])
+    assert sigterm_noted == []
+    assert (code, capsys.readouterr().err.strip().splitlines()) == (2, [f"error: {lost}"])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command's handlers are gone again
 
 
 def test_ctrl_c_mid_step_resumes_exactly(multi30k_corpus, straight, tmp_path):
