@@ -340,6 +340,11 @@ class SyntheticConfig(_Strict):
     """`pivot` mode: train y' -> x (the made sentence as the source: back-translation through the pivot)
     where that direction gets synthetic pairs. With `forward: false` the decoders only ever learn to
     write real text."""
+    tag: bool = False
+    """Start every made source sentence with the BOS id, which no real source sentence holds (sources carry no
+    BOS): tagged back-translation (Caswell, Chelba and Grangier 2019). The model can then tell the made
+    (translationese) sources it learns from apart from the real ones it is asked to translate; nothing is
+    added to the vocabularies, so a trained model fine-tuned with `train --init` takes it as it is."""
     agreement: bool = False
     """Also compute `train.agreement` on the made pairs. Off by default: greedy output repeats itself across a
     batch (many made sentences alike), and a contrastive term asked to tell identical sentences apart pulls the

@@ -349,6 +349,26 @@ def test_without_forward_the_made_sentence_is_only_ever_a_source(multi30k_corpus
         run.close()
 
 
+def test_a_tag_marks_every_made_source_and_no_real_one(cipher_model, tmp_path):
+    """`tag`: each made source sentence starts with the BOS id (tagged back-translation), and is otherwise the
+    one made without the tag; real source sentences never hold BOS."""
+    corpus, checkpoint = cipher_model
+    made = {}
+    for tag in (False, True):
+        run = build_run(_cipher_config(corpus, tmp_path / str(tag), {"modes": ["pivot"], "rate": 1.0,
+                                                                     "forward": False, "tag": tag}), init=checkpoint)
+        try:
+            made[tag] = [mb.batch for _, _, micro, _ in _made(run, steps=3) for mb in micro if not mb.batch.filler]
+            assert not any((BOS == row).any() for batches in run.batches.values() for row in batches.src)
+        finally:
+            run.close()
+    assert made[True] and len(made[True]) == len(made[False])
+    for plain, tagged in zip(made[False], made[True]):
+        assert not (plain.src == BOS).any()
+        assert (tagged.src[:, 0] == BOS).all() and torch.equal(tagged.src_lengths, plain.src_lengths + 1)
+        assert torch.equal(tagged.src[:, 1:], plain.src) and torch.equal(tagged.tgt_out, plain.tgt_out)
+
+
 @pytest.mark.parametrize("weighting", ["token", "batch"])
 def test_made_pairs_weigh_what_the_weighting_says(cipher_model, tmp_path, weighting):
     """With `batch_tokens` a step holds a batch of every trained direction, and its real pairs weigh 1 in all:

@@ -6,12 +6,12 @@ synthetic batch and in which language, so every process and a resumed run decide
 `SyntheticPairs.make` translates this process's part of each chosen batch with the model as it is
 (eval mode, no gradient, the step's autocast; one search per language pair for the whole step), drops
 empty and unfinished made sentences (and with `language_filter` those in another language), and
-returns one extra pass per part: a made target token weighs what a real one of the step weighs
-(`weighting: token`), or each made batch is a mean of its own weighing as much as the step's real
-batch (`weighting: batch`). With `distill`, a made target carries the making direction's distribution at
-each of its positions (word-level distillation of the pivot path). Greedy and beam making draw nothing
-from the RNG; sampled making uses a generator seeded from (seed, step, rank), so exact resume holds
-either way.
+returns one extra pass per part (a made source sentence after the BOS id with `tag`): a made target
+token weighs what a real one of the step weighs (`weighting: token`), or each made batch is a mean of
+its own weighing as much as the step's real batch (`weighting: batch`). With `distill`, a made target
+carries the making direction's distribution at each of its positions (word-level distillation of the
+pivot path). Greedy and beam making draw nothing from the RNG; sampled making uses a generator seeded
+from (seed, step, rank), so exact resume holds either way.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from interlingua.config import SyntheticConfig
 from interlingua.data.batching import make_batch, pad_sources, shard
 from interlingua.data.directions import Direction, synthetic_directions
 from interlingua.data.language_id import identify, supported
-from interlingua.data.vocab import UNK
+from interlingua.data.vocab import BOS, UNK
 from interlingua.modules.search import beam_search, greedy_search, output_limits
 from interlingua.training.metrics import SyntheticStats
 from interlingua.training.run import Run
@@ -213,7 +213,7 @@ class SyntheticPairs:
             job, given, sentences, filler = m.job, m.given, m.made, m.filler
             for use in job.made_is_target:
                 src_lang, tgt_lang = job.direction(parts, use)
-                src, tgt = (given, sentences) if use else (sentences, given)
+                src, tgt = (given, sentences) if use else (self._tagged(sentences, filler), given)
                 agree = run.cfg.train.agreement.weight > 0 and self.cfg.agreement
                 reverse = run.prefix(tgt_lang, src_lang) if agree else None
                 batch = make_batch(src, tgt, src_lang, tgt_lang, run.prefix(src_lang, tgt_lang), run.start(tgt_lang),
@@ -237,6 +237,12 @@ class SyntheticPairs:
                                     agreement=self.cfg.agreement))
         weight = sum(whole[k] / denominator[k] for k in order if denominator[k])
         return micro, keys, weight
+
+    def _tagged(self, sources: list[np.ndarray], filler: bool) -> list[np.ndarray]:
+        """Made source sentences, each after the BOS id with `tag` (no real source holds it)."""
+        if not self.cfg.tag or filler:
+            return sources
+        return [np.concatenate([np.asarray([BOS], dtype=s.dtype), s]) for s in sources]
 
     @contextmanager
     def _evaluating(self) -> Iterator[None]:
