@@ -98,8 +98,8 @@ def _worker_context(preload: Sequence[str]) -> multiprocessing.context.BaseConte
 @contextmanager
 def process_pool(jobs: int, preload: Sequence[str] = ()) -> Iterator[Executor]:
     """An executor with `jobs` worker processes (inline for 1, so one job costs no process), which end when
-    this process dies (`end_with_owner`). `preload`: the modules the jobs run from, imported once for all
-    workers (`_worker_context`)."""
+    this process dies (`end_with_owner`) or is interrupted (`_stop_workers`). `preload`: the modules the jobs
+    run from, imported once for all workers (`_worker_context`)."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     if jobs == 1:
@@ -107,4 +107,19 @@ def process_pool(jobs: int, preload: Sequence[str] = ()) -> Iterator[Executor]:
         return
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_worker_context(preload),
                              initializer=end_with_owner, initargs=(os.getpid(),)) as pool:
-        yield pool
+        try:
+            yield pool
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM to this process: the workers stop too
+            _stop_workers(pool)
+            raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """SIGTERM to each of the pool's workers, whose jobs stop as on Ctrl-C (a training saves `last.pt`):
+    leaving the pool waits for its workers, and a signal sent to this process alone (`kill PID`) would else
+    wait for every job to end. A worker that ended already is left alone."""
+    workers = list((pool._processes or {}).values())  # noqa: SLF001 - the only handle on them before 3.14
+    pool.shutdown(wait=False, cancel_futures=True)  # no queued job starts (and the pool forgets its workers)
+    for worker in workers:
+        if worker.is_alive():
+            worker.terminate()
