@@ -194,6 +194,8 @@ def sigterm_noted():
 def test_sigterm_before_the_loop_is_one_line(multi30k_corpus, straight, tmp_path, capsys, monkeypatch, sigterm_noted):
     """SIGTERM while the run is still being built (data, model), before training's own handler: the command
     ends in one line with SIGTERM's exit status, not silently by the default action."""
+    reference, _ = straight
+    shutil.copytree(reference / "data", tmp_path / "run" / "data")  # the prepared cache, reused as is
     cfg_path = tmp_path / "exp.yaml"
     cfg_path.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, tmp_path / "run", **RUN)))
     real_build = trainer_mod.build_run
