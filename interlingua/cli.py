@@ -732,15 +732,19 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
     """For the whole command SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that a command it stops ends
     in one line wherever it was: preparing data, or ending on an error after training put its own handler back
     (a process of `train --processes N` whose peer died gets the launcher's SIGTERM just then; the default
-    action would end it without a word). The handler before is put back on return."""
+    action would end it without a word). The handlers before (`_ending` changes SIGINT's too) are put back on
+    return."""
     if threading.current_thread() is not threading.main_thread():  # signals are the main thread's business
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            if handler is not None:  # None: installed outside Python, cannot be put back from here
+                signal.signal(sig, handler)
 
 
 def _ending() -> None:
@@ -750,36 +754,30 @@ def _ending() -> None:
             signal.signal(sig, signal.SIG_IGN)
 
 
+def _last_line(err: BaseException) -> tuple[str, int]:
+    """What a command that `err` ended prints on stderr, and its exit status."""
+    if isinstance(err, _Terminated) and isinstance(err.__context__, InterlinguaError):
+        err = err.__context__  # SIGTERM came while that error was on its way out: it is what ended the command
+    if isinstance(err, InterlinguaError):
+        return f"error: {err}", 2
+    if isinstance(err, OSError):  # unwritable folders, full disks, unreadable files
+        return f"error: {err}", 1
+    # Ctrl-C or SIGTERM; training saves last.pt first
+    return (f"interrupted: {err}" if str(err) else "interrupted"), 128 + getattr(err, "signum", 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    sigint = signal.getsignal(signal.SIGINT)
     with _sigterm_as_ctrl_c():
         try:
             args.func(args)
-        except InterlinguaError as err:
+        except (InterlinguaError, OSError, KeyboardInterrupt) as err:
             _ending()
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        except _Terminated as err:
-            _ending()
-            if isinstance(err.__context__, InterlinguaError):  # it came while that error was on its way out
-                print(f"error: {err.__context__}", file=sys.stderr)
-                return 2
-            print(f"interrupted: {err}", file=sys.stderr)
-            return 128 + signal.SIGTERM
-        except OSError as err:  # unwritable folders, full disks, unreadable files
-            _ending()
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM; training saves last.pt first
-            _ending()
-            print(f"interrupted: {err}" if str(err) else "interrupted", file=sys.stderr)
-            return 128 + getattr(err, "signum", 2)
-        finally:
-            if threading.current_thread() is threading.main_thread() and sigint is not None:
-                signal.signal(signal.SIGINT, sigint)
+            line, status = _last_line(err)
+            print(line, file=sys.stderr)
+            return status
     return 0
 
 
