@@ -193,7 +193,7 @@ def test_a_run_without_penalty_or_agreement_plots_its_dev_loss_in_the_middle(tmp
     its penalty: a flat line at zero says nothing."""
     import interlingua.figures as figures
     titles: list[str] = []
-    monkeypatch.setattr(figures, "save_figure", lambda fig, out: titles.append(fig.axes[1].get_title()))
+    monkeypatch.setattr(figures, "save_figure", lambda fig, out, **_: titles.append(fig.axes[1].get_title()))
     valid = {"type": "valid", "step": 8, "mean_bleu": 1.5, "mean_loss": 5.0,
              "directions": {"en-de": {"loss": 5.0, "bleu": 1.5, "zero_shot": False}}}
     for penalty in (0.0, 0.5):
