@@ -226,11 +226,16 @@ def test_sigterm_while_an_error_ends_training_keeps_the_errors_line(multi30k_cor
             os.kill(os.getpid(), signal.SIGTERM)  # delivered here, with the error on its way out
 
     monkeypatch.setattr(trainer_mod, "train", train_ending_on_an_error)
-    sigint_before = signal.getsignal(signal.SIGINT)  # ignored where the suite was started in the background
-    code = main(["train", str(cfg_path)])
+    # Ctrl-C's own handler before the command, even where the suite was started with SIGINT ignored (in the
+    # background), where the command's ignoring it at its end would look like a restored handler
+    sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = main(["train", str(cfg_path)])
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command's handlers are gone again
+    finally:
+        signal.signal(signal.SIGINT, sigint)
     assert sigterm_noted == []
     assert (code, capsys.readouterr().err.strip().splitlines()) == (2, [f"error: {lost}"])
-    assert signal.getsignal(signal.SIGINT) is sigint_before  # the command's handlers are gone again
 
 
 def test_ctrl_c_mid_step_resumes_exactly(multi30k_corpus, straight, tmp_path):
