@@ -275,3 +275,26 @@ def test_a_tiny_run_trains_with_the_authors_dropouts(multi30k_corpus, tmp_path):
     assert saved.model.encoder.attention_dropout == saved.model.decoder.attention_dropout == 0.2
     assert saved.model.encoder.word_dropout == saved.model.decoder.word_dropout == 0.1
     assert saved.train.adam_betas == (0.9, 0.98)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_attention_trains_in_fp32_and_decodes_in_bf16(causal):
+    """The fused CPU kernel's bf16 backward pass is several times slower than its fp32 one: with gradients on,
+    bf16 attention is the fp32 kernel's (its output and gradients rounded to bf16); without them (decoding),
+    the bf16 kernel's own."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = [torch.randn(2, 4, 6, 8, generator=g).bfloat16().requires_grad_() for _ in range(3)]
+    mask = None if causal else torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = transformer.attention(q, k, v, mask=mask, causal=causal)
+    fp32 = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    want = torch.nn.functional.scaled_dot_product_attention(*fp32, attn_mask=mask, is_causal=causal)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want.bfloat16())
+    got.float().sum().backward()
+    want.sum().backward()
+    for ours, theirs in zip((q, k, v), fp32):
+        assert ours.grad is not None and torch.equal(ours.grad, theirs.grad.bfloat16())
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        decoded = transformer.attention(q, k, v, mask=mask, causal=causal)
+        assert torch.equal(decoded, torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal))

@@ -137,6 +137,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     if q.device.type == "cuda":
         with _without_cudnn_attention():
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
+    if q.dtype != torch.float32 and torch.is_grad_enabled():
+        # the fused CPU kernel's backward pass in bf16 took 4-14x its fp32 time (an Intel Xeon with AMX, 64
+        # sentences, 4 heads of 32, 12-30 positions: over half of a bf16 Transformer step), its forward pass
+        # about fp32's: training steps attend in fp32, decoding in the model's precision
+        with torch.autocast("cpu", enabled=False):
+            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, is_causal=causal,
+                                                 dropout_p=dropout)
+        return out.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
 
 
