@@ -1,6 +1,7 @@
 """Where a paper-size training step spends its time, and what this CPU's matrix products can do.
 
 Run: python bench/profile_step.py [--bridge attention|none] [--steps 3] [--warmup 3] [--threads 2]
+     [--recipe recipes/paper_bilingual_en_de.yaml] [--precision fp32|bf16]
      [--gemm-n 2048] [--bf16-n 512] [--no-step] [--out bench/results/profile_step.jsonl]
 
 Two measurements, one JSON line each:
@@ -8,7 +9,8 @@ Two measurements, one JSON line each:
   (`torch.mm`), --gemm-n for fp32 and --bf16-n for bf16 (emulated, and so very slow, on CPUs
   without AVX512-BF16 / AMX: keep it small there); this is the roof a step's products run against.
 - "step" (unless --no-step): torch.profiler over --steps training steps of
-  recipes/paper_bilingual_en_de.yaml (en->de, batch 64) after --warmup unprofiled ones, the same
+  --recipe (recipes/paper_bilingual_en_de.yaml: en->de, batch 64; its corpus replaced by Multi30k, its
+  precision by --precision where given) after --warmup unprofiled ones, the same
   loss / backward / clip / Adam sequence as the trainer's loop: the mean step time, the operators
   with the most self CPU time, and for the operators the profiler counts FLOPs of (matrix
   products, some element-wise operators; not the fused LSTM kernels) their FLOPs and rate.
@@ -60,10 +62,12 @@ def profile_steps(args: argparse.Namespace) -> dict:
     from interlingua.training.run import build_run
     work = Path(args.work)
     corpus = get_multi30k(work / "multi30k", args.data)
-    cfg = load_config(ROOT / "recipes" / "paper_bilingual_en_de.yaml", [
-        f"corpus={corpus}", f"work_dir={work / args.bridge}", f"model.bridge.type={args.bridge}",
+    recipe = Path(args.recipe)
+    precision = [f"train.precision={args.precision}"] if args.precision else []
+    cfg = load_config(recipe, [
+        f"corpus={corpus}", f"work_dir={work / f'{recipe.stem}_{args.bridge}'}", f"model.bridge.type={args.bridge}",
         f"train.softmax_sample={args.softmax_sample}", f"train.threads={args.threads}",
-        "preprocess.max_valid_sentences=8"])
+        "preprocess.max_valid_sentences=8", *precision])
     (cfg.work_dir / "last.pt").unlink(missing_ok=True)
     run = build_run(cfg)
     run.network.train()
@@ -80,7 +84,7 @@ def profile_steps(args: argparse.Namespace) -> dict:
     gemm = [e for e in events if e.flops]
     gemm_s = sum(e.self_cpu_time_total for e in gemm) / 1e6
     gemm_flops = sum(e.flops for e in gemm)
-    return {"kind": "step", "recipe": "paper_bilingual_en_de", "bridge": args.bridge,
+    return {"kind": "step", "recipe": recipe.stem, "bridge": args.bridge,
             "softmax_sample": args.softmax_sample,
             "threads": args.threads, "precision": run.precision, "steps_profiled": args.steps,
             "step_s_mean_under_profiler": round(step_s, 3),
@@ -98,6 +102,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bridge", default="attention", choices=["attention", "none"])
     ap.add_argument("--softmax-sample", type=int, default=0)
+    ap.add_argument("--recipe", default=str(ROOT / "recipes" / "paper_bilingual_en_de.yaml"))
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default=None, help="in place of the recipe's")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
