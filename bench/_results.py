@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shlex
 import sys
@@ -16,6 +17,8 @@ def append_result(path: str | Path | None, record: dict) -> None:
     fields of `record` with those names are kept, missing ones are filled in."""
     record = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), **record}
     record.setdefault("command", shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
+    if "environment" not in record and (settings := speed_settings()):
+        record["environment"] = settings
     line = json.dumps(record)
     print(line, flush=True)
     if path:
@@ -23,6 +26,17 @@ def append_result(path: str | Path | None, record: dict) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
+
+
+SPEED_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "ONEDNN_", "DNNL_", "TORCHINDUCTOR_")
+"""Environment variables (names, or prefixes ending in `_`) that change what a timing measures."""
+
+
+def speed_settings() -> dict[str, str]:
+    """The environment's speed-relevant settings that are set (e.g. oneDNN's kernel cache size, which
+    `bench/train_speed.py` lines were once compared by without recording it)."""
+    return {name: value for name, value in sorted(os.environ.items())
+            if any(name == var or (var.endswith("_") and name.startswith(var)) for var in SPEED_VARIABLES)}
 
 
 def cpu_model() -> str:
