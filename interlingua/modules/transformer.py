@@ -127,8 +127,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     `dropout` on the attention weights. With dropout on the CPU the weights are spelled out, so
     that they are dropped with `scaled_keep_mask` (the fused kernel's CPU dropout draws torch's
     slow masks), in fp32 as the fused kernel's CPU fallback does (small batched bf16 products are
-    several times slower there); everywhere else the fused kernel runs. On a GPU it runs without
-    cuDNN's attention (see `_without_cudnn_attention`)."""
+    several times slower there); everywhere else the fused kernel runs, on the CPU in fp32 where a bf16
+    training step needs its backward pass. On a GPU it runs without cuDNN's attention (see
+    `_without_cudnn_attention`)."""
     if dropout > 0 and q.device.type == "cpu":
         with torch.autocast("cpu", enabled=False):
             weights = _attention_weights(q.float(), k.float(), mask, causal)
@@ -138,9 +139,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
         with _without_cudnn_attention():
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
     if q.dtype != torch.float32 and torch.is_grad_enabled():
-        # the fused CPU kernel's backward pass in bf16 took 4-14x its fp32 time (an Intel Xeon with AMX, 64
-        # sentences, 4 heads of 32, 12-30 positions: over half of a bf16 Transformer step), its forward pass
-        # about fp32's: training steps attend in fp32, decoding in the model's precision
+        # the fused CPU kernel's backward pass in bf16 took about 20x its fp32 time (21 against 1.1 ms a call,
+        # 39% of a bf16 step of a d128 Transformer on an Intel Xeon with AMX: docs/results/speed.md), its
+        # forward pass near fp32's: training steps attend in fp32, decoding in the model's precision
         with torch.autocast("cpu", enabled=False):
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, is_causal=causal,
                                                  dropout_p=dropout)
