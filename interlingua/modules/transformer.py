@@ -138,7 +138,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     if q.device.type == "cuda":
         with _without_cudnn_attention():
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
-    if q.dtype != torch.float32 and torch.is_grad_enabled():
+    if q.device.type == "cpu" and q.dtype != torch.float32 and torch.is_grad_enabled():
         # the fused CPU kernel's backward pass in bf16 took about 20x its fp32 time (21 against 1.1 ms a call,
         # 39% of a bf16 step of a d128 Transformer on an Intel Xeon with AMX: docs/results/speed.md), its
         # forward pass near fp32's: training steps attend in fp32, decoding in the model's precision
