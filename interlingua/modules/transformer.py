@@ -143,8 +143,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
         # 39% of a bf16 step of a d128 Transformer on an Intel Xeon with AMX: docs/results/speed.md), its
         # forward pass near fp32's: training steps attend in fp32, decoding in the model's precision
         with torch.autocast("cpu", enabled=False):
-            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, is_causal=causal,
-                                                 dropout_p=dropout)
+            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, is_causal=causal)
         return out.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
 
