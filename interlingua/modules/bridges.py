@@ -12,10 +12,10 @@ from typing import Literal
 
 import torch
 from pydantic import Field
-from torch import nn
 
 from interlingua.config import KindConfig
 from interlingua.modules.base import Bridge, BridgeOutput
+from interlingua.modules.linear import Linear
 from interlingua.modules.registry import BRIDGES
 
 __all__ = ["AttentionBridge", "AttentionBridgeConfig", "BridgeOutput", "NoBridge", "NoBridgeConfig",
@@ -45,8 +45,8 @@ class AttentionBridge(Bridge):
 
     def __init__(self, input_dim: int, hidden: int, heads: int):
         super().__init__()
-        self.w1 = nn.Linear(input_dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, heads, bias=False)
+        self.w1 = Linear(input_dim, hidden, bias=False)
+        self.w2 = Linear(hidden, heads, bias=False)
         self.heads = heads
         self.output_dim = input_dim
 

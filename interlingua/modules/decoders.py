@@ -19,6 +19,7 @@ from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.modules.base import Decoder, DecoderStateLike, masked_mean
 from interlingua.modules.dropout import Dropout
+from interlingua.modules.linear import Linear
 from interlingua.modules.registry import DECODERS
 
 
@@ -73,10 +74,10 @@ class LSTMDecoder(Decoder):
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
         self.lstm = nn.LSTM(embed_dim + (hidden if input_feed else 0), hidden, num_layers=layers,
                             batch_first=True, dropout=dropout if layers > 1 else 0.0)
-        self.init_proj = nn.Linear(memory_dim, 2 * layers * hidden)
-        self.key_proj = nn.Linear(memory_dim, hidden, bias=False)
-        self.out_proj = nn.Linear(memory_dim + hidden, hidden, bias=False)
-        self.generator = nn.Linear(hidden, vocab_size)
+        self.init_proj = Linear(memory_dim, 2 * layers * hidden)
+        self.key_proj = Linear(memory_dim, hidden, bias=False)
+        self.out_proj = Linear(memory_dim + hidden, hidden, bias=False)
+        self.generator = Linear(hidden, vocab_size)
         self.dropout = Dropout(dropout)
 
     @classmethod

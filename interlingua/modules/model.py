@@ -24,6 +24,7 @@ from interlingua.data.vocab import EOS, PAD, Vocab, vocab_offsets
 from interlingua.errors import ConfigError, LanguageError
 from interlingua.modules.agreement import agreement_losses
 from interlingua.modules.base import BridgeOutput, Decoder, Encoder, masked_mean
+from interlingua.modules.linear import linear
 from interlingua.modules.outputs import OutputRows, RestrictedDecoder
 from interlingua.modules.registry import BRIDGES, DECODERS, ENCODERS
 
@@ -344,5 +345,5 @@ def _sampled_logits(generator: nn.Linear, states: torch.Tensor, gold: torch.Tens
     else:
         drawn = rows.index(gold.device)[torch.randint(len(rows), (extra,), device=gold.device)]
     candidates = torch.unique(torch.cat([gold, drawn]))  # sorted
-    logits = F.linear(states, generator.weight[candidates], generator.bias[candidates]).float()
+    logits = linear(states, generator.weight[candidates], generator.bias[candidates]).float()
     return logits, torch.searchsorted(candidates, gold)

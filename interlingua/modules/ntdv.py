@@ -29,6 +29,7 @@ from torch import nn
 from interlingua.config import KindConfig
 from interlingua.errors import LanguageError
 from interlingua.modules.base import Bridge, BridgeOutput
+from interlingua.modules.linear import Linear
 from interlingua.modules.registry import BRIDGES
 
 __all__ = ["NTDVBridge", "NTDVBridgeConfig"]
@@ -58,12 +59,12 @@ class NTDVBridge(Bridge):
             raise ValueError("the ntdv bridge needs the source languages (one projection each)")
         self.heads, self.hidden = heads, hidden
         self.output_dim = input_dim
-        self.projections = nn.ModuleDict({lang: nn.Linear(input_dim, hidden) for lang in languages})
-        self.query_key = nn.Linear(hidden, 2 * heads * hidden)
+        self.projections = nn.ModuleDict({lang: Linear(input_dim, hidden) for lang in languages})
+        self.query_key = Linear(hidden, 2 * heads * hidden)
         self.value_weight = nn.Parameter(torch.empty(heads, hidden, hidden))
         self.value_bias = nn.Parameter(torch.empty(heads, hidden))
         self.gru = nn.GRU(hidden, hidden, batch_first=True)
-        self.out = nn.Linear(hidden, input_dim)
+        self.out = Linear(hidden, input_dim)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -5,7 +5,7 @@ ids of its own vocabulary (and the specials, EOS among them): its distribution i
 those rows of the output projection alone. For an old language these rows are exactly the old
 model's (the old ids are a prefix of the id space), so its log-probabilities, and hence its
 translations, are the old model's bit for bit: the logits come from the same contiguous weight
-rows through the same `F.linear`, and the softmax runs over the same number of entries.
+rows through the same `linear` (`interlingua.modules.linear`), and the softmax runs over the same number of entries.
 
 Training uses the same restricted softmax (`TranslationNetwork.loss`), so the objective the model
 is fine-tuned on is the distribution the search reads, and an old language's loss is the one it
@@ -17,10 +17,10 @@ import threading
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from interlingua.modules.base import Decoder
+from interlingua.modules.linear import linear
 
 
 class OutputRows:
@@ -48,9 +48,9 @@ class OutputRows:
         """Logits of the allowed rows only (..., len(self)), column i being id `index()[i]`."""
         n = self.prefix
         if n is not None:  # contiguous rows: the very computation an unextended model of n ids does
-            return F.linear(states, generator.weight[:n], None if generator.bias is None else generator.bias[:n])
+            return linear(states, generator.weight[:n], None if generator.bias is None else generator.bias[:n])
         idx = self.index(states.device)
-        return F.linear(states, generator.weight[idx], None if generator.bias is None else generator.bias[idx])
+        return linear(states, generator.weight[idx], None if generator.bias is None else generator.bias[idx])
 
     def renumber(self, ids: torch.Tensor) -> torch.Tensor:
         """Positions of allowed ids among the allowed rows (what a restricted softmax's targets are)."""

@@ -57,6 +57,7 @@ from interlingua.modules.int8 import (
     restricted_output_layers,
     shape_label,
 )
+from interlingua.modules.linear import Linear
 from interlingua.precision import cpu_flags, machine_key
 
 log = logging.getLogger(__name__)
@@ -299,7 +300,7 @@ def pack_output_layers(network: nn.Module, kernel: str = "auto") -> int:
         return 0
     keep = restricted_output_layers(network)
     owners = [(module, child) for module in network.modules() for name, child in module.named_children()
-              if name == "generator" and type(child) is nn.Linear and id(child) not in keep
+              if name == "generator" and type(child) in (nn.Linear, Linear) and id(child) not in keep
               and child.weight.device.type == "cpu" and child.weight.dtype == torch.float32]
     if not owners or not packed_kernel_works():
         return 0

@@ -43,6 +43,7 @@ from interlingua.errors import ConfigError, LanguageError
 from interlingua.modules.base import Decoder, DecoderStateLike, Encoder
 from interlingua.modules.dropout import Dropout, scaled_keep_mask
 from interlingua.modules.encoders import lengths_to_mask
+from interlingua.modules.linear import Linear
 from interlingua.modules.registry import DECODERS, ENCODERS
 
 
@@ -210,9 +211,9 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, dim: int, heads: int, kv_dim: int | None = None, dropout: float = 0.0):
         super().__init__()
         self.heads, self.dropout = heads, dropout
-        self.q_proj = nn.Linear(dim, dim)
-        self.kv_proj = nn.Linear(kv_dim or dim, 2 * dim)
-        self.out_proj = nn.Linear(dim, dim)
+        self.q_proj = Linear(dim, dim)
+        self.kv_proj = Linear(kv_dim or dim, 2 * dim)
+        self.out_proj = Linear(dim, dim)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
@@ -241,8 +242,8 @@ class _Layer(nn.Module):
         super().__init__()
         self.pre = norm == "pre"
         self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(n_norms))
-        self.ff = nn.Sequential(nn.Linear(dim, ff_dim), nn.ReLU(), _dropout(dropout, variational),
-                                nn.Linear(ff_dim, dim))
+        self.ff = nn.Sequential(Linear(dim, ff_dim), nn.ReLU(), _dropout(dropout, variational),
+                                Linear(ff_dim, dim))
         self.drop = _dropout(dropout, variational)
 
     def _sub_input(self, x: torch.Tensor, i: int) -> torch.Tensor:
@@ -403,13 +404,13 @@ class _Embedding(nn.Module):
         with torch.no_grad():  # N(0, 1/embed_dim): scaled by sqrt(embed_dim), tokens weigh as much as positions
             nn.init.normal_(self.embed.weight, 0.0, embed_dim ** -0.5)
             self.embed.weight[PAD].zero_()
-        self.proj = nn.Linear(embed_dim, dim, bias=False) if embed_dim != dim else None
+        self.proj = Linear(embed_dim, dim, bias=False) if embed_dim != dim else None
         self.scale = math.sqrt(embed_dim)
         self.max_positions = cfg.max_positions
         self.table = nn.Embedding(cfg.max_positions, dim) if cfg.positions == "learned" else None
         self.drop = _dropout(dropout, cfg.variational_dropout)
         self.word_dropout = cfg.word_dropout
-        self.language_proj = nn.Linear(2 * dim, dim) if language_concat else None
+        self.language_proj = Linear(2 * dim, dim) if language_concat else None
 
     def forward(self, ids: torch.Tensor, start: int = 0, language: torch.Tensor | None = None) -> torch.Tensor:
         """ids (batch, n) at positions start .. start + n - 1 -> (batch, n, d_model); `language` (d_model,):
@@ -564,7 +565,7 @@ class TransformerDecoder(Decoder):
                          attention_dropout=cfg.attention_dropout)
             for _ in range(cfg.layers))
         self.final_norm = nn.LayerNorm(dim) if cfg.norm == "pre" else None
-        self.generator = nn.Linear(dim, vocab_size)
+        self.generator = Linear(dim, vocab_size)
         if cfg.tie_embeddings:  # one Parameter: the embedding table is the output projection's weight
             if self.embedding.proj is not None:
                 raise ConfigError(f"decoder.tie_embeddings needs the decoder width ({dim}) "
