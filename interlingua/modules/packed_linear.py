@@ -300,8 +300,8 @@ def pack_output_layers(network: nn.Module, kernel: str = "auto") -> int:
         return 0
     keep = restricted_output_layers(network)
     owners = [(module, child) for module in network.modules() for name, child in module.named_children()
-              if name == "generator" and type(child) in (nn.Linear, Linear) and id(child) not in keep
-              and child.weight.device.type == "cpu" and child.weight.dtype == torch.float32]
+              if name == "generator" and isinstance(child, nn.Linear) and type(child) in (nn.Linear, Linear)
+              and id(child) not in keep and child.weight.device.type == "cpu" and child.weight.dtype == torch.float32]
     if not owners or not packed_kernel_works():
         return 0
     done: dict[int, PackedLinear | None] = {}  # a layer under several decoders is packed once
