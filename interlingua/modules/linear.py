@@ -39,12 +39,14 @@ def _reduced_dtype(x: torch.Tensor) -> torch.dtype | None:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)`; a reduced-precision training product on the CPU runs with its rows
     padded to a multiple of `ROW_MULTIPLE` (see the module's docstring)."""
-    if x.device.type != "cpu" or not torch.is_grad_enabled() or torch.compiler.is_compiling():
+    if not torch.is_grad_enabled() or x.device.type != "cpu":  # decoding, GPUs: at once
         return F.linear(x, weight, bias)
     dtype = _reduced_dtype(x)
+    if dtype is None or torch.compiler.is_compiling():  # fp32 training: one check more than F.linear
+        return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     pad = -rows % ROW_MULTIPLE
-    if dtype is None or pad == 0 or rows == 0:
+    if pad == 0 or rows == 0:
         return F.linear(x, weight, bias)
     flat = F.pad(x.reshape(rows, x.shape[-1]).to(dtype), (0, 0, 0, pad))
     return F.linear(flat, weight, bias)[:rows].reshape(*x.shape[:-1], weight.shape[0])
