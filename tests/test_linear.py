@@ -22,12 +22,12 @@ def _product_sizes(fn) -> set[int]:
     """Every dimension of the matrices of the products `fn` runs (forward and backward), from torch's profiler."""
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()
-    rows = set()
+    sizes = set()
     for event in prof.events():
         if event.name in ("aten::addmm", "aten::mm") and event.input_shapes:
             shapes = [s for s in event.input_shapes if len(s) == 2]
-            rows.update(n for s in shapes for n in s)
-    return rows
+            sizes.update(n for s in shapes for n in s)
+    return sizes
 
 
 @pytest.mark.parametrize("shape", [(3, 7), (5, 1), (130,)])
@@ -45,7 +45,7 @@ def test_a_bf16_training_product_is_padded_and_equals_the_plain_one(shape):
         return y
 
     outputs = []
-    rows = _product_sizes(lambda: outputs.append(run(ours, xa)))
+    sizes = _product_sizes(lambda: outputs.append(run(ours, xa)))
     yb = run(plain, xb)
     assert outputs[0].shape == yb.shape == (*shape, 40) and outputs[0].dtype == yb.dtype == torch.bfloat16
     torch.testing.assert_close(outputs[0], yb)
@@ -54,7 +54,7 @@ def test_a_bf16_training_product_is_padded_and_equals_the_plain_one(shape):
     torch.testing.assert_close(ours.bias.grad, plain.bias.grad)
     tokens = x.numel() // 24
     padded = -(-tokens // ROW_MULTIPLE) * ROW_MULTIPLE
-    assert tokens not in rows and padded in rows, rows
+    assert tokens not in sizes and padded in sizes, sizes
 
 
 def test_fp32_and_no_grad_products_are_not_padded():

@@ -3,13 +3,11 @@
 Why: on the CPU, a bf16 (or fp16) matrix product runs through oneDNN, which builds (JIT-compiles) a
 kernel for every new shape and keeps up to 1,024 of them. In training, the rows of a product are the
 batch's tokens, a number that is new at nearly every step, so for hundreds of steps each product built
-its kernels first: timed alone on an Intel Xeon with AMX (2 threads, 3,000 forward and backward passes of
-a 128 -> 512 layer at 1,500-3,500 rows), 51.9 s and 1.8 GiB against 14.8 s and 0.35 GiB with the rows
-rounded up to a multiple of 64, and 28.4 s in fp32 (MKL, which builds nothing per shape). Here the rows
-of such a product are padded with zeros to a multiple of `ROW_MULTIPLE` (at most 63 more rows, about 2%
-of a training batch) and the padding's outputs dropped: the real rows' outputs and every gradient are
-what the unpadded product gives (the padding rows are zeros, so they add nothing to the weights'
-gradients).
+its kernels first, and kept them: a bf16 Transformer run used twice the memory of the same run with the rows
+padded, at the same speed (the figures: docs/results/speed.md, "bf16 training on the CPU"). Here the rows of
+such a product are padded with zeros to a multiple of `ROW_MULTIPLE` (at most 63 more rows, about 2% of a
+training batch) and the padding's outputs dropped: the padding rows are zeros, so the real rows' outputs and
+the gradients are the same products.
 
 Only training products (gradients on) in bf16 / fp16 on the CPU are padded: fp32 products go to MKL,
 decoding steps have a few hundred shapes at most (which the cache keeps), and a compiled step
@@ -46,7 +44,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     pad = -rows % ROW_MULTIPLE
-    if pad == 0 or rows == 0:
+    if pad == 0:  # no rows, or already a multiple
         return F.linear(x, weight, bias)
     flat = F.pad(x.reshape(rows, x.shape[-1]).to(dtype), (0, 0, 0, pad))
     return F.linear(flat, weight, bias)[:rows].reshape(*x.shape[:-1], weight.shape[0])
