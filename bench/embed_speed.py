@@ -102,6 +102,8 @@ def record(system: str, times: list[float], n: int, args: argparse.Namespace, **
 
 
 def main() -> None:
+    from interlingua import tune_allocator
+    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", help="interlingua checkpoint (.pt)")

@@ -24,6 +24,8 @@ RESULTS = Path(__file__).parent / "results" / "engine_vs_ct2.jsonl"
 
 
 def main() -> None:
+    from interlingua import tune_allocator
+    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--src", default="en")

@@ -30,6 +30,8 @@ from interlingua.inference.api import load  # noqa: E402
 
 
 def main() -> None:
+    from interlingua import tune_allocator
+    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--src", default="en")

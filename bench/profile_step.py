@@ -99,6 +99,8 @@ def profile_steps(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    from interlingua import tune_allocator
+    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bridge", default="attention", choices=["attention", "none"])
     ap.add_argument("--softmax-sample", type=int, default=0)

@@ -22,6 +22,8 @@ from interlingua.training.run import build_run  # noqa: E402
 
 
 def main() -> None:
+    from interlingua import tune_allocator
+    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("config")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

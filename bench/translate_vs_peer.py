@@ -47,6 +47,8 @@ PEER_INT8 = "opennmt-py@int8"
 
 
 def main() -> None:
+    from interlingua import tune_allocator
+    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ours", action="append", required=True, metavar="NAME=CKPT",
                     help="one of our checkpoints (repeat)")

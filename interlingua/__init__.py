@@ -6,9 +6,11 @@
 >>> model.encode(["a dog runs."], lang="en")        # (1, d) float32 sentence vectors
 """
 
+from interlingua.allocator import tune_allocator
+
 __version__ = "0.1.0"
 
-__all__ = ["load", "Model", "Languages", "Representation", "__version__"]
+__all__ = ["load", "Model", "Languages", "Representation", "tune_allocator", "__version__"]
 
 
 def __getattr__(name: str):

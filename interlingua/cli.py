@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from interlingua import arguments
+from interlingua.allocator import tune_allocator
 from interlingua.errors import InterlinguaError
 from interlingua.textio import decode_lines
 
@@ -772,6 +773,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     with _sigterm_as_ctrl_c():
         try:
+            tune_allocator()  # tensors' memory reused, not faulted in afresh at every step (interlingua.allocator)
             args.func(args)
         except (InterlinguaError, OSError, KeyboardInterrupt) as err:
             _ending()

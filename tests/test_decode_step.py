@@ -1,17 +1,23 @@
 """The decoding step's fast paths give what the plain operations give: the search's choices by blocks
-(`modules.candidates`); and the Transformer's cached steps stay each state's own (a state stepped twice, rows
-chosen again), which a cache written in place would have to keep.
+(`modules.candidates`); greedy search's unnormalised scores (`step_scores`) for every decoder kind and wrapper;
+the Transformer's eval step, the layers' forward without the module calls; and the Transformer's cached steps
+stay each state's own (a state stepped twice, rows chosen again), which a cache written in place would have to
+keep.
 
 Tiny random models, no training; the equality of whole translations before and after is measured on the test
 set (docs/results/speed.md).
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from test_decoding import tiny_model
 from test_transformer import model, padded_batch
 
 from interlingua.modules.candidates import argmax_rows, best_candidates
+from interlingua.modules.search import greedy_search
+from interlingua.modules.shortlist_decoding import START_POSITION, ShortlistDecoder
 
 
 @pytest.mark.parametrize("vocab", [8000, 8003, 50, 129])
@@ -65,3 +71,81 @@ def test_reordered_rows_keep_their_own_cache():
     moved, _ = decoder.step(torch.full((4,), 8), state.select(order))
     plain, _ = decoder.step(torch.full((4,), 8), state)
     assert torch.equal(moved, plain[order])
+
+
+class StepOnly:
+    """A decoder as the search saw one before `step_scores`: log-probabilities only."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def parameters(self):
+        return self.inner.parameters()
+
+    def step(self, prev, state):
+        return self.inner.step(prev, state)
+
+
+def _networks():
+    """One network per decoder kind: the LSTM with and without the bridge, the Transformer pre- and post-norm."""
+    return {"lstm": tiny_model("attention", False, seed=2, vocab=40, init=0.8),
+            "lstm-feed-no-bridge": tiny_model("none", True, seed=3, vocab=40, init=0.8),
+            "transformer": model(seed=4), "transformer-post": model(decoder={"norm": "post"}, seed=5)}
+
+
+@pytest.mark.parametrize("kind", ["lstm", "lstm-feed-no-bridge", "transformer", "transformer-post"])
+@pytest.mark.parametrize("wrapper", ["none", "restricted", "shortlist"])
+@torch.inference_mode()
+def test_greedy_search_on_unnormalised_scores_is_greedy_search_on_log_probabilities(kind, wrapper):
+    net = _networks()[kind]
+    size = net.decoder_for("de").generator.out_features
+    if wrapper == "restricted":
+        net.restrict_outputs({"de": [(0, size - 7)]})
+    src, lengths = padded_batch()
+    src = src.clamp(max=size - 1)
+    decoder, state = net.start_decoding(net.run_encoder(src, lengths, "en"), "de")
+    start = 1
+    if wrapper == "shortlist":
+        rng = np.random.default_rng(0)
+        decoder = ShortlistDecoder(decoder, [rng.choice(size, 9, replace=False) for _ in range(4)], start)
+        state, start = decoder.wrap(state), START_POSITION
+    prev = torch.full((4,), start)
+    scores, _ = decoder.step_scores(prev, state)
+    logp, _ = decoder.step(prev, state)
+    assert torch.equal(argmax_rows(scores), logp.argmax(-1))
+    if wrapper == "restricted":
+        assert torch.isinf(scores[:, size - 7:]).all()
+    else:
+        assert torch.equal(torch.log_softmax(scores.float(), dim=-1), logp)
+    assert greedy_search(decoder, state, 15, start) == greedy_search(StepOnly(decoder), state, 15, start)
+
+
+@pytest.mark.parametrize("settings", [
+    pytest.param({}, id="pre-sinusoidal"),
+    pytest.param({"norm": "post", "positions": "learned"}, id="post-learned"),
+])
+@torch.inference_mode()
+def test_the_eval_step_is_the_layers_own_forward(settings):
+    """The Transformer decoder's step in eval mode (`DecoderLayer.step`) gives, bit for bit, what its layers'
+    forward gives (the path training takes; here without dropout), for one row per sentence and for beams."""
+    net = model(decoder=settings, dropout=0.0, seed=7)
+    src, lengths = padded_batch()
+    decoder, state = net.start_decoding(net.run_encoder(src, lengths, "en"), "de")
+
+    def both(tokens, state):
+        fast = decoder.step_states(tokens, state)
+        decoder.train()
+        try:
+            plain = decoder.step_states(tokens, state)
+        finally:
+            decoder.eval()
+        assert torch.equal(fast[0], plain[0])
+        for ours, theirs in zip(fast[1].caches, plain[1].caches):
+            assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+        return fast[1]
+
+    for token in (1, 9, 11):
+        state = both(torch.full((4,), token), state)
+    beams = state.expand_beams(torch.arange(4).repeat_interleave(3))  # 3 rows per sentence, one memory each
+    for token in (5, 6):
+        beams = both(torch.arange(12) % 7 + token, beams)

@@ -157,10 +157,11 @@ class Decoder(Kind):
     `languages` (the target languages it serves: all of a shared model's, else its own).
 
     A decoder state is whatever the kind needs between steps that follows `DecoderStateLike` (rows, and
-    how to select them); only the decoder looks inside it. Greedy and beam search
-    (`interlingua.modules.search`) use `start_state` and `step`, and reorder the state through the state
+    how to select them); only the decoder looks inside it. Beam search (`interlingua.modules.search`) uses
+    `start_state` and `step`, greedy search `step_scores`, and both reorder the state through the state
     itself; training uses `start_state`, `forward` and `generator`; a shortlist also uses `step_states`.
-    A wrapper around a decoder (a restricted output vocabulary) therefore implements only what it changes.
+    A kind implements `step_states` (or `step` and `step_scores`); a wrapper around a decoder (a restricted
+    output vocabulary) implements only what it changes.
     """
 
     max_length: int | None = None
@@ -180,13 +181,28 @@ class Decoder(Kind):
         """Teacher forcing: tgt_in (batch, T) -> states (batch, T, H) for `generator`, and the
         attention over the memory (batch, T, mem_len) or None."""
 
-    @abstractmethod
     def step(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """One inference step: prev (batch,) token ids -> log-probabilities (batch, V) fp32, new state.
-        Must equal the teacher-forced log_softmax(generator(states)) at the same position."""
+        Must equal the teacher-forced log_softmax(generator(states)) at the same position. Here: the
+        log_softmax of `step_scores`; a kind overrides this or `step_states`."""
+        scores, state = self.step_scores(prev, state)
+        return torch.log_softmax(scores.float(), dim=-1), state
+
+    def step_scores(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """`step`'s scores before they are normalised: (batch, V) in any float dtype, each row in the order of
+        `step`'s log-probabilities (its maximum at the same token), and the new state. Greedy search reads
+        only the best token of a step and so skips the log_softmax (about a tenth of a greedy step of a d128
+        Transformer with 8,000 outputs: docs/results/speed.md). Here: `generator(step_states)`, or the
+        log-probabilities of a class that overrides `step` (a kind without `step_states`, a wrapper that
+        changes the step), which are in that order too."""
+        if type(self).step is not Decoder.step:
+            return self.step(prev, state)
+        states, state = self.step_states(prev, state)
+        return self.generator(states), state
 
     def step_states(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """`step` without the output layer: the states (batch, H) that `generator` reads, and the new state.
         What a shortlist (`modules.shortlist_decoding`) needs to compute only some of the output rows; kinds
-        without it decode over the whole vocabulary."""
-        raise NotImplementedError(f"decoder kind '{self.kind}' has no step_states: it cannot decode with a shortlist")
+        without it (overriding `step` instead) decode over the whole vocabulary."""
+        raise NotImplementedError(f"decoder kind '{self.kind}' has no step_states: it cannot decode with a shortlist"
+                                  + ("" if type(self).step is not Decoder.step else ", nor at all without `step`"))

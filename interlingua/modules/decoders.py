@@ -124,11 +124,6 @@ class LSTMDecoder(Decoder):
         new = DecoderState(h, c, att[:, 0] if self.input_feed else None, state.keys, state.memory, state.memory_mask)
         return att, weights, new
 
-    def step(self, prev: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
-        """One inference step: prev (batch,) token ids -> log-probabilities (batch, V), new state."""
-        att, state = self.step_states(prev, state)
-        return torch.log_softmax(self.generator(att).float(), dim=-1), state
-
     def step_states(self, prev: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
         """The attentional states (batch, H) that `generator` reads at this step, and the new state."""
         att, _, state = self._step(self.embed(prev).unsqueeze(1), state)

@@ -115,13 +115,25 @@ class RestrictedDecoder(Decoder):
                     logp, state = inner.step(prev, state)
                 finally:
                     inner.generator = generator
-        full = logp.new_full((logp.size(0), generator.out_features), float("-inf"))
+        return self._whole_vocabulary(logp), state
+
+    def step_scores(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """The allowed rows' logits, every other id -inf (`step`'s order); a kind without `step_states`: `step`."""
+        inner = self.inner
+        if type(inner).step_states is Decoder.step_states:
+            return self.step(prev, state)
+        states, state = inner.step_states(prev, state)
+        return self._whole_vocabulary(self.rows.logits(inner.generator, states)), state
+
+    def _whole_vocabulary(self, allowed: torch.Tensor) -> torch.Tensor:
+        """(rows, allowed) scores -> (rows, V), -inf at every id that is not allowed."""
+        full = allowed.new_full((allowed.size(0), self.inner.generator.out_features), float("-inf"))
         n = self.rows.prefix
         if n is not None:
-            full[:, :n] = logp
+            full[:, :n] = allowed
         else:
-            full[:, self.rows.index(logp.device)] = logp
-        return full, state
+            full[:, self.rows.index(allowed.device)] = allowed
+        return full
 
     def step_states(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """The inner decoder's: the states come before the output layer the restriction acts on (a shortlist,

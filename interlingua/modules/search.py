@@ -5,7 +5,7 @@ and `decode_batch` (output limits, search, detokenise), joined batch by batch in
 on the decoder's device."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -26,11 +26,19 @@ if TYPE_CHECKING:
 
 class StepDecoder(Protocol):
     """What the search needs of a decoder: one step. The state it returns is a `DecoderStateLike`, which the
-    search selects, reorders and expands to beams itself."""
+    search selects, reorders and expands to beams itself. Greedy search takes the step's unnormalised scores
+    where the decoder gives them (`Decoder.step_scores`), and `step` otherwise."""
 
     def step(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """prev (rows,) ids -> log-probabilities (rows, V) fp32, and the state after the step."""
         ...
+
+
+def _best_token_scores(decoder: StepDecoder) -> Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]]:
+    """The step greedy search ranks tokens with: `step_scores` where the decoder has it (the same best token
+    without the log_softmax), else `step`."""
+    scores = getattr(decoder, "step_scores", None)
+    return scores if callable(scores) else decoder.step
 
 
 def _device(decoder: StepDecoder) -> torch.device:
@@ -63,10 +71,14 @@ def greedy_search(decoder: StepDecoder, state: DecoderStateLike, max_len: int | 
     active = torch.arange(batch, device=device)
     steps = int(limits.max()) if batch else 0
     tokens = torch.full((batch, steps), EOS, dtype=torch.long, device=device)  # one column per step
+    best_token_scores = _best_token_scores(decoder)
     for step in range(steps):
-        logp, state = decoder.step(prev, state)
-        tok = (argmax_rows(logp) if sample is None
-               else torch.multinomial(logp.float().exp(), 1, generator=sample).squeeze(1))
+        if sample is None:
+            scores, state = best_token_scores(prev, state)
+            tok = argmax_rows(scores)
+        else:
+            logp, state = decoder.step(prev, state)
+            tok = torch.multinomial(logp.float().exp(), 1, generator=sample).squeeze(1)
         tokens[active, step] = tok
         done = (tok == EOS) | (limits[active] <= step + 1)
         if done.all():

@@ -122,10 +122,16 @@ class ShortlistDecoder:
 
     def step(self, prev: torch.Tensor, state: ShortlistState) -> tuple[torch.Tensor, ShortlistState]:
         """prev (rows,) candidate positions -> log-probabilities over the candidate positions (rows, U)."""
+        logits, state = self.step_scores(prev, state)
+        return torch.log_softmax(logits, dim=-1), state
+
+    def step_scores(self, prev: torch.Tensor, state: ShortlistState) -> tuple[torch.Tensor, ShortlistState]:
+        """`step` before the log_softmax: the candidates' logits (rows, U) fp32, -inf where a position is not
+        among its sentence's candidates."""
         hidden, inner = self.decoder.step_states(self.ids[prev], state.inner)       # (rows, d)
         logits = self.output(hidden).float()
         logits.masked_fill_(self._blocked_rows(state.rows), float("-inf"))
-        return torch.log_softmax(logits, dim=-1), ShortlistState(inner, state.rows)
+        return logits, ShortlistState(inner, state.rows)
 
     def to_ids(self, hyps: Sequence[Sequence[int]]) -> list[list[int]]:
         """Hypotheses in candidate positions -> vocabulary ids."""

@@ -26,6 +26,7 @@ step's `reorder_beams` only the self-attention cache: beams share their sentence
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -370,21 +371,47 @@ class DecoderLayer(_Layer):
                 return self.self_attn.attend(q, k, v)
             return self.self_attn.attend(q, k, v, causal=True)
 
-        def cross_attention(h: torch.Tensor) -> torch.Tensor:
-            sentences = cache.memory_keys.size(0)
-            if h.size(0) == sentences:
-                return self.cross_attn.attend(self.cross_attn.queries(h), cache.memory_keys, cache.memory_values,
-                                              memory_mask)
-            # beams: a sentence's hypotheses are its queries over its one memory (no copy per beam)
-            rows, steps, dim = h.shape
-            grouped = h.reshape(sentences, rows // sentences * steps, dim)
-            out = self.cross_attn.attend(self.cross_attn.queries(grouped), cache.memory_keys, cache.memory_values,
-                                         memory_mask)
-            return out.reshape(rows, steps, dim)
-
         x = self._sub(x, 0, self_attention)
-        x = self._sub(x, 1, cross_attention)
+        x = self._sub(x, 1, lambda h: self._cross_attention(h, cache, memory_mask))
         return self._sub(x, 2, self.ff), new
+
+    def _cross_attention(self, h: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor) -> torch.Tensor:
+        sentences = cache.memory_keys.size(0)
+        if h.size(0) == sentences:
+            return self.cross_attn.attend(self.cross_attn.queries(h), cache.memory_keys, cache.memory_values,
+                                          memory_mask)
+        # beams: a sentence's hypotheses are its queries over its one memory (no copy per beam)
+        rows, steps, dim = h.shape
+        grouped = h.reshape(sentences, rows // sentences * steps, dim)
+        out = self.cross_attn.attend(self.cross_attn.queries(grouped), cache.memory_keys, cache.memory_values,
+                                     memory_mask)
+        return out.reshape(rows, steps, dim)
+
+    def step(self, x: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor) -> tuple[torch.Tensor, LayerCache]:
+        """`forward(x, cache, memory_mask, incremental=True)` of one new position x (rows, 1, dim) in eval mode
+        (no dropout): the same products in the same order, bit for bit, without the module calls and closures
+        between them (norms, dropouts, the feed-forward `Sequential`), which took about a fifth of a
+        decoding step of a d128 Transformer (docs/results/speed.md)."""
+        attn = self.self_attn
+        h = self._norm(0, x) if self.pre else x
+        k, v = attn.keys_values(h)
+        k, v = torch.cat([cache.keys, k], dim=2), torch.cat([cache.values, v], dim=2)
+        x = self._residual(x, 0, attn.attend(attn.queries(h), k, v))
+        h = self._norm(1, x) if self.pre else x
+        x = self._residual(x, 1, self._cross_attention(h, cache, memory_mask))
+        h = self._norm(2, x) if self.pre else x
+        first, last = self.ff[0], self.ff[3]
+        x = self._residual(x, 2, last(torch.relu(first(h))))
+        return x, LayerCache(k, v, cache.memory_keys, cache.memory_values)
+
+    def _norm(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """`self.norms[i](x)` without the module call."""
+        norm: nn.LayerNorm = self.norms[i]  # type: ignore[assignment]  # ModuleList: Module items
+        return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+    def _residual(self, x: torch.Tensor, i: int, y: torch.Tensor) -> torch.Tensor:
+        """Sub-layer i's output y joined to its input x, as `_sub` does without dropout."""
+        return x + y if self.pre else self._norm(i, x + y)
 
 
 class _Embedding(nn.Module):
@@ -425,15 +452,26 @@ class _Embedding(nn.Module):
                 raise ValueError("this embedding concatenates a language vector: none was given")
             lang = language.to(x.dtype).expand(*x.shape[:-1], -1)
             x = torch.relu(self.language_proj(torch.cat([x, lang], dim=-1)))
-        pos = torch.arange(start, start + ids.size(1), device=ids.device)
+        n = ids.size(1)
         if self.table is not None:
-            if start + ids.size(1) > self.max_positions:
-                raise ValueError(f"sequence of {start + ids.size(1)} positions is longer than max_positions "
+            if start + n > self.max_positions:
+                raise ValueError(f"sequence of {start + n} positions is longer than max_positions "
                                  f"({self.max_positions})")
-            x = x + self.table(pos)
+            x = x + self.table(torch.arange(start, start + n, device=ids.device))
+        elif n == 1 and not self.training:  # a decoding step
+            x = x + _sinusoid_row(start, self.dim, ids.device, x.dtype)
         else:
-            x = x + sinusoids(pos, self.dim).to(x.dtype)
+            x = x + sinusoids(torch.arange(start, start + n, device=ids.device), self.dim).to(x.dtype)
         return self.drop(x)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sinusoid_row(position: int, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """`sinusoids` of one position (1, dim) in `dtype`, computed once: a decoding step's embedding needs one
+    position, and computing it took ten small operators a step. An ordinary tensor even under inference mode,
+    so that a later call with gradients on can use it."""
+    with torch.inference_mode(False), torch.no_grad():
+        return sinusoids(torch.tensor([position], device=device), dim).to(dtype)
 
 
 def _sizes(cfg: _TransformerConfig, embed_dim: int) -> tuple[int, int]:
@@ -619,11 +657,16 @@ class TransformerDecoder(Decoder):
         x, _ = self._run(tgt_in, state, incremental=False)
         return x, None
 
-    def step(self, prev: torch.Tensor, state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
-        x, state = self.step_states(prev, state)
-        return torch.log_softmax(self.generator(x).float(), dim=-1), state
-
     def step_states(self, prev: torch.Tensor,
                     state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
-        x, state = self._run(prev.unsqueeze(1), state, incremental=True)
-        return x[:, 0], state
+        if self.training:  # dropout on: the layers' own forward
+            x, state = self._run(prev.unsqueeze(1), state, incremental=True)
+            return x[:, 0], state
+        x = self.embedding(prev.unsqueeze(1), start=state.position, language=state.language)
+        caches = []
+        for layer, cache in zip(self.layers, state.caches):
+            x, cache = layer.step(x, cache, state.memory_mask)  # type: ignore[operator]  # ModuleList: Module items
+            caches.append(cache)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x[:, 0], TransformerDecoderState(caches, state.memory_mask, state.position + 1, state.language)
