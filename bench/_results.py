@@ -28,7 +28,8 @@ def append_result(path: str | Path | None, record: dict) -> None:
             f.write(line + "\n")
 
 
-SPEED_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "ONEDNN_", "DNNL_", "TORCHINDUCTOR_")
+SPEED_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "ONEDNN_", "DNNL_", "TORCHINDUCTOR_",
+                   "INTERLINGUA_ALLOCATOR", "INTERLINGUA_OUTPUT_KERNEL", "MALLOC_")
 """Environment variables (names, or prefixes ending in `_`) that change what a timing measures."""
 
 

@@ -5,7 +5,7 @@ Every module of `interlingua/` is parsed (nothing is imported) and each `interli
 inside functions too, must go to its own layer or a lower one. modules is the network alone;
 model_files writes it to disk and reads it back. training and inference stand side by side and
 import neither each other. config, errors, arguments, workers, figures, records, textio, atomic_files,
-memory, precision, runtime and distributed are base utilities that every layer may import; they import only each
+memory, precision, runtime, allocator and distributed are base utilities that every layer may import; they import only each
 other.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "interlingua"
 BASE = {"interlingua.config", "interlingua.errors", "interlingua.arguments", "interlingua.workers",
         "interlingua.figures", "interlingua.records", "interlingua.textio", "interlingua.atomic_files",
         "interlingua.memory", "interlingua.precision", "interlingua.cache", "interlingua.runtime",
-        "interlingua.distributed"}
+        "interlingua.distributed", "interlingua.allocator"}
 TOP = {"interlingua", "interlingua.cli", "interlingua.demo", "interlingua.experiment"}
 RANK = {"base": 0, "data": 1, "modules": 2, "model_files": 3, "training": 4, "inference": 4, "evaluation": 5,
         "serving": 6, "top": 7}

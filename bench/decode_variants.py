@@ -1,0 +1,103 @@
+"""The Transformer decoding step's own changes, each on and off in one process: sentences/s and identical outputs.
+
+Run: python bench/decode_variants.py --model runs/bench_transformer/ours/last.pt [--beam 1] [--rounds 8]
+     [--threads 2] [--sentences 1000] [--out bench/results/decode_variants.jsonl]
+
+Variants (the library's code with parts of it put back as they were before them):
+- `before`: the decoder layers' own forward at every step (module calls, closures), and greedy search on
+  log-probabilities;
+- `eval-step`: the decoder's eval step (`DecoderLayer.step`: the same products without the module calls);
+- `scores`: greedy search on the step's unnormalised scores (`Decoder.step_scores`, no log_softmax);
+- `both`: the library as it is.
+Passes over test_2016_flickr (en->de by default) alternate between the variants (the order reversed every other
+round), all in one process with the allocator as the command line sets it, so that the machine's drift falls
+on all alike. One JSON line per variant: the pass times, the median sentences/s, its ratio to `before`, and
+whether its translations equal `before`'s, sentence for sentence.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from _results import append_result  # noqa: E402
+
+import interlingua.modules.search as search  # noqa: E402
+from interlingua.data.corpus import read_lines  # noqa: E402
+from interlingua.inference.api import load  # noqa: E402
+from interlingua.modules.transformer import TransformerDecoder  # noqa: E402
+
+EVAL_STEP = TransformerDecoder.step_states
+SCORES = search._best_token_scores
+
+
+def _layers_forward(self: TransformerDecoder, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+    """The step as it was: the layers' forward, incremental."""
+    x, state = self._run(prev.unsqueeze(1), state, incremental=True)
+    return x[:, 0], state
+
+
+def _log_probabilities(decoder: Any) -> Callable[..., Any]:
+    return decoder.step
+
+
+VARIANTS = {"before": (_layers_forward, _log_probabilities), "eval-step": (EVAL_STEP, _log_probabilities),
+            "scores": (_layers_forward, SCORES), "both": (EVAL_STEP, SCORES)}
+
+
+def use(variant: str) -> None:
+    TransformerDecoder.step_states, search._best_token_scores = VARIANTS[variant]  # type: ignore[method-assign]
+
+
+def main() -> None:
+    from interlingua import tune_allocator
+    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--src", default="en")
+    ap.add_argument("--tgt", default="de")
+    ap.add_argument("--beam", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sentences", type=int, default=1000)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "decode_variants.jsonl"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    names = args.variants.split(",")
+    model = load(args.model, device="cpu")
+    texts = read_lines(Path(args.data) / f"test_2016_flickr.{args.src}.gz")[:args.sentences]
+    times: dict[str, list[float]] = {n: [] for n in names}
+    outputs: dict[str, list[str]] = {}
+    for name in names:  # warm-up: kernels, packed layers
+        use(name)
+        model.translate(texts[:64], src=args.src, tgt=args.tgt, beam=args.beam)
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            use(name)
+            start = time.perf_counter()
+            outputs[name] = model.translate(texts, src=args.src, tgt=args.tgt, beam=args.beam)
+            times[name].append(time.perf_counter() - start)
+    use("both")
+    base = statistics.median(times[names[0]])
+    for name in names:
+        median = statistics.median(times[name])
+        record = {"kind": "decode_variant", "variant": name, "model": args.model, "direction": f"{args.src}-{args.tgt}",
+                  "beam": args.beam, "sentences": len(texts), "threads": args.threads, "rounds": args.rounds,
+                  "seconds": [round(t, 3) for t in times[name]], "sent_per_s_median": round(len(texts) / median, 1),
+                  f"x_{names[0]}": round(base / median, 3),
+                  f"identical_to_{names[0]}": outputs[name] == outputs[names[0]]}
+        append_result(args.out, record)
+
+
+if __name__ == "__main__":
+    main()
