@@ -5,8 +5,8 @@ Every module of `interlingua/` is parsed (nothing is imported) and each `interli
 inside functions too, must go to its own layer or a lower one. modules is the network alone;
 model_files writes it to disk and reads it back. training and inference stand side by side and
 import neither each other. config, errors, arguments, workers, figures, records, textio, atomic_files,
-memory, precision, runtime, allocator and distributed are base utilities that every layer may import; they import only each
-other.
+memory, precision, runtime, allocator and distributed are base utilities that every layer may import; they import
+only each other.
 """
 from __future__ import annotations
 
