@@ -33,16 +33,16 @@ from _results import append_result  # noqa: E402
 import interlingua.modules.search as search  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.inference.api import load  # noqa: E402
-from interlingua.modules.transformer import TransformerDecoder  # noqa: E402
+from interlingua.modules.transformer import DecoderLayer, LayerCache  # noqa: E402
 
-EVAL_STEP = TransformerDecoder.step_states
+EVAL_STEP = DecoderLayer.step
 SCORES = search._best_token_scores
 
 
-def _layers_forward(self: TransformerDecoder, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
-    """The step as it was: the layers' forward, incremental."""
-    x, state = self._run(prev.unsqueeze(1), state, incremental=True)
-    return x[:, 0], state
+def _layers_forward(self: DecoderLayer, x: torch.Tensor, cache: LayerCache,
+                    memory_mask: torch.Tensor) -> tuple[torch.Tensor, LayerCache]:
+    """The step as it was: the layer's forward through its module call, incremental."""
+    return self(x, cache, memory_mask, True)
 
 
 def _log_probabilities(decoder: Any) -> Callable[..., Any]:
@@ -54,7 +54,7 @@ VARIANTS = {"before": (_layers_forward, _log_probabilities), "eval-step": (EVAL_
 
 
 def use(variant: str) -> None:
-    TransformerDecoder.step_states, search._best_token_scores = VARIANTS[variant]  # type: ignore[method-assign]
+    DecoderLayer.step, search._best_token_scores = VARIANTS[variant]  # type: ignore[method-assign]
 
 
 def main() -> None:

@@ -247,17 +247,26 @@ class _Layer(nn.Module):
                                 Linear(ff_dim, dim))
         self.drop = _dropout(dropout, variational)
 
+    def _norm(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """`self.norms[i](x)` without the module call (a decoding step makes many)."""
+        norm: nn.LayerNorm = self.norms[i]  # type: ignore[assignment]  # ModuleList: Module items
+        return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
     def _sub_input(self, x: torch.Tensor, i: int) -> torch.Tensor:
         """What sub-layer i's function reads: LN(x) with pre-norm, x itself with post-norm."""
-        return self.norms[i](x) if self.pre else x
+        return self._norm(i, x) if self.pre else x
+
+    def _residual(self, x: torch.Tensor, i: int, y: torch.Tensor) -> torch.Tensor:
+        """Sub-layer i's output y joined to its input x: x + y with pre-norm, LN(x + y) with post-norm."""
+        return x + y if self.pre else self._norm(i, x + y)
 
     def _sub(self, x: torch.Tensor, i: int, fn: Callable[[torch.Tensor], torch.Tensor],
              residual: bool = True) -> torch.Tensor:
         """pre: x + F(LN(x)) (F(LN(x)) without residual); post: LN(x + F(x)) (LN(F(x)))."""
         y = self.drop(fn(self._sub_input(x, i)))
-        if self.pre:
-            return x + y if residual else y
-        return self.norms[i](x + y if residual else y)
+        if residual:
+            return self._residual(x, i, y)
+        return y if self.pre else self._norm(i, y)
 
 
 class EncoderLayer(_Layer):
@@ -393,25 +402,14 @@ class DecoderLayer(_Layer):
         between them (norms, dropouts, the feed-forward `Sequential`), which took about a fifth of a
         decoding step of a d128 Transformer (docs/results/speed.md)."""
         attn = self.self_attn
-        h = self._norm(0, x) if self.pre else x
+        h = self._sub_input(x, 0)
         k, v = attn.keys_values(h)
         k, v = torch.cat([cache.keys, k], dim=2), torch.cat([cache.values, v], dim=2)
         x = self._residual(x, 0, attn.attend(attn.queries(h), k, v))
-        h = self._norm(1, x) if self.pre else x
-        x = self._residual(x, 1, self._cross_attention(h, cache, memory_mask))
-        h = self._norm(2, x) if self.pre else x
+        x = self._residual(x, 1, self._cross_attention(self._sub_input(x, 1), cache, memory_mask))
         first, last = self.ff[0], self.ff[3]
-        x = self._residual(x, 2, last(torch.relu(first(h))))
+        x = self._residual(x, 2, last(torch.relu(first(self._sub_input(x, 2)))))
         return x, LayerCache(k, v, cache.memory_keys, cache.memory_values)
-
-    def _norm(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """`self.norms[i](x)` without the module call."""
-        norm: nn.LayerNorm = self.norms[i]  # type: ignore[assignment]  # ModuleList: Module items
-        return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
-
-    def _residual(self, x: torch.Tensor, i: int, y: torch.Tensor) -> torch.Tensor:
-        """Sub-layer i's output y joined to its input x, as `_sub` does without dropout."""
-        return x + y if self.pre else self._norm(i, x + y)
 
 
 class _Embedding(nn.Module):
@@ -644,9 +642,11 @@ class TransformerDecoder(Decoder):
     def _run(self, tgt: torch.Tensor, state: TransformerDecoderState,
              incremental: bool) -> tuple[torch.Tensor, TransformerDecoderState]:
         x = self.embedding(tgt, start=state.position if incremental else 0, language=state.language)
+        one_step = incremental and tgt.size(1) == 1 and not self.training  # a decoding step: `DecoderLayer.step`
         caches = []
         for layer, cache in zip(self.layers, state.caches):
-            x, cache = layer(x, cache, state.memory_mask, incremental)
+            x, cache = (layer.step(x, cache, state.memory_mask) if one_step  # type: ignore[operator]  # ModuleList
+                        else layer(x, cache, state.memory_mask, incremental))
             caches.append(cache)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -659,14 +659,5 @@ class TransformerDecoder(Decoder):
 
     def step_states(self, prev: torch.Tensor,
                     state: TransformerDecoderState) -> tuple[torch.Tensor, TransformerDecoderState]:
-        if self.training:  # dropout on: the layers' own forward
-            x, state = self._run(prev.unsqueeze(1), state, incremental=True)
-            return x[:, 0], state
-        x = self.embedding(prev.unsqueeze(1), start=state.position, language=state.language)
-        caches = []
-        for layer, cache in zip(self.layers, state.caches):
-            x, cache = layer.step(x, cache, state.memory_mask)  # type: ignore[operator]  # ModuleList: Module items
-            caches.append(cache)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x[:, 0], TransformerDecoderState(caches, state.memory_mask, state.position + 1, state.language)
+        x, state = self._run(prev.unsqueeze(1), state, incremental=True)
+        return x[:, 0], state
