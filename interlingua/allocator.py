@@ -20,7 +20,6 @@ allocates is not something importing a library should do.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import platform
@@ -57,7 +56,7 @@ def tune_allocator() -> bool:
     if allocator_setting() == "default" or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the process's own symbols, glibc's among them: no library search at start-up
         done = (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
                 and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
     except (OSError, AttributeError) as err:  # no loadable C library, or one without mallopt
