@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
@@ -48,6 +49,21 @@ class DecoderState(DecoderStateLike):
             self.keys.index_select(0, index), self.memory.index_select(0, index),
             self.memory_mask.index_select(0, index),
         )
+
+    def join(self, other: DecoderState) -> DecoderState:
+        """The rows of `self` then those of `other` (the search adds sentences to a batch being decoded): an
+        LSTM's state has no position, so only the memories are padded to the longer one (zeros, masked)."""
+        length = max(self.memory.size(1), other.memory.size(1))
+
+        def padded(x: torch.Tensor, value: float | bool = 0.0) -> torch.Tensor:  # (rows, mem_len, ...) to length
+            return x if x.size(1) == length else F.pad(x, (0, 0) * (x.dim() - 2) + (0, length - x.size(1)),
+                                                       value=value)
+
+        feed = None if self.feed is None or other.feed is None else torch.cat([self.feed, other.feed])
+        return DecoderState(torch.cat([self.hidden, other.hidden], 1), torch.cat([self.cell, other.cell], 1), feed,
+                            torch.cat([padded(self.keys), padded(other.keys)]),
+                            torch.cat([padded(self.memory), padded(other.memory)]),
+                            torch.cat([padded(self.memory_mask, False), padded(other.memory_mask, False)]))
 
     def reorder_beams(self, index: torch.Tensor) -> DecoderState:
         """Hidden, cell and input feed follow the beams; keys, memory and mask are per sentence (the same

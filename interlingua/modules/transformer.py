@@ -29,7 +29,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -324,25 +324,85 @@ def _sentence_rows(index: torch.Tensor, rows: int, sentences: int) -> torch.Tens
 
 @dataclass
 class LayerCache:
-    keys: torch.Tensor
-    """(batch, h, t, d_k) self-attention keys of the positions decoded so far."""
-    values: torch.Tensor
+    """One decoder layer's keys and values: the memory's, projected once per sentence, and the self-attention's
+    of the positions decoded so far, kept in a buffer with room for more (`appended` writes a step's position
+    in place instead of copying every cached position again)."""
+
+    key_buffer: torch.Tensor
+    """(batch, h, room, d_k) self-attention keys; the first `length` positions are in use."""
+    value_buffer: torch.Tensor
     memory_keys: torch.Tensor
     """(batch, h, mem_len, d_k) cross-attention keys, projected once per sentence."""
     memory_values: torch.Tensor
+    length: int = 0
+    """Positions in use."""
+    written: list[int] = field(default_factory=lambda: [0])
+    """How far the buffer is written, shared by every cache on the same buffer: a cache may write in place only
+    where nothing was written after its own positions (else it would overwrite another cache's)."""
 
-    def select(self, index: torch.Tensor, memory_index: torch.Tensor) -> LayerCache:
-        """Rows `index` of the self-attention cache and rows `memory_index` of the memory's (the same rows,
-        or the sentences of `index` where the memory is kept once per sentence for its beams, see
-        `TransformerDecoderState.expand_beams`)."""
-        return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
-                          self.memory_keys.index_select(0, memory_index),
-                          self.memory_values.index_select(0, memory_index))
+    @property
+    def keys(self) -> torch.Tensor:
+        """(batch, h, length, d_k) the self-attention keys of the positions decoded so far."""
+        return self.key_buffer[:, :, :self.length]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self.value_buffer[:, :, :self.length]
+
+    def appended(self, keys: torch.Tensor, values: torch.Tensor) -> LayerCache:
+        """The cache with positions `keys`, `values` (batch, h, n, d_k) after its own. Without gradients, written
+        into the buffer's room in place (the room doubled, by one copy, where it is full); with them, into a new
+        buffer, since autograd may still need the old one's contents."""
+        end = self.length + keys.size(2)
+        in_place = not torch.is_grad_enabled() and self.written[0] == self.length
+        if in_place and end <= self.key_buffer.size(2):
+            key_buffer, value_buffer, written = self.key_buffer, self.value_buffer, self.written
+        else:
+            room = max(end, 2 * self.key_buffer.size(2), 16) if in_place else end
+            key_buffer, value_buffer = _with_room(self.keys, room), _with_room(self.values, room)
+            written = [self.length]
+        key_buffer[:, :, self.length:end] = keys
+        value_buffer[:, :, self.length:end] = values
+        written[0] = end
+        return LayerCache(key_buffer, value_buffer, self.memory_keys, self.memory_values, end, written)
+
+    def select(self, index: torch.Tensor, memory_index: torch.Tensor, skip: int = 0) -> LayerCache:
+        """Rows `index` of the self-attention cache, without its first `skip` positions (padding no selected row
+        reads), and rows `memory_index` of the memory's (the same rows, or the sentences of `index` where the
+        memory is kept once per sentence for its beams, see `TransformerDecoderState.expand_beams`)."""
+        keys, values = self.key_buffer[:, :, skip:].index_select(0, index), \
+            self.value_buffer[:, :, skip:].index_select(0, index)
+        return LayerCache(keys, values, self.memory_keys.index_select(0, memory_index),
+                          self.memory_values.index_select(0, memory_index), self.length - skip, [self.length - skip])
 
     def select_decoded(self, index: torch.Tensor) -> LayerCache:
         """Reorder the self-attention cache only (rows of one sentence share the memory's)."""
-        return LayerCache(self.keys.index_select(0, index), self.values.index_select(0, index),
-                          self.memory_keys, self.memory_values)
+        return LayerCache(self.key_buffer.index_select(0, index), self.value_buffer.index_select(0, index),
+                          self.memory_keys, self.memory_values, self.length, [self.length])
+
+    def join(self, other: LayerCache) -> LayerCache:
+        """Rows of `self` then of `other`: the self-attention caches padded at the front to the same number of
+        positions, the memory's keys and values padded at the end to the same length (zeros: never attended)."""
+        length = max(self.length, other.length)
+        room = max(self.key_buffer.size(2), other.key_buffer.size(2), length)
+        memory = max(self.memory_keys.size(2), other.memory_keys.size(2))
+        keys = torch.cat([_with_room(c.keys, room, front=length - c.length) for c in (self, other)])
+        values = torch.cat([_with_room(c.values, room, front=length - c.length) for c in (self, other)])
+        memory_keys = torch.cat([_padded(self.memory_keys, memory), _padded(other.memory_keys, memory)])
+        memory_values = torch.cat([_padded(self.memory_values, memory), _padded(other.memory_values, memory)])
+        return LayerCache(keys, values, memory_keys, memory_values, length, [length])
+
+
+def _with_room(x: torch.Tensor, room: int, front: int = 0) -> torch.Tensor:
+    """x (batch, h, n, d) in a new zeroed buffer of `room` positions, after `front` positions of zeros."""
+    buffer = x.new_zeros(x.size(0), x.size(1), room, x.size(3))
+    buffer[:, :, front:front + x.size(2)] = x
+    return buffer
+
+
+def _padded(x: torch.Tensor, size: int) -> torch.Tensor:
+    """x (batch, h, n, d) with zeros after its n positions, to `size`."""
+    return x if x.size(2) == size else F.pad(x, (0, 0, 0, size - x.size(2)))
 
 
 class DecoderLayer(_Layer):
@@ -357,7 +417,7 @@ class DecoderLayer(_Layer):
     def start(self, memory: torch.Tensor) -> LayerCache:
         mk, mv = self.cross_attn.keys_values(memory)
         empty = mk.new_zeros(mk.size(0), mk.size(1), 0, mk.size(-1))
-        return LayerCache(empty, empty, mk, mv)
+        return LayerCache(empty, empty.clone(), mk, mv)
 
     def forward(self, x: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor,
                 incremental: bool) -> tuple[torch.Tensor, LayerCache]:
@@ -370,8 +430,8 @@ class DecoderLayer(_Layer):
             k, v = self.self_attn.keys_values(h)
             q = self.self_attn.queries(h)
             if incremental:
-                k, v = torch.cat([cache.keys, k], dim=2), torch.cat([cache.values, v], dim=2)
-                new = LayerCache(k, v, cache.memory_keys, cache.memory_values)
+                new = cache.appended(k, v)
+                k, v = new.keys, new.values
                 causal = q.size(2) > 1
                 if causal:  # several new positions: each sees the cache and the new ones up to itself
                     t, n = k.size(2), q.size(2)
@@ -396,20 +456,22 @@ class DecoderLayer(_Layer):
                                      memory_mask)
         return out.reshape(rows, steps, dim)
 
-    def step(self, x: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor) -> tuple[torch.Tensor, LayerCache]:
+    def step(self, x: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor,
+             self_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, LayerCache]:
         """`forward(x, cache, memory_mask, incremental=True)` of one new position x (rows, 1, dim) in eval mode
         (no dropout): the same products in the same order, bit for bit, without the module calls and closures
         between them (norms, dropouts, the feed-forward `Sequential`), which took about a fifth of a
-        decoding step of a d128 Transformer (docs/results/speed.md)."""
+        decoding step of a d128 Transformer (docs/results/speed.md). `self_mask` (rows, 1, 1, positions + 1):
+        the cached positions each row may attend to, where rows joined the batch at different steps
+        (`TransformerDecoderState.pad`); None: all of them."""
         attn = self.self_attn
         h = self._sub_input(x, 0)
-        k, v = attn.keys_values(h)
-        k, v = torch.cat([cache.keys, k], dim=2), torch.cat([cache.values, v], dim=2)
-        x = self._residual(x, 0, attn.attend(attn.queries(h), k, v))
+        cache = cache.appended(*attn.keys_values(h))
+        x = self._residual(x, 0, attn.attend(attn.queries(h), cache.keys, cache.values, self_mask))
         x = self._residual(x, 1, self._cross_attention(self._sub_input(x, 1), cache, memory_mask))
         first, last = self.ff[0], self.ff[3]
         x = self._residual(x, 2, last(torch.relu(first(self._sub_input(x, 2)))))
-        return x, LayerCache(k, v, cache.memory_keys, cache.memory_values)
+        return x, cache
 
 
 class _Embedding(nn.Module):
@@ -437,9 +499,12 @@ class _Embedding(nn.Module):
         self.word_dropout = cfg.word_dropout
         self.language_proj = Linear(2 * dim, dim) if language_concat else None
 
-    def forward(self, ids: torch.Tensor, start: int = 0, language: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, start: int = 0, language: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
         """ids (batch, n) at positions start .. start + n - 1 -> (batch, n, d_model); `language` (d_model,):
-        the vector concatenated to every position (needed exactly where `language_concat` was asked)."""
+        the vector concatenated to every position (needed exactly where `language_concat` was asked).
+        `positions` (batch,): instead of `start`, each row's own position, for one position per row (a
+        decoding step over rows that joined the batch at different steps)."""
         x = self.embed(ids) * self.scale
         if self.training and self.word_dropout > 0:  # whole tokens: one draw per position
             x = x * scaled_keep_mask(ids.shape + (1,), self.word_dropout, x)
@@ -451,6 +516,8 @@ class _Embedding(nn.Module):
             lang = language.to(x.dtype).expand(*x.shape[:-1], -1)
             x = torch.relu(self.language_proj(torch.cat([x, lang], dim=-1)))
         n = ids.size(1)
+        if positions is not None:
+            return self.drop(x + self._row_positions(positions, x.dtype))
         if self.table is not None:
             if start + n > self.max_positions:
                 raise ValueError(f"sequence of {start + n} positions is longer than max_positions "
@@ -461,6 +528,25 @@ class _Embedding(nn.Module):
         else:
             x = x + sinusoids(torch.arange(start, start + n, device=ids.device), self.dim).to(x.dtype)
         return self.drop(x)
+
+    def _row_positions(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The encodings (batch, 1, d_model) of one position per row, each the same values as `forward` adds at
+        that position."""
+        if self.table is not None:
+            if int(positions.max()) >= self.max_positions:
+                raise ValueError(f"sequence of {int(positions.max()) + 1} positions is longer than max_positions "
+                                 f"({self.max_positions})")
+            return self.table(positions).unsqueeze(1)
+        length = -(-(int(positions.max()) + 1) // 64) * 64  # whole blocks of 64: few tables are built
+        return _sinusoid_table(length, self.dim, positions.device, dtype).index_select(0, positions).unsqueeze(1)
+
+
+@functools.lru_cache(maxsize=64)
+def _sinusoid_table(length: int, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Positions 0 .. length - 1 (length, dim), each row exactly `_sinusoid_row`'s (so that a step's encoding
+    does not depend on how it was looked up)."""
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.cat([_sinusoid_row(p, dim, device, dtype) for p in range(length)])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -546,10 +632,14 @@ class TransformerDecoderState(DecoderStateLike):
     memory_mask: torch.Tensor
     """(batch, 1, 1, mem_len) True where the decoder may attend."""
     position: int
-    """Target positions decoded so far (the next token's position)."""
+    """Target positions decoded so far (the next token's position): the self-attention caches' length."""
     language: torch.Tensor | None = None
     """(d_model,) the target language's embedding with `language_embedding: concat` (one call decodes one
     target language, so one vector serves every row and reordering leaves it as it is); None otherwise."""
+    pad: torch.Tensor | None = None
+    """(rows,) where rows joined the batch at different steps (`join`): the leading cache positions that are not
+    the row's own (zeros it never attends to), so row r's next position is `position - pad[r]`. None: every row
+    is at `position`."""
 
     @property
     def batch_size(self) -> int:
@@ -559,15 +649,45 @@ class TransformerDecoderState(DecoderStateLike):
 
     def select(self, index: torch.Tensor) -> TransformerDecoderState:
         """Rows `index`; where beams share their sentence's memory, whole sentences' rows (as beam search
-        picks them), with the memory of their sentences."""
+        picks them), with the memory of their sentences. Cache positions that are padding in every row
+        selected are left behind."""
         memory_index = _sentence_rows(index, self.batch_size, self.memory_mask.size(0))
-        return TransformerDecoderState([c.select(index, memory_index) for c in self.caches],
-                                       self.memory_mask.index_select(0, memory_index), self.position, self.language)
+        pad = None if self.pad is None else self.pad.index_select(0, index)
+        skip = int(pad.min()) if pad is not None and pad.numel() else 0
+        if pad is not None:
+            pad = pad - skip if bool((pad > skip).any()) else None
+        return TransformerDecoderState([c.select(index, memory_index, skip) for c in self.caches],
+                                       self.memory_mask.index_select(0, memory_index), self.position - skip,
+                                       self.language, pad)
 
     def reorder_beams(self, index: torch.Tensor) -> TransformerDecoderState:
         """The self-attention caches follow the beams; the memory's keys, values and mask stay in place."""
         return TransformerDecoderState([c.select_decoded(index) for c in self.caches], self.memory_mask,
-                                       self.position, self.language)
+                                       self.position, self.language,
+                                       None if self.pad is None else self.pad.index_select(0, index))
+
+    def join(self, other: TransformerDecoderState) -> TransformerDecoderState:
+        """The rows of `self` then those of `other`, each at its own position (one sentence a row: greedy
+        search, before beams): the shorter caches are padded at the front and `pad` says by how much, the
+        memories padded to the longer one with their masks. Both decode the same target language."""
+        if self.batch_size != self.memory_mask.size(0) or other.batch_size != other.memory_mask.size(0):
+            raise ValueError("join takes states of one row per sentence (not expanded to beams)")
+        position = max(self.position, other.position)
+        memory = max(self.memory_mask.size(-1), other.memory_mask.size(-1))
+        pads = [(position - s.position) + (torch.zeros(s.batch_size, dtype=torch.long, device=s.memory_mask.device)
+                                           if s.pad is None else s.pad) for s in (self, other)]
+        masks = [F.pad(s.memory_mask, (0, memory - s.memory_mask.size(-1)), value=False) for s in (self, other)]
+        pad = torch.cat(pads)
+        return TransformerDecoderState([a.join(b) for a, b in zip(self.caches, other.caches)], torch.cat(masks),
+                                       position, self.language, pad if bool(pad.any()) else None)
+
+    def self_mask(self) -> torch.Tensor | None:
+        """(rows, 1, 1, position + 1) the positions each row attends to in the next step (its own and the new
+        one), or None where all rows attend to all."""
+        if self.pad is None:
+            return None
+        columns = torch.arange(self.position + 1, device=self.pad.device)
+        return (columns >= self.pad.unsqueeze(1))[:, None, None, :]
 
     def expand_beams(self, index: torch.Tensor) -> TransformerDecoderState:
         """The memory's keys and values stay once per sentence; its hypotheses attend to them together
@@ -641,16 +761,22 @@ class TransformerDecoder(Decoder):
 
     def _run(self, tgt: torch.Tensor, state: TransformerDecoderState,
              incremental: bool) -> tuple[torch.Tensor, TransformerDecoderState]:
-        x = self.embedding(tgt, start=state.position if incremental else 0, language=state.language)
         one_step = incremental and tgt.size(1) == 1 and not self.training  # a decoding step: `DecoderLayer.step`
+        if state.pad is not None and not one_step:
+            raise ValueError("rows at different positions (a joined state) decode one eval step at a time")
+        positions = None if state.pad is None else state.position - state.pad
+        x = self.embedding(tgt, start=state.position if incremental else 0, language=state.language,
+                           positions=positions)
+        self_mask = state.self_mask()
         caches = []
         for layer, cache in zip(self.layers, state.caches):
-            x, cache = (layer.step(x, cache, state.memory_mask) if one_step  # type: ignore[operator]  # ModuleList
-                        else layer(x, cache, state.memory_mask, incremental))
+            x, cache = (layer.step(x, cache, state.memory_mask, self_mask)  # type: ignore[operator]  # ModuleList
+                        if one_step else layer(x, cache, state.memory_mask, incremental))
             caches.append(cache)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return x, TransformerDecoderState(caches, state.memory_mask, state.position + tgt.size(1), state.language)
+        return x, TransformerDecoderState(caches, state.memory_mask, state.position + tgt.size(1), state.language,
+                                          state.pad)
 
     def forward(self, tgt_in: torch.Tensor, state: TransformerDecoderState) -> tuple[torch.Tensor, None]:
         """Teacher forcing: tgt_in (batch, T) -> states (batch, T, d_model); no attention weights."""
