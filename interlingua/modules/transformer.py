@@ -370,14 +370,15 @@ class LayerCache:
         """Rows `index` of the self-attention cache, without its first `skip` positions (padding no selected row
         reads), and rows `memory_index` of the memory's (the same rows, or the sentences of `index` where the
         memory is kept once per sentence for its beams, see `TransformerDecoderState.expand_beams`)."""
-        keys, values = self.key_buffer[:, :, skip:].index_select(0, index), \
-            self.value_buffer[:, :, skip:].index_select(0, index)
-        return LayerCache(keys, values, self.memory_keys.index_select(0, memory_index),
-                          self.memory_values.index_select(0, memory_index), self.length - skip, [self.length - skip])
+        length = self.length - skip
+        return LayerCache(_rows_with_room(self.keys[:, :, skip:], index),
+                          _rows_with_room(self.values[:, :, skip:], index),
+                          self.memory_keys.index_select(0, memory_index),
+                          self.memory_values.index_select(0, memory_index), length, [length])
 
     def select_decoded(self, index: torch.Tensor) -> LayerCache:
         """Reorder the self-attention cache only (rows of one sentence share the memory's)."""
-        return LayerCache(self.key_buffer.index_select(0, index), self.value_buffer.index_select(0, index),
+        return LayerCache(_rows_with_room(self.keys, index), _rows_with_room(self.values, index),
                           self.memory_keys, self.memory_values, self.length, [self.length])
 
     def join(self, other: LayerCache) -> LayerCache:
@@ -397,6 +398,14 @@ def _with_room(x: torch.Tensor, room: int, front: int = 0) -> torch.Tensor:
     """x (batch, h, n, d) in a new zeroed buffer of `room` positions, after `front` positions of zeros."""
     buffer = x.new_zeros(x.size(0), x.size(1), room, x.size(3))
     buffer[:, :, front:front + x.size(2)] = x
+    return buffer
+
+
+def _rows_with_room(x: torch.Tensor, index: torch.Tensor, room: int = 8) -> torch.Tensor:
+    """Rows `index` of x (batch, h, n, d) in a new buffer with `room` more positions: one copy of what is used
+    (a beam-search step reorders every step, and a buffer's unused room is not worth copying)."""
+    buffer = x.new_empty(index.numel(), x.size(1), x.size(2) + room, x.size(3))
+    torch.index_select(x, 0, index, out=buffer[:, :, :x.size(2)])
     return buffer
 
 
