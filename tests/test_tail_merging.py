@@ -1,5 +1,5 @@
-"""Greedy search with the tails of batches decoded together (`modules.search.greedy_search_merging_tails`):
-every sentence gets the tokens `greedy_search` gives it in its own batch, for the Transformer (rows joined at
+"""Greedy and beam search with the tails of batches decoded together (`modules.search`'s `_merging_tails`):
+every sentence gets the tokens (and beam search's finished hypotheses) its own batch gives it, for the Transformer (rows joined at
 different positions, attending over front padding) and the LSTM decoders (memories of other lengths joined);
 a joined state's step is each state's own step; and `Model.translate` gives the same text with and without it.
 
@@ -17,7 +17,8 @@ from test_transformer import VOCAB, model
 
 from interlingua import load
 from interlingua.data.vocab import BOS
-from interlingua.modules.search import greedy_search, greedy_search_merging_tails, joinable
+from interlingua.modules.search import (beam_search_merging_tails, beam_search_nbest, greedy_search,
+                                       greedy_search_merging_tails, joinable)
 
 SENTENCES = 22
 
@@ -65,6 +66,28 @@ def test_each_sentence_gets_what_its_own_batch_gives(name, capacity):
     assert len({len(ids) for ids in got.values()}) > 3  # sentences did end at different steps
 
 
+@pytest.mark.parametrize("name", list(NETWORKS))
+@pytest.mark.parametrize("stop", ["all", "top"])
+@torch.inference_mode()
+def test_beam_search_gives_each_sentence_what_its_own_batch_gives(name, stop):
+    """Beam 3 with tails joined (rows of sentences at different steps, each with its beams): every sentence's
+    finished hypotheses and their scores as in its own batch."""
+    net = NETWORKS[name]()
+    batches = _batches(net, [4, 4, 3, 4, 2, 4], seed=11)
+    expected = {}
+    for keys, bridged, limits in batches:
+        decoder, state = net.start_decoding(bridged, "de")
+        for key, nbest in zip(keys, beam_search_nbest(decoder, state, limits, 3, 1.0, BOS, stop)):
+            expected[key] = nbest
+    decoder = net.start_decoding(batches[0][1], "de")[0]
+    groups = ((keys, net.start_decoding(bridged, "de")[1], limits) for keys, bridged, limits in batches)
+    got = dict(beam_search_merging_tails(decoder, groups, 4, 3, 1.0, BOS, stop))
+    assert got.keys() == expected.keys()
+    for key, nbest in expected.items():
+        assert [ids for _, ids in got[key]] == [ids for _, ids in nbest], key
+        assert [score for score, _ in got[key]] == pytest.approx([score for score, _ in nbest], rel=1e-5, abs=1e-6)
+
+
 @torch.inference_mode()
 def test_a_joined_transformer_state_steps_as_each_state_alone():
     """Two states three and zero steps in: one step of the joined state gives each row what its own state gives,
@@ -89,10 +112,13 @@ def test_a_joined_transformer_state_steps_as_each_state_alone():
 
 
 def test_translate_gives_the_same_text_with_tails_merged_as_batch_by_batch(trained_model):
-    """`workers=2` decodes batch by batch (in threads); one worker merges tails: the same output, line for line."""
+    """`workers=2` decodes batch by batch (in threads); one worker merges tails: the same output, line for line,
+    greedy and beam 4."""
     with gzip.open(MULTI30K / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as lines:
         texts = [next(lines).strip() for _ in range(40)]
     loaded = load(trained_model)
-    merged = loaded.translate(texts, "en", "de", batch_size=6, max_len=30)
-    assert merged == loaded.translate(texts, "en", "de", batch_size=6, max_len=30, workers=2)
-    assert merged == loaded.generate(loaded.represent(texts, "en", batch_size=6), "de", batch_size=6, max_len=30)
+    for beam in (1, 4):
+        merged = loaded.translate(texts, "en", "de", beam=beam, batch_size=6, max_len=30)
+        assert merged == loaded.translate(texts, "en", "de", beam=beam, batch_size=6, max_len=30, workers=2)
+        assert merged == loaded.generate(loaded.represent(texts, "en", batch_size=6), "de", beam=beam, batch_size=6,
+                                         max_len=30)

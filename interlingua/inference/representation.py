@@ -33,7 +33,7 @@ from interlingua.data.vocab import Vocab
 from interlingua.errors import ArgumentError, ArgumentTypeError, TargetMismatchError
 from interlingua.modules.base import BridgeOutput
 from interlingua.modules.model import TranslationNetwork
-from interlingua.modules.search import batches_total, decode_batch, decode_greedy_refilled, encoded_batches
+from interlingua.modules.search import batches_total, decode_batch, decode_merging_tails, encoded_batches
 from interlingua.runtime import torch_threads
 
 
@@ -208,15 +208,16 @@ def generate_text(network: TranslationNetwork, vocabs: dict[str, Vocab], rep: Re
                                  max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
 
     groups = length_sorted_groups(rep.lengths, batch_size)
-    if beam == 1 and shortlist is None and workers <= 1:  # the batch kept full as sentences finish
+    if shortlist is None and workers <= 1:  # the tails of batches decoded together
         def batches() -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
             for idx in groups:
                 bridged, lengths = _batch(rep, idx)
                 yield idx, lengths, bridged
 
-        refilled = decode_greedy_refilled(network, vocabs, batches(), tgt, capacity=batch_size, max_len=max_len,
-                                          max_len_cap=max_len_cap)
-        for key, text in tqdm(refilled, total=sum(1 for n in rep.lengths if n), desc=f"{rep.src}->{tgt}",
+        merged = decode_merging_tails(network, vocabs, batches(), tgt, capacity=batch_size, beam=beam,
+                                      length_penalty=length_penalty, max_len=max_len, max_len_cap=max_len_cap,
+                                      beam_stop=beam_stop)
+        for key, text in tqdm(merged, total=sum(1 for n in rep.lengths if n), desc=f"{rep.src}->{tgt}",
                               unit="sent", disable=not progress, leave=False):
             out[key] = text
         return out

@@ -9,10 +9,11 @@ import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from interlingua.arguments import BEAM_STOPS
@@ -94,7 +95,7 @@ def greedy_search(decoder: StepDecoder, state: DecoderStateLike, max_len: int | 
 
 
 def joinable(state: Any) -> bool:
-    """Whether rows of more sentences can join `state` while it is decoded (`greedy_search_merging_tails`): its class
+    """Whether rows of more sentences can join `state` while it is decoded (`_merging_tails`): its class
     has `join` (the Transformer's and the LSTM's states do; a decoder kind of one's own may add it)."""
     return callable(getattr(state, "join", None))
 
@@ -107,75 +108,102 @@ Both chosen on test2016's en->de greedy pass of a d128 Transformer among 0.06-0.
 these, the spread from run to run about as large as between the best settings: docs/results/speed.md)."""
 
 
-@dataclass
-class _Rows:
-    """Sentences decoded together by `greedy_search_merging_tails`: their keys, output so far, state, remaining
-    output limits and last tokens."""
+class _Run(Protocol):
+    """Sentences decoded together, which `_merging_tails` sets aside and joins."""
     keys: list[int]
-    outputs: list[list[int]]
-    state: Any
-    limits: torch.Tensor
-    prev: torch.Tensor
 
-    def join(self, other: _Rows) -> _Rows:
-        return _Rows(self.keys + other.keys, self.outputs + other.outputs, self.state.join(other.state),
-                     torch.cat([self.limits, other.limits]), torch.cat([self.prev, other.prev]))
+    def join(self: _RunT, other: _RunT) -> _RunT:
+        ...
 
 
-def greedy_search_merging_tails(decoder: StepDecoder,
-                                groups: Iterable[tuple[list[int], DecoderStateLike, torch.Tensor]], capacity: int,
-                                start: int = BOS) -> Iterator[tuple[int, list[int]]]:
-    """`greedy_search` over a stream of batches (`groups`: the sentences' keys, their start state and output
-    limits, batch after batch, at most `capacity` sentences each) in which the tails of batches are decoded
-    together: once a batch is down to an eighth of `capacity` unfinished sentences, they are set aside, and the
-    set-aside rows are joined into one batch (`state.join`, each row at its own position) once they make half of
-    `capacity`, or when no batch is left. Yields (key, output ids) as each sentence finishes.
+_RunT = TypeVar("_RunT", bound=_Run)
+Group = tuple[list[int], DecoderStateLike, torch.Tensor]
+"""A batch to search: its sentences' keys, their start state and their output limits."""
+
+
+def _merging_tails(groups: Iterable[Group], capacity: int, begin: Callable[[Group], _RunT],
+                   advance: Callable[[_RunT], tuple[list[tuple[int, Any]], _RunT | None]]) -> Iterator[tuple[int, Any]]:
+    """The search over a stream of batches in which the tails of batches are decoded together: `begin` makes a run
+    of a batch, `advance` decodes it one step (what finished, as (key, result), and the run of the rest, or None);
+    once a run is down to `TAIL_SHARE` of `capacity` unfinished sentences it is set aside, and set-aside runs are
+    joined into one (`_Run.join`, each row at its own position) once they make `JOIN_SHARE` of `capacity`, or when
+    no batch is left. Yields (key, result) as each sentence finishes.
 
     Why: in a batch of sentences sorted by length, a few run on long after the rest have finished (half of a
     greedy pass of a d128 Transformer over test2016 was steps of fewer than 8 of 64 rows), and a step of a
     handful of rows costs nearly what a step of many does. Tails are set aside at about the same step of
     their batches, so that joined rows are at about the same position and attend over little padding (joining
     new sentences into a batch's free rows, tried first, made every row attend over the oldest row's positions
-    and cost as much as it saved). Up to its tail a batch is decoded exactly as `greedy_search` decodes it; a
-    row's tokens after joining are what its sentence alone gives, up to float rounding in products over a
-    batch of another make-up."""
-    best_token_scores = _best_token_scores(decoder)
-    device = _device(decoder)
+    and cost as much as it saved). Up to its tail a batch is decoded exactly as alone; a row's tokens after
+    joining are what its sentence alone gives, up to float rounding in products over a batch of another
+    make-up."""
     tail = max(1, int(capacity * TAIL_SHARE))
     source = iter(groups)
     pending = next(source, None)
-    parked: list[_Rows] = []
+    parked: list[_RunT] = []
     while pending is not None or parked:
         if parked and (pending is None or sum(len(p.keys) for p in parked) >= capacity * JOIN_SHARE):
-            rows = functools.reduce(_Rows.join, parked)
+            run: _RunT | None = functools.reduce(lambda a, b: a.join(b), parked)
             parked = []
         else:
             assert pending is not None
-            keys, state, limits = pending
-            pending = next(source, None)
-            rows = _Rows(keys, [[] for _ in keys], state, limits.to(device),
-                         torch.full((len(keys),), start, dtype=torch.long, device=device))
+            run, pending = begin(pending), next(source, None)
         more, stepped = pending is not None or bool(parked), False
-        while rows.keys:
-            if more and stepped and len(rows.keys) <= tail:  # stepped: every pass of the loop decodes something
-                parked.append(rows)
+        while run is not None and run.keys:
+            if more and stepped and len(run.keys) <= tail:  # stepped: every pass of the loop decodes something
+                parked.append(run)
                 break
             stepped = True
-            scores, rows.state = best_token_scores(rows.prev, rows.state)
-            tok = argmax_rows(scores)
-            rows.limits = rows.limits - 1
-            done = (tok == EOS) | (rows.limits <= 0)
-            for out, token in zip(rows.outputs, tok.tolist()):
-                out.append(token)
-            rows.prev = tok
-            if done.any():
-                for r in done.nonzero().squeeze(1).tolist():
-                    out = rows.outputs[r]
-                    yield rows.keys[r], out[:-1] if out[-1] == EOS else out
-                keep = (~done).nonzero().squeeze(1)
-                kept = keep.tolist()
-                rows = _Rows([rows.keys[r] for r in kept], [rows.outputs[r] for r in kept],
-                             rows.state.select(keep) if kept else None, rows.limits[keep], tok[keep])
+            finished, run = advance(run)
+            yield from finished
+
+
+@dataclass
+class _GreedyRun:
+    """Sentences greedy search decodes together: their keys, output so far, state, remaining output limits and
+    last tokens."""
+    keys: list[int]
+    outputs: list[list[int]]
+    state: Any
+    limits: torch.Tensor
+    prev: torch.Tensor
+
+    def join(self, other: _GreedyRun) -> _GreedyRun:
+        return _GreedyRun(self.keys + other.keys, self.outputs + other.outputs, self.state.join(other.state),
+                          torch.cat([self.limits, other.limits]), torch.cat([self.prev, other.prev]))
+
+
+def greedy_search_merging_tails(decoder: StepDecoder, groups: Iterable[Group], capacity: int,
+                                start: int = BOS) -> Iterator[tuple[int, list[int]]]:
+    """`greedy_search` over a stream of batches (`groups`, at most `capacity` sentences each), the tails of
+    batches decoded together (`_merging_tails`): yields (key, output ids) as each sentence finishes."""
+    best_token_scores = _best_token_scores(decoder)
+    device = _device(decoder)
+
+    def begin(group: Group) -> _GreedyRun:
+        keys, state, limits = group
+        return _GreedyRun(keys, [[] for _ in keys], state, limits.to(device),
+                          torch.full((len(keys),), start, dtype=torch.long, device=device))
+
+    def advance(run: _GreedyRun) -> tuple[list[tuple[int, Any]], _GreedyRun | None]:
+        scores, state = best_token_scores(run.prev, run.state)
+        tok = argmax_rows(scores)
+        limits = run.limits - 1
+        done = (tok == EOS) | (limits <= 0)
+        for out, token in zip(run.outputs, tok.tolist()):
+            out.append(token)
+        if not done.any():
+            return [], _GreedyRun(run.keys, run.outputs, state, limits, tok)
+        finished = [(run.keys[r], run.outputs[r][:-1] if run.outputs[r][-1] == EOS else run.outputs[r])
+                    for r in done.nonzero().squeeze(1).tolist()]
+        keep = (~done).nonzero().squeeze(1)
+        kept = keep.tolist()
+        if not kept:
+            return finished, None
+        return finished, _GreedyRun([run.keys[r] for r in kept], [run.outputs[r] for r in kept], state.select(keep),
+                                    limits[keep], tok[keep])
+
+    return _merging_tails(groups, capacity, begin, advance)
 
 
 def beam_search(decoder: StepDecoder, state: DecoderStateLike, max_len: int | Sequence[int] | torch.Tensor,
@@ -206,64 +234,112 @@ def beam_search_nbest(decoder: StepDecoder, state: DecoderStateLike, max_len: in
     beam starts the same), then the state is expanded to the beams (`DecoderStateLike.expand_beams`). The
     decoder's first input is `start` (BOS, or the target-language tag of a model that signals it there).
     """
+    batch = state.batch_size
+    limits = _limits(max_len, batch, _device(decoder))
+    found = dict(beam_search_merging_tails(decoder, [(list(range(batch)), state, limits)], max(1, batch), beam_size,
+                                           length_penalty, start, stop))
+    return [found.get(i, []) for i in range(batch)]
+
+
+@dataclass
+class _BeamRun:
+    """Sentences beam search decodes together: their keys, state (`width` rows a sentence), the scores of their
+    live hypotheses (sentences, width), the hypotheses' tokens (rows, columns: a sentence's own are its last
+    `steps` columns, since sentences joined at different steps), the tokens chosen so far per sentence, the last
+    tokens, output limits, and the finished hypotheses."""
+    keys: list[int]
+    state: Any
+    width: int
+    scores: torch.Tensor
+    seqs: torch.Tensor
+    steps: torch.Tensor
+    prev: torch.Tensor
+    limits: torch.Tensor
+    finished: list[list[tuple[float, list[int]]]]
+
+    def join(self, other: _BeamRun) -> _BeamRun:
+        if self.width != other.width:
+            raise ValueError("beam runs join once both are expanded to their beams")
+        columns = max(self.seqs.size(1), other.seqs.size(1))
+        seqs = [F.pad(run.seqs, (columns - run.seqs.size(1), 0)) for run in (self, other)]
+        return _BeamRun(self.keys + other.keys, self.state.join(other.state), self.width,
+                        torch.cat([self.scores, other.scores]), torch.cat(seqs), torch.cat([self.steps, other.steps]),
+                        torch.cat([self.prev, other.prev]), torch.cat([self.limits, other.limits]),
+                        self.finished + other.finished)
+
+    def select(self, sentences: torch.Tensor, width: int) -> _BeamRun:
+        """The sentences `sentences` (indices into this run's) with their `width` rows each."""
+        rows = (sentences.unsqueeze(1) * width + torch.arange(width, device=sentences.device)).view(-1)
+        kept = sentences.tolist()
+        return _BeamRun([self.keys[r] for r in kept], self.state.select(rows), width, self.scores[sentences],
+                        self.seqs[rows], self.steps[sentences], self.prev[rows], self.limits[sentences],
+                        [self.finished[r] for r in kept])
+
+
+def beam_search_merging_tails(decoder: StepDecoder, groups: Iterable[Group], capacity: int, beam_size: int,
+                              length_penalty: float = 1.0, start: int = BOS,
+                              stop: str = "all") -> Iterator[tuple[int, list[tuple[float, list[int]]]]]:
+    """`beam_search_nbest` over a stream of batches (`groups`, at most `capacity` sentences each), the tails of
+    batches decoded together (`_merging_tails`): yields (key, its finished hypotheses, best first) as each
+    sentence finishes."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     if stop not in BEAM_STOPS:
         raise ValueError(f"stop must be one of {BEAM_STOPS}, got {stop!r}")
-    k = beam_size
-    batch, device = state.batch_size, _device(decoder)
-    limits = _limits(max_len, batch, device)
-    width = 1  # hypotheses per sentence in the state: 1 before the first step, k after it
-    scores = torch.zeros((batch, 1), device=device)
-    seqs = torch.full((batch, 0), start, dtype=torch.long, device=device)
-    prev = torch.full((batch,), start, dtype=torch.long, device=device)
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
-    n_finished = torch.zeros(batch, dtype=torch.long, device=device)
-    active = torch.arange(batch, device=device)
-    for t in range(int(limits.max()) if batch else 0):
-        logp, state = decoder.step(prev, state)
-        vocab = logp.size(-1)
-        n = active.numel()
-        top_s, top_i = best_candidates(scores, logp, min(2 * k, width * vocab))
+    k, device = beam_size, _device(decoder)
+
+    def begin(group: Group) -> _BeamRun:
+        keys, state, limits = group
+        n = len(keys)
+        return _BeamRun(keys, state, 1, torch.zeros((n, 1), device=device),
+                        torch.full((n, 0), start, dtype=torch.long, device=device),
+                        torch.zeros(n, dtype=torch.long, device=device),
+                        torch.full((n,), start, dtype=torch.long, device=device), limits.to(device),
+                        [[] for _ in keys])
+
+    def advance(run: _BeamRun) -> tuple[list[tuple[int, Any]], _BeamRun | None]:
+        logp, state = decoder.step(run.prev, run.state)
+        vocab, n, width = logp.size(-1), len(run.keys), run.width
+        top_s, top_i = best_candidates(run.scores, logp, min(2 * k, width * vocab))
         beam_i, tok = top_i // vocab, top_i % vocab
         is_eos = tok == EOS
         live_rank = torch.cumsum(~is_eos, dim=1)
-        norm = float(t + 1) ** length_penalty
         ends = is_eos & (live_rank < k) & torch.isfinite(top_s)
+        steps = run.steps.tolist()  # before this step
         if ends.any():  # the (few) hypotheses that end here are stored; no loop over all sentences
+            columns = run.seqs.size(1)
             for r, j in ends.nonzero().tolist():
-                hyp = seqs[r * width + beam_i[r, j]].tolist()
-                finished[int(active[r])].append((float(top_s[r, j]) / norm, hyp))
-            n_finished[active] += ends.sum(1)
+                hyp = run.seqs[r * width + beam_i[r, j]].tolist()[columns - steps[r]:]
+                run.finished[r].append((float(top_s[r, j]) / float(steps[r] + 1) ** length_penalty, hyp))
         keep = (~is_eos) & (live_rank <= k)
         order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :k]
         scores = top_s.gather(1, order)
         origin = (beam_i.gather(1, order) + torch.arange(n, device=device).unsqueeze(1) * width).view(-1)
         prev = tok.gather(1, order).view(-1)
-        seqs = torch.cat([seqs[origin], prev.unsqueeze(1)], dim=1)
+        seqs = torch.cat([run.seqs[origin], prev.unsqueeze(1)], dim=1)
         # after the first step rows move only inside their sentence's beams
         state = state.expand_beams(origin) if width == 1 else state.reorder_beams(origin)
-        width = k
-        done = n_finished[active] >= k
+        after = run.steps + 1
+        done = torch.tensor([len(f) >= k for f in run.finished], device=device)
         if stop == "top":
             done |= is_eos[:, 0] & torch.isfinite(top_s[:, 0])
-        at_limit = limits[active] <= t + 1
+        at_limit = run.limits <= after
         if at_limit.any():
             for r in at_limit.nonzero().squeeze(1).tolist():
-                if len(finished[int(active[r])]) < k:
+                if len(run.finished[r]) < k:
                     for j in range(k):
                         if torch.isfinite(scores[r, j]):
-                            finished[int(active[r])].append((float(scores[r, j]) / float(t + 1) ** length_penalty,
-                                                             seqs[r * k + j].tolist()))
+                            run.finished[r].append((float(scores[r, j]) / float(steps[r] + 1) ** length_penalty,
+                                                    seqs[r * k + j].tolist()[-(steps[r] + 1):]))
             done |= at_limit
-        if done.all():
-            break
-        if done.any():
-            keep_rows = (~done).nonzero().squeeze(1)
-            flat = (keep_rows.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
-            active, scores = active[keep_rows], scores[keep_rows]
-            seqs, prev, state = seqs[flat], prev[flat], state.select(flat)
-    return [sorted(f, key=lambda x: -x[0]) for f in finished]
+        finished = [(run.keys[r], sorted(run.finished[r], key=lambda x: -x[0]))
+                    for r in done.nonzero().squeeze(1).tolist()]
+        if len(finished) == n:
+            return finished, None
+        rest = _BeamRun(run.keys, state, k, scores, seqs, after, prev, run.limits, run.finished)
+        return finished, (rest if not finished else rest.select((~done).nonzero().squeeze(1), k))
+
+    return _merging_tails(groups, capacity, begin, advance)
 
 
 def encoded_batches(network: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
@@ -313,13 +389,14 @@ def decode_batch(network: TranslationNetwork, vocabs: dict[str, Vocab], bridged:
     return [vocab.decode(h) for h in hyps]
 
 
-def decode_greedy_refilled(network: TranslationNetwork, vocabs: dict[str, Vocab],
-                           batches: Iterable[tuple[list[int], torch.Tensor, BridgeOutput]], tgt_lang: str, *,
-                           capacity: int, max_len: int | None = None,
-                           max_len_cap: int = 100) -> Iterator[tuple[int, str]]:
-    """Greedy translations of `batches` ((keys, source lengths, memory) as `encoded_batches` gives them) with the
-    batch kept full (`greedy_search_merging_tails`, up to `capacity` rows), yielded as (key, text) as each sentence
-    finishes. A decoder whose state cannot take rows in (`joinable`) decodes batch by batch (`decode_batch`)."""
+def decode_merging_tails(network: TranslationNetwork, vocabs: dict[str, Vocab],
+                         batches: Iterable[tuple[list[int], torch.Tensor, BridgeOutput]], tgt_lang: str, *,
+                         capacity: int, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
+                         max_len_cap: int = 100, beam_stop: str = "all") -> Iterator[tuple[int, str]]:
+    """Translations of `batches` ((keys, source lengths, memory) as `encoded_batches` gives them), greedy (`beam`
+    1) or with beam search, the tails of batches decoded together (`greedy_search_merging_tails`,
+    `beam_search_merging_tails`), yielded as (key, text) as each sentence finishes. A decoder whose state cannot
+    take rows in (`joinable`) decodes batch by batch (`decode_batch`)."""
     vocab = vocabs[tgt_lang]
     start = decoder_start(vocab, tgt_lang, network.cfg.shared, network.cfg.tag_position)
     readable = network.decoder_for(tgt_lang).max_length
@@ -329,13 +406,19 @@ def decode_greedy_refilled(network: TranslationNetwork, vocabs: dict[str, Vocab]
         return
     if not joinable(first[4]):
         for idx, lengths, bridged, _, _ in itertools.chain([first], started):
-            yield from zip(idx, decode_batch(network, vocabs, bridged, lengths, tgt_lang, max_len=max_len,
-                                             max_len_cap=max_len_cap))
+            yield from zip(idx, decode_batch(network, vocabs, bridged, lengths, tgt_lang, beam=beam,
+                                             length_penalty=length_penalty, max_len=max_len, max_len_cap=max_len_cap,
+                                             beam_stop=beam_stop))
         return
     groups = ((idx, state, output_limits(lengths, max_len, max_len_cap, readable))
               for idx, lengths, _, _, state in itertools.chain([first], started))
-    for key, ids in greedy_search_merging_tails(first[3], groups, capacity, start):
-        yield key, vocab.decode(ids)
+    if beam == 1:
+        for key, ids in greedy_search_merging_tails(first[3], groups, capacity, start):
+            yield key, vocab.decode(ids)
+    else:
+        for key, nbest in beam_search_merging_tails(first[3], groups, capacity, beam, length_penalty, start,
+                                                    beam_stop):
+            yield key, vocab.decode(nbest[0][1] if nbest else [])
 
 
 def batches_total(lengths: Sequence[int], batch_size: int) -> int:
@@ -358,10 +441,11 @@ def translate_ids(network: TranslationNetwork, vocabs: dict[str, Vocab], seqs: S
     network.eval()
     out = [""] * len(seqs)
     batches = encoded_batches(network, vocabs, seqs, src_lang, tgt_lang, batch_size)
-    if beam == 1 and shortlist is None:
+    if shortlist is None:
         sentences = sum(1 for s in seqs if len(s))
-        for key, text in tqdm(decode_greedy_refilled(network, vocabs, batches, tgt_lang, capacity=batch_size,
-                                                     max_len=max_len, max_len_cap=max_len_cap),
+        for key, text in tqdm(decode_merging_tails(network, vocabs, batches, tgt_lang, capacity=batch_size, beam=beam,
+                                                   length_penalty=length_penalty, max_len=max_len,
+                                                   max_len_cap=max_len_cap, beam_stop=beam_stop),
                               total=sentences, desc=f"{src_lang}->{tgt_lang}", unit="sent", disable=not progress,
                               leave=False):
             out[key] = text

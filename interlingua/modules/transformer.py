@@ -676,11 +676,12 @@ class TransformerDecoderState(DecoderStateLike):
                                        None if self.pad is None else self.pad.index_select(0, index))
 
     def join(self, other: TransformerDecoderState) -> TransformerDecoderState:
-        """The rows of `self` then those of `other`, each at its own position (one sentence a row: greedy
-        search, before beams): the shorter caches are padded at the front and `pad` says by how much, the
+        """The rows of `self` then those of `other`, each at its own position (as many rows a sentence in both):
+        the shorter caches are padded at the front and `pad` says by how much, the
         memories padded to the longer one with their masks. Both decode the same target language."""
-        if self.batch_size != self.memory_mask.size(0) or other.batch_size != other.memory_mask.size(0):
-            raise ValueError("join takes states of one row per sentence (not expanded to beams)")
+        if self.batch_size * other.memory_mask.size(0) != other.batch_size * self.memory_mask.size(0):
+            raise ValueError("join takes states of as many rows a sentence (both before beams, or both with as "
+                             "many beams)")
         position = max(self.position, other.position)
         memory = max(self.memory_mask.size(-1), other.memory_mask.size(-1))
         pads = [(position - s.position) + (torch.zeros(s.batch_size, dtype=torch.long, device=s.memory_mask.device)
