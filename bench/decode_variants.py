@@ -1,14 +1,16 @@
 """The Transformer decoding step's own changes, each on and off in one process: sentences/s and identical outputs.
 
 Run: python bench/decode_variants.py --model runs/bench_transformer/ours/last.pt [--beam 1] [--rounds 8]
-     [--threads 2] [--sentences 1000] [--out bench/results/decode_variants.jsonl]
+     [--threads 2] [--sentences 1000] [--max-len N] [--variants before,eval-step,scores,both,tails]
+     [--out bench/results/decode_variants.jsonl]
 
 Variants (the library's code with parts of it put back as they were before them):
 - `before`: the decoder layers' own forward at every step (module calls, closures), and greedy search on
   log-probabilities;
 - `eval-step`: the decoder's eval step (`DecoderLayer.step`: the same products without the module calls);
 - `scores`: greedy search on the step's unnormalised scores (`Decoder.step_scores`, no log_softmax);
-- `both`: the library as it is.
+- `both`: the two together, each batch decoded to its end on its own;
+- `tails`: the library as it is: the tails of batches decoded together (`modules.search._merging_tails`).
 Passes over test_2016_flickr (en->de by default) alternate between the variants (the order reversed every other
 round), all in one process with the allocator as the command line sets it, so that the machine's drift falls
 on all alike. One JSON line per variant: the pass times, the median sentences/s, its ratio to `before`, and
@@ -39,9 +41,14 @@ EVAL_STEP = DecoderLayer.step
 SCORES = search._best_token_scores
 
 
-def _layers_forward(self: DecoderLayer, x: torch.Tensor, cache: LayerCache,
-                    memory_mask: torch.Tensor) -> tuple[torch.Tensor, LayerCache]:
-    """The step as it was: the layer's forward through its module call, incremental."""
+JOINABLE = search.joinable
+
+
+def _layers_forward(self: DecoderLayer, x: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor,
+                    self_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, LayerCache]:
+    """The step as it was: the layer's forward through its module call, incremental (batches decoded alone:
+    no rows joined, so no `self_mask`)."""
+    assert self_mask is None
     return self(x, cache, memory_mask, True)
 
 
@@ -49,12 +56,17 @@ def _log_probabilities(decoder: Any) -> Callable[..., Any]:
     return decoder.step
 
 
-VARIANTS = {"before": (_layers_forward, _log_probabilities), "eval-step": (EVAL_STEP, _log_probabilities),
-            "scores": (_layers_forward, SCORES), "both": (EVAL_STEP, SCORES)}
+def _alone(state: Any) -> bool:
+    return False
+
+
+VARIANTS = {"before": (_layers_forward, _log_probabilities, _alone),
+            "eval-step": (EVAL_STEP, _log_probabilities, _alone), "scores": (_layers_forward, SCORES, _alone),
+            "both": (EVAL_STEP, SCORES, _alone), "tails": (EVAL_STEP, SCORES, JOINABLE)}
 
 
 def use(variant: str) -> None:
-    DecoderLayer.step, search._best_token_scores = VARIANTS[variant]  # type: ignore[method-assign]
+    DecoderLayer.step, search._best_token_scores, search.joinable = VARIANTS[variant]  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -68,6 +80,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sentences", type=int, default=1000)
+    ap.add_argument("--max-len", type=int, default=None, help="output limit (default: the library's own)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "decode_variants.jsonl"))
@@ -80,19 +93,20 @@ def main() -> None:
     outputs: dict[str, list[str]] = {}
     for name in names:  # warm-up: kernels, packed layers
         use(name)
-        model.translate(texts[:64], src=args.src, tgt=args.tgt, beam=args.beam)
+        model.translate(texts[:64], src=args.src, tgt=args.tgt, beam=args.beam, max_len=args.max_len)
     for r in range(args.rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             use(name)
             start = time.perf_counter()
-            outputs[name] = model.translate(texts, src=args.src, tgt=args.tgt, beam=args.beam)
+            outputs[name] = model.translate(texts, src=args.src, tgt=args.tgt, beam=args.beam, max_len=args.max_len)
             times[name].append(time.perf_counter() - start)
-    use("both")
+    use("tails")
     base = statistics.median(times[names[0]])
     for name in names:
         median = statistics.median(times[name])
         record = {"kind": "decode_variant", "variant": name, "model": args.model, "direction": f"{args.src}-{args.tgt}",
-                  "beam": args.beam, "sentences": len(texts), "threads": args.threads, "rounds": args.rounds,
+                  "beam": args.beam, "max_len": args.max_len, "sentences": len(texts), "threads": args.threads,
+                  "rounds": args.rounds,
                   "seconds": [round(t, 3) for t in times[name]], "sent_per_s_median": round(len(texts) / median, 1),
                   f"x_{names[0]}": round(base / median, 3),
                   f"identical_to_{names[0]}": outputs[name] == outputs[names[0]]}
