@@ -1,7 +1,8 @@
 """Greedy and beam search with the tails of batches decoded together (`modules.search`'s `_merging_tails`):
-every sentence gets the tokens (and beam search's finished hypotheses) its own batch gives it, for the Transformer (rows joined at
-different positions, attending over front padding) and the LSTM decoders (memories of other lengths joined);
-a joined state's step is each state's own step; and `Model.translate` gives the same text with and without it.
+every sentence gets the tokens (and beam search's finished hypotheses) its own batch gives it, for the
+Transformer (rows joined at different positions, attending over front padding) and the LSTM decoders
+(memories of other lengths joined); a joined state's step is each state's own step; and `Model.translate`
+gives the same text with and without it.
 
 Tiny random models, no training: they rarely stop, so sentences run to limits of their own, which makes the
 tails. The equality of whole test-set translations and the speed are measured in docs/results/speed.md."""
@@ -17,8 +18,13 @@ from test_transformer import VOCAB, model
 
 from interlingua import load
 from interlingua.data.vocab import BOS
-from interlingua.modules.search import (beam_search_merging_tails, beam_search_nbest, greedy_search,
-                                       greedy_search_merging_tails, joinable)
+from interlingua.modules.search import (
+    beam_search_merging_tails,
+    beam_search_nbest,
+    greedy_search,
+    greedy_search_merging_tails,
+    joinable,
+)
 
 SENTENCES = 22
 

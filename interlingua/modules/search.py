@@ -104,7 +104,7 @@ TAIL_SHARE = 0.25
 """A batch is set aside as a tail once its unfinished sentences are at most this share of the batch size."""
 JOIN_SHARE = 0.75
 """Set-aside tails are joined into one batch once they hold this share of the batch size (or no batch is left).
-Both chosen on test2016's en->de greedy pass of a d128 Transformer among 0.06-0.5 and 0.5-1.0 (1.3-1.9x with
+Both chosen on test2016's en->de greedy pass of a d128 Transformer among 0.06-0.5 and 0.5-1.0 (1.3-1.8x with
 these, the spread from run to run about as large as between the best settings: docs/results/speed.md)."""
 
 
