@@ -2,7 +2,7 @@
 every sentence gets the tokens (and beam search's finished hypotheses) its own batch gives it, for the
 Transformer (rows joined at different positions, attending over front padding) and the LSTM decoders
 (memories of other lengths joined); a joined state's step is each state's own step; and `Model.translate`
-gives the same text with and without it.
+gives the same text in one stream of batches or in several side by side.
 
 Tiny random models, no training: they rarely stop, so sentences run to limits of their own, which makes the
 tails. The equality of whole test-set translations and the speed are measured in docs/results/speed.md."""
@@ -117,14 +117,16 @@ def test_a_joined_transformer_state_steps_as_each_state_alone():
                                decoder.step(torch.tensor([6, 6]), young_after)[0], rtol=1e-5, atol=1e-5)
 
 
-def test_translate_gives_the_same_text_with_tails_merged_as_batch_by_batch(trained_model):
-    """`workers=2` decodes batch by batch (in threads); one worker merges tails: the same output, line for line,
-    greedy and beam 4."""
+def test_translate_gives_the_same_text_in_one_stream_of_batches_or_several(trained_model):
+    """One worker merges the tails of all batches; two and three split the batches into streams decoded side by
+    side in threads, each merging its own tails; `generate` over a kept representation as `translate`: the same
+    output, line for line, greedy and beam 4."""
     with gzip.open(MULTI30K / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as lines:
         texts = [next(lines).strip() for _ in range(40)]
     loaded = load(trained_model)
     for beam in (1, 4):
         merged = loaded.translate(texts, "en", "de", beam=beam, batch_size=6, max_len=30)
-        assert merged == loaded.translate(texts, "en", "de", beam=beam, batch_size=6, max_len=30, workers=2)
+        for workers in (2, 3):
+            assert merged == loaded.translate(texts, "en", "de", beam=beam, batch_size=6, max_len=30, workers=workers)
         assert merged == loaded.generate(loaded.represent(texts, "en", batch_size=6), "de", beam=beam, batch_size=6,
                                          max_len=30)

@@ -435,11 +435,10 @@ class Model:
         `beam_stop`: when beam search is done with a sentence: `all` (default), once it has `beam`
         finished hypotheses; `top`, also once the best candidate of a step is finished (OpenNMT-py's
         rule: faster, and on Multi30k dev 0.2-0.4 BLEU lower with length_penalty 1).
-        `workers`: batches decoded at once, each in its own thread, torch's threads shared out among them
-        while it runs (`interlingua.inference.representation.in_threads`); the output is the same. With one
-        worker (the default) the tails of batches are decoded together (`modules.search`), which greedy
-        search gains more from: on 2 cores one worker ran greedy 1.19x as fast as two, two workers beam 5 1.12x
-        as fast as one (docs/results/speed.md).
+        `workers`: the batches are split into that many streams decoded side by side, each in its own thread,
+        torch's threads shared out among them while it runs (`interlingua.inference.representation.in_threads`);
+        each stream decodes the tails of its batches together (`modules.search`). The output is the same. On 2
+        cores, two workers ran greedy 1.12x as fast as one, beam 5 about as fast (docs/results/speed.md).
         """
         check_search(beam, length_penalty, max_len, batch_size, beam_stop)
         COUNT.check("workers", workers)

@@ -187,9 +187,10 @@ def generate_text(network: TranslationNetwork, vocabs: dict[str, Vocab], rep: Re
                   context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> list[str]:
     """The decode half of `translate_ids` over a kept representation: the sentences in the same
     length-sorted batches, each batch's memory padded back as the encoder gave it. A `shortlist` needs
-    the representation's `source_ids`. `workers` > 1 decodes that many batches at once (`in_threads`), each
-    under `context()` (the caller's autocast); the output is the same, since no sentence's depends on its
-    batch."""
+    the representation's `source_ids`. Without a shortlist the tails of batches are decoded together
+    (`decode_merging_tails`), and `workers` > 1 splits the batches into that many streams decoded side by side
+    (`in_threads`), each under `context()` (the caller's autocast); with a shortlist, `workers` batches at once.
+    The output is the same either way, since no sentence's depends on its batch."""
     if shortlist is not None and len(rep.source_ids) != len(rep):
         raise ValueError("this representation has no source ids, which a shortlist needs: make it with "
                          "Model.represent")
@@ -207,19 +208,26 @@ def generate_text(network: TranslationNetwork, vocabs: dict[str, Vocab], rep: Re
         return idx, decode_batch(network, vocabs, bridged, lengths, tgt, beam=beam, length_penalty=length_penalty,
                                  max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
 
-    groups = length_sorted_groups(rep.lengths, batch_size)
-    if shortlist is None and workers <= 1:  # the tails of batches decoded together
-        def batches() -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
-            for idx in groups:
-                bridged, lengths = _batch(rep, idx)
-                yield idx, lengths, bridged
+    groups = list(length_sorted_groups(rep.lengths, batch_size))
+    if shortlist is None:  # the tails of batches decoded together; `workers` streams of batches side by side
+        bar = tqdm(total=sum(1 for n in rep.lengths if n), desc=f"{rep.src}->{tgt}", unit="sent",
+                   disable=not progress, leave=False)
 
-        merged = decode_merging_tails(network, vocabs, batches(), tgt, capacity=batch_size, beam=beam,
-                                      length_penalty=length_penalty, max_len=max_len, max_len_cap=max_len_cap,
-                                      beam_stop=beam_stop)
-        for key, text in tqdm(merged, total=sum(1 for n in rep.lengths if n), desc=f"{rep.src}->{tgt}",
-                              unit="sent", disable=not progress, leave=False):
-            out[key] = text
+        def decode_stream(stream: list[list[int]]) -> list[tuple[int, str]]:
+            done = []
+            for key, text in decode_merging_tails(network, vocabs, _batches(rep, stream), tgt, capacity=batch_size,
+                                                  beam=beam, length_penalty=length_penalty, max_len=max_len,
+                                                  max_len_cap=max_len_cap, beam_stop=beam_stop):
+                done.append((key, text))
+                bar.update()
+            return done
+
+        streams = [groups[i::workers] for i in range(workers)]  # longest first: alike in length and number
+        with bar:
+            for pairs in (map(decode_stream, streams) if workers <= 1
+                          else in_threads(decode_stream, streams, workers, context)):
+                for key, text in pairs:
+                    out[key] = text
         return out
     decoded = map(decode, groups) if workers <= 1 else in_threads(decode, groups, workers, context)
     for idx, texts in tqdm(decoded, total=batches_total(rep.lengths, batch_size), desc=f"{rep.src}->{tgt}",
@@ -248,6 +256,14 @@ def in_threads(fn: Callable[[Item], Result], items: Iterable[Item], workers: int
     with torch_threads(max(1, torch.get_num_threads() // workers)), \
             ThreadPoolExecutor(workers, thread_name_prefix="interlingua-decode") as pool:
         yield from pool.map(run, items)
+
+
+def _batches(rep: Representation,
+             groups: Iterable[list[int]]) -> Iterator[tuple[list[int], torch.Tensor, BridgeOutput]]:
+    """(keys, source lengths, memory) of each group of sentences, as `encoded_batches` gives a batch."""
+    for idx in groups:
+        bridged, lengths = _batch(rep, idx)
+        yield idx, lengths, bridged
 
 
 def _batch(rep: Representation, idx: list[int]) -> tuple[BridgeOutput, torch.Tensor]:
