@@ -129,8 +129,8 @@ def _merging_tails(groups: Iterable[Group], capacity: int, begin: Callable[[Grou
     joined into one (`_Run.join`, each row at its own position) once they make `JOIN_SHARE` of `capacity`, or when
     no batch is left. Yields (key, result) as each sentence finishes.
 
-    Why: in a batch of sentences sorted by length, a few run on long after the rest have finished (half of a
-    greedy pass of a d128 Transformer over test2016 was steps of fewer than 8 of 64 rows), and a step of a
+    Why: in a batch of sentences sorted by length, a few run on long after the rest have finished (in a greedy
+    pass of a d128 Transformer over test2016, 864 of 1,250 steps had fewer than 8 of 64 rows), and a step of a
     handful of rows costs nearly what a step of many does. Tails are set aside at about the same step of
     their batches, so that joined rows are at about the same position and attend over little padding (joining
     new sentences into a batch's free rows, tried first, made every row attend over the oldest row's positions
