@@ -438,7 +438,8 @@ class Model:
         `workers`: the batches are split into that many streams decoded side by side, each in its own thread,
         torch's threads shared out among them while it runs (`interlingua.inference.representation.in_threads`);
         each stream decodes the tails of its batches together (`modules.search`). The output is the same. On 2
-        cores, two workers ran greedy 1.12x as fast as one, beam 5 about as fast (docs/results/speed.md).
+        cores, two workers ran greedy 0.97-1.12x as fast as one (two runs), beam 5 about as fast
+        (docs/results/speed.md).
         """
         check_search(beam, length_penalty, max_len, batch_size, beam_stop)
         COUNT.check("workers", workers)
