@@ -1,8 +1,8 @@
 """Batched greedy and beam search over any decoder's `step` (`StepDecoder`: a `Decoder` kind, or a wrapper
 around one), the state reordered through the state itself (`DecoderStateLike`); and translation's two halves
 that translation and dev validation share: `encoded_batches` (prefix, length-sorted batches, encoder + bridge)
-and `decode_batch` (output limits, search, detokenise), joined batch by batch in `translate_ids`. Search runs
-on the decoder's device."""
+and the decode half (`decode_merging_tails`, which decodes the tails of batches together; `decode_batch`, one
+batch), joined in `translate_ids`. Search runs on the decoder's device."""
 from __future__ import annotations
 
 import functools
@@ -68,30 +68,14 @@ def greedy_search(decoder: StepDecoder, state: DecoderStateLike, max_len: int | 
                   start: int = BOS, sample: torch.Generator | None = None) -> list[list[int]]:
     """Most probable token at every step (the first input is `start`); finished sentences leave the
     batch. `max_len`: the most output tokens, for all sentences or per sentence. `sample`: draw each
-    token from the model's distribution with this generator instead (sampled back-translation)."""
-    batch, device = state.batch_size, _device(decoder)
-    limits = _limits(max_len, batch, device)
-    prev = torch.full((batch,), start, dtype=torch.long, device=device)
-    active = torch.arange(batch, device=device)
-    steps = int(limits.max()) if batch else 0
-    tokens = torch.full((batch, steps), EOS, dtype=torch.long, device=device)  # one column per step
-    best_token_scores = _best_token_scores(decoder)
-    for step in range(steps):
-        if sample is None:
-            scores, state = best_token_scores(prev, state)
-            tok = argmax_rows(scores)
-        else:
-            logp, state = decoder.step(prev, state)
-            tok = torch.multinomial(logp.float().exp(), 1, generator=sample).squeeze(1)
-        tokens[active, step] = tok
-        done = (tok == EOS) | (limits[active] <= step + 1)
-        if done.all():
-            break
-        if done.any():
-            keep = (~done).nonzero().squeeze(1)
-            state, tok, active = state.select(keep), tok[keep], active[keep]
-        prev = tok
-    return [row[:row.index(EOS)] if EOS in row else row for row in tokens.tolist()]
+    token from the model's distribution with this generator instead (sampled back-translation).
+    (`greedy_search_merging_tails` over this one batch.)"""
+    batch = state.batch_size
+    limits = _limits(max_len, batch, _device(decoder))
+    if not batch or int(limits.max()) <= 0:
+        return [[] for _ in range(batch)]
+    found = dict(greedy_search_merging_tails(decoder, [(list(range(batch)), state, limits)], batch, start, sample))
+    return [found[i] for i in range(batch)]
 
 
 def joinable(state: Any) -> bool:
@@ -173,12 +157,21 @@ class _GreedyRun:
                           torch.cat([self.limits, other.limits]), torch.cat([self.prev, other.prev]))
 
 
-def greedy_search_merging_tails(decoder: StepDecoder, groups: Iterable[Group], capacity: int,
-                                start: int = BOS) -> Iterator[tuple[int, list[int]]]:
+def greedy_search_merging_tails(decoder: StepDecoder, groups: Iterable[Group], capacity: int, start: int = BOS,
+                                sample: torch.Generator | None = None) -> Iterator[tuple[int, list[int]]]:
     """`greedy_search` over a stream of batches (`groups`, at most `capacity` sentences each), the tails of
-    batches decoded together (`_merging_tails`): yields (key, output ids) as each sentence finishes."""
+    batches decoded together (`_merging_tails`): yields (key, output ids) as each sentence finishes. `sample`: as
+    in `greedy_search`."""
     best_token_scores = _best_token_scores(decoder)
     device = _device(decoder)
+
+    def choose(prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """The next token of each row and the state after the step."""
+        if sample is None:
+            scores, state = best_token_scores(prev, state)
+            return argmax_rows(scores), state
+        logp, state = decoder.step(prev, state)
+        return torch.multinomial(logp.float().exp(), 1, generator=sample).squeeze(1), state
 
     def begin(group: Group) -> _GreedyRun:
         keys, state, limits = group
@@ -186,8 +179,7 @@ def greedy_search_merging_tails(decoder: StepDecoder, groups: Iterable[Group], c
                           torch.full((len(keys),), start, dtype=torch.long, device=device))
 
     def advance(run: _GreedyRun) -> tuple[list[tuple[int, Any]], _GreedyRun | None]:
-        scores, state = best_token_scores(run.prev, run.state)
-        tok = argmax_rows(scores)
+        tok, state = choose(run.prev, run.state)
         limits = run.limits - 1
         done = (tok == EOS) | (limits <= 0)
         for out, token in zip(run.outputs, tok.tolist()):
@@ -236,9 +228,19 @@ def beam_search_nbest(decoder: StepDecoder, state: DecoderStateLike, max_len: in
     """
     batch = state.batch_size
     limits = _limits(max_len, batch, _device(decoder))
+    _check_beam(beam_size, stop)
+    if not batch or int(limits.max()) <= 0:
+        return [[] for _ in range(batch)]
     found = dict(beam_search_merging_tails(decoder, [(list(range(batch)), state, limits)], max(1, batch), beam_size,
                                            length_penalty, start, stop))
     return [found.get(i, []) for i in range(batch)]
+
+
+def _check_beam(beam_size: int, stop: str) -> None:
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if stop not in BEAM_STOPS:
+        raise ValueError(f"stop must be one of {BEAM_STOPS}, got {stop!r}")
 
 
 @dataclass
@@ -282,10 +284,7 @@ def beam_search_merging_tails(decoder: StepDecoder, groups: Iterable[Group], cap
     """`beam_search_nbest` over a stream of batches (`groups`, at most `capacity` sentences each), the tails of
     batches decoded together (`_merging_tails`): yields (key, its finished hypotheses, best first) as each
     sentence finishes."""
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if stop not in BEAM_STOPS:
-        raise ValueError(f"stop must be one of {BEAM_STOPS}, got {stop!r}")
+    _check_beam(beam_size, stop)
     k, device = beam_size, _device(decoder)
 
     def begin(group: Group) -> _BeamRun:
@@ -433,10 +432,11 @@ def translate_ids(network: TranslationNetwork, vocabs: dict[str, Vocab], seqs: S
                   beam_stop: str = "all", shortlist: DirectionTable | None = None) -> list[str]:
     """Translations of the tokenised sources `seqs` (from `data.inputs.tokenize_inputs`), in their
     order; an empty source gives "". Sources get the model's prefix (`source_prefix`), go through
-    in length-sorted batches on the model's device (`encoded_batches`), and each batch is searched
-    at once (`decode_batch`: greedy for `beam` 1, else beam search; output limits from
-    `output_limits`), so no batch's memory outlives its search. With a `shortlist` each sentence's output
-    layer is restricted to its candidates (`modules.shortlist_decoding`). `Model.translate` runs the same two
+    in length-sorted batches on the model's device (`encoded_batches`), each encoded as the search reaches it,
+    and are searched with the tails of batches decoded together (`decode_merging_tails`: greedy for `beam` 1,
+    else beam search; output limits from `output_limits`), so a batch's memory lives until its tail is done.
+    With a `shortlist` each sentence's output layer is restricted to its candidates
+    (`modules.shortlist_decoding`), batch by batch (`decode_batch`). `Model.translate` runs the same two
     halves with the whole representation kept in between (`Model.represent`, `Model.generate`)."""
     network.eval()
     out = [""] * len(seqs)

@@ -528,9 +528,7 @@ class _Embedding(nn.Module):
         if positions is not None:
             return self.drop(x + self._row_positions(positions, x.dtype))
         if self.table is not None:
-            if start + n > self.max_positions:
-                raise ValueError(f"sequence of {start + n} positions is longer than max_positions "
-                                 f"({self.max_positions})")
+            self._check_fits(start + n)
             x = x + self.table(torch.arange(start, start + n, device=ids.device))
         elif n == 1 and not self.training:  # a decoding step
             x = x + _sinusoid_row(start, self.dim, ids.device, x.dtype)
@@ -538,13 +536,16 @@ class _Embedding(nn.Module):
             x = x + sinusoids(torch.arange(start, start + n, device=ids.device), self.dim).to(x.dtype)
         return self.drop(x)
 
+    def _check_fits(self, positions: int) -> None:
+        """A learned position table reads no further than its size."""
+        if positions > self.max_positions:
+            raise ValueError(f"sequence of {positions} positions is longer than max_positions ({self.max_positions})")
+
     def _row_positions(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The encodings (batch, 1, d_model) of one position per row, each the same values as `forward` adds at
         that position."""
         if self.table is not None:
-            if int(positions.max()) >= self.max_positions:
-                raise ValueError(f"sequence of {int(positions.max()) + 1} positions is longer than max_positions "
-                                 f"({self.max_positions})")
+            self._check_fits(int(positions.max()) + 1)
             return self.table(positions).unsqueeze(1)
         length = -(-(int(positions.max()) + 1) // 64) * 64  # whole blocks of 64: few tables are built
         return _sinusoid_table(length, self.dim, positions.device, dtype).index_select(0, positions).unsqueeze(1)
