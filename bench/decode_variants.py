@@ -18,7 +18,6 @@ whether its translations equal `before`'s, sentence for sentence.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from _decoding import decoding_parser  # noqa: E402
 from _results import append_result  # noqa: E402
 
 import interlingua.modules.search as search  # noqa: E402
@@ -70,12 +70,7 @@ def use(variant: str) -> None:
 
 
 def main() -> None:
-    from interlingua import tune_allocator
-    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--src", default="en")
-    ap.add_argument("--tgt", default="de")
+    ap = decoding_parser(__doc__)
     ap.add_argument("--beam", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)

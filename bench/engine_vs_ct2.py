@@ -7,7 +7,6 @@ medians; also the native engine. Appends one line per search to bench/results/en
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import statistics
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 
 import torch
+from _decoding import decoding_parser
 from _results import append_result
 
 import interlingua
@@ -24,12 +24,7 @@ RESULTS = Path(__file__).parent / "results" / "engine_vs_ct2.jsonl"
 
 
 def main() -> None:
-    from interlingua import tune_allocator
-    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--src", default="en")
-    ap.add_argument("--tgt", default="de")
+    ap = decoding_parser(__doc__)
     ap.add_argument("--data", default="data/multi30k", help="Multi30k as `interlingua data multi30k` writes it")
     ap.add_argument("--sentences", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)

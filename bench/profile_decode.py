@@ -13,7 +13,6 @@ output layer, cache copies, top-k, dispatch) before anything is changed to make 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from _decoding import decoding_parser  # noqa: E402
 from _results import append_result  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
@@ -30,12 +30,7 @@ from interlingua.inference.api import load  # noqa: E402
 
 
 def main() -> None:
-    from interlingua import tune_allocator
-    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--src", default="en")
-    ap.add_argument("--tgt", default="de")
+    ap = decoding_parser(__doc__)
     ap.add_argument("--sentences", type=int, default=256)
     ap.add_argument("--beams", default="1,5")
     ap.add_argument("--threads", type=int, default=2)

@@ -18,7 +18,6 @@ that the library refuses, and say so in a "skipped" line; it is not run again.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from _decoding import decoding_parser  # noqa: E402
 from _results import append_result  # noqa: E402
 
 from interlingua.data.corpus import read_lines  # noqa: E402
@@ -98,12 +98,7 @@ def output_stats(hyps: list[str], long_words: int = 40) -> dict:
 
 
 def main() -> None:
-    from interlingua import tune_allocator
-    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--src", default="en")
-    ap.add_argument("--tgt", default="de")
+    ap = decoding_parser(__doc__)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--beams", default="1,5")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
