@@ -482,6 +482,10 @@ class TrainConfig(_Strict):
     """`bridge`: train the bridge only, on top of the frozen translation model given with `train
     --init` (paper 003's NTDV layers): every encoder and decoder parameter keeps its value and its
     modules run without dropout; the bridge is new (the checkpoint's own bridge, if any, is dropped)."""
+    curves: bool = True
+    """Draw the training curves, `<work_dir>/curves.png`, at validations (at most every 30 s) and when training
+    ends. A drawing takes 0.3-0.8 s of one core: turn it off for sweeps of many runs of a few seconds (the test
+    suite's tiny runs spent about a fifth of their time drawing), where metrics.jsonl holds the same numbers."""
     tensorboard: bool = False
     """Also write metrics.jsonl's scalars as TensorBoard event files in `<work_dir>/tensorboard/`
     (needs the `tensorboard` extra: pip install "interlingua[tensorboard]")."""

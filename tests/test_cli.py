@@ -21,7 +21,7 @@ def run(argv, stdin="", capsys=None, monkeypatch=None):
 
 def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, capsys, monkeypatch):
     import yaml
-    cfg = tiny_config(multi30k_corpus, tmp_path / "run", train={"max_steps": 20, "valid_every": 10})
+    cfg = tiny_config(multi30k_corpus, tmp_path / "run", train={"max_steps": 20, "valid_every": 10, "curves": True})
     cfg_path = tmp_path / "exp.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     code, out = run(["prepare", str(cfg_path)], capsys=capsys)

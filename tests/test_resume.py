@@ -152,7 +152,8 @@ def test_sigterm_through_the_cli_resumes_exactly(multi30k_corpus, straight, tmp_
     work = tmp_path / "run"
     shutil.copytree(reference / "data", work / "data")  # the prepared cache, reused as is
     cfg_path = tmp_path / "exp.yaml"
-    cfg_path.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, work, **RUN)))
+    cfg = tiny_config(multi30k_corpus, work, **RUN)
+    cfg_path.write_text(yaml.safe_dump({**cfg, "train": {**cfg["train"], "curves": True}}))
 
     real_build = trainer_mod.build_run
 

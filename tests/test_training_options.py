@@ -201,6 +201,7 @@ def test_max_minutes_stops_training_then_validates_and_saves(multi30k_corpus, pr
         state = Checkpoint.read(work / name).training
         assert state.step == 6 and state.elapsed == 6.0
     assert result.best_checkpoint == work / "best.pt" and result.history[-1].step == 6
+    assert not (work / "curves.png").exists()  # train.curves off (the tests' tiny configs): metrics only
 
     # The spent budget is part of the state: resuming does nothing more ...
     again = train(_config(multi30k_corpus, work, max_minutes=0.1), resume=True, data=prepared)

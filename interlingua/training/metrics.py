@@ -119,9 +119,10 @@ training finishes or is stopped by a signal, is never skipped (after a failure n
 class MetricsLog:
     """Appends records to `<work_dir>/metrics.jsonl` and redraws `curves.png` from it."""
 
-    def __init__(self, work_dir: Path):
+    def __init__(self, work_dir: Path, draw: bool = True):
         self.path = Path(work_dir) / "metrics.jsonl"
         self.curves = Path(work_dir) / "curves.png"
+        self.draw = draw  # `train.curves`
         self._drawn_at = time.monotonic()  # training starts about now: its first drawing waits an interval
         self._stale = False  # records appended since the last drawing
 
@@ -163,8 +164,8 @@ class MetricsLog:
 
     def plot(self, final: bool = False) -> None:
         """Redraw the training curves if `PLOT_INTERVAL_S` has passed since the last drawing, or, `final`, if
-        anything was logged since; a log that cannot be drawn yet only warns."""
-        if not (self._stale and (final or time.monotonic() - self._drawn_at >= PLOT_INTERVAL_S)):
+        anything was logged since; a log that cannot be drawn yet only warns. Never with `draw` off."""
+        if not (self.draw and self._stale and (final or time.monotonic() - self._drawn_at >= PLOT_INTERVAL_S)):
             return
         try:
             plot_training_curves(self.path, self.curves)

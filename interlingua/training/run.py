@@ -225,8 +225,9 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
     log.info("training on %s%s", runtime.describe(),
              f"; process {dist.rank} of {dist.world_size} ({dist.backend})" if dist.active else "")
     devsets = build_devsets(data, directions, zero_shot, cfg.preprocess.max_valid_sentences, cfg.preprocess.max_len)
+    metrics = MetricsLog(Path(cfg.work_dir), draw=cfg.train.curves)
     run = Run(cfg, dist, runtime, data, directions, zero_shot, network, optimizer, factor, lr_scheduler,
-              direction_scheduler, batches, max_steps, scaler, devsets, MetricsLog(Path(cfg.work_dir)), init=init_name)
+              direction_scheduler, batches, max_steps, scaler, devsets, metrics, init=init_name)
 
     if resume_from is not None:
         run.progress = resume_run(run, resume_from)
