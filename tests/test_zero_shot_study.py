@@ -232,7 +232,7 @@ def test_a_converged_recipe_with_every_new_option_trains(multi30k_corpus, tmp_pa
     cfg = load_config(recipe, [f"corpus={multi30k_corpus}", f"work_dir={tmp_path}", "preprocess.vocab_size=300",
                                "preprocess.max_train_sentences=150", "preprocess.max_valid_sentences=4",
                                "train.max_steps=4", "train.valid_every=2", "train.batch_tokens=1200",
-                               "train.warmup_steps=2", "train.log_every=2"])
+                               "train.warmup_steps=2", "train.log_every=2", "train.curves=false"])
     result = train(cfg)
     assert result.steps == 4 and [v.step for v in result.history] == [2, 4]
     assert result.history[1].mean_loss < result.history[0].mean_loss  # it learns
