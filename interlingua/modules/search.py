@@ -70,12 +70,23 @@ def greedy_search(decoder: StepDecoder, state: DecoderStateLike, max_len: int | 
     batch. `max_len`: the most output tokens, for all sentences or per sentence. `sample`: draw each
     token from the model's distribution with this generator instead (sampled back-translation).
     (`greedy_search_merging_tails` over this one batch.)"""
+    group = _one_batch(decoder, state, max_len)
+    if group is None:
+        return [[] for _ in range(state.batch_size)]
+    found = dict(greedy_search_merging_tails(decoder, [group], state.batch_size, start, sample))
+    return [found[i] for i in range(state.batch_size)]
+
+
+def _one_batch(decoder: StepDecoder, state: DecoderStateLike,
+               max_len: int | Sequence[int] | torch.Tensor) -> Group | None:
+    """The batch as the one group of a merging search (`greedy_search`, `beam_search_nbest`): its sentences keyed
+    by their rows, with their output limits; None when no sentence has a step to take (an empty batch, or every
+    limit 0), which gives empty outputs without stepping."""
     batch = state.batch_size
     limits = _limits(max_len, batch, _device(decoder))
     if not batch or int(limits.max()) <= 0:
-        return [[] for _ in range(batch)]
-    found = dict(greedy_search_merging_tails(decoder, [(list(range(batch)), state, limits)], batch, start, sample))
-    return [found[i] for i in range(batch)]
+        return None
+    return list(range(batch)), state, limits
 
 
 def joinable(state: Any) -> bool:
@@ -226,14 +237,12 @@ def beam_search_nbest(decoder: StepDecoder, state: DecoderStateLike, max_len: in
     beam starts the same), then the state is expanded to the beams (`DecoderStateLike.expand_beams`). The
     decoder's first input is `start` (BOS, or the target-language tag of a model that signals it there).
     """
-    batch = state.batch_size
-    limits = _limits(max_len, batch, _device(decoder))
+    group = _one_batch(decoder, state, max_len)
     _check_beam(beam_size, stop)
-    if not batch or int(limits.max()) <= 0:
-        return [[] for _ in range(batch)]
-    found = dict(beam_search_merging_tails(decoder, [(list(range(batch)), state, limits)], max(1, batch), beam_size,
-                                           length_penalty, start, stop))
-    return [found.get(i, []) for i in range(batch)]
+    if group is None:
+        return [[] for _ in range(state.batch_size)]
+    found = dict(beam_search_merging_tails(decoder, [group], state.batch_size, beam_size, length_penalty, start, stop))
+    return [found.get(i, []) for i in range(state.batch_size)]
 
 
 def _check_beam(beam_size: int, stop: str) -> None:
