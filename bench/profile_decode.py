@@ -1,7 +1,7 @@
 """Where one of our checkpoints' translation spends its time: torch.profiler over `Model.translate`.
 
 Run: python bench/profile_decode.py --model runs/bench_transformer/ours/last.pt [--src en --tgt de]
-     [--sentences 256] [--beams 1,5] [--threads 2] [--batch-size 64] [--top 15]
+     [--sentences 256] [--beams 1,5] [--precision fp32|bf16|int8] [--threads 2] [--batch-size 64] [--top 15]
      [--out bench/results/profile_decode.jsonl]
 
 For each beam: one unprofiled warm-up pass, then one pass under torch.profiler over the first --sentences
@@ -36,13 +36,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--beam-stop", choices=("all", "top"), default="all")
+    ap.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32")
     ap.add_argument("--top", type=int, default=15, help="operators listed, by self CPU time")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     src = read_lines(Path(args.data) / f"test_2016_flickr.{args.src}.gz")[:args.sentences]
-    model = load(args.model)
+    model = load(args.model, precision=args.precision)
 
     def run(beam: int) -> float:
         t0 = time.perf_counter()
@@ -58,9 +59,9 @@ def main() -> None:
         top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:args.top]
         append_result(args.out, {
             "kind": "profile", "model": args.model, "direction": f"{args.src}-{args.tgt}", "beam": beam,
-            "beam_stop": args.beam_stop, "sentences": len(src), "batch_size": args.batch_size,
-            "threads": args.threads, "output_kernel": model.output_kernel, "seconds": round(plain, 4),
-            "seconds_profiled": round(profiled, 4),
+            "precision": args.precision, "beam_stop": args.beam_stop, "sentences": len(src),
+            "batch_size": args.batch_size, "threads": args.threads, "output_kernel": model.output_kernel,
+            "seconds": round(plain, 4), "seconds_profiled": round(profiled, 4),
             "operator_share": round(self_total / 1e6 / profiled, 3),
             "top": [{"op": e.key, "calls": e.count, "self_ms": round(e.self_cpu_time_total / 1e3, 1),
                      "us_per_call": round(e.self_cpu_time_total / max(e.count, 1), 1)} for e in top]})
