@@ -25,6 +25,7 @@ import pytest
 import torch
 from conftest import REPO
 from test_kinds_matrix import token_accuracy
+from torch import nn
 
 import interlingua
 from interlingua.cli import main
@@ -147,6 +148,21 @@ def test_int8_linear_is_close_to_fp32_and_each_row_is_on_its_own(kernel):
         assert torch.equal(q(x[:, 3]), got[:, 3])
         assert torch.equal(q(torch.zeros(2, 64)), linear.bias.detach().expand(2, -1))  # zero rows: the bias
     torch.testing.assert_close(q.dequantized_weight(), linear.weight.detach(), atol=float(q.scale.max() * 127), rtol=0)
+
+
+@pytest.mark.parametrize("kernel", WORKING_KERNELS)
+def test_the_rows_of_an_int8_layer_give_exactly_its_products_at_those_rows(kernel):
+    """What a shortlist decodes with (`Int8Linear.rows`, made for every batch): the layer's own int8 products at the
+    candidate rows, whichever kernel each runs, at any number of input rows; the bias and scales follow the rows."""
+    torch.manual_seed(0)
+    q = Int8Linear.from_linear(torch.nn.Linear(64, 300), kernel)
+    for ids in (torch.tensor([0, 5, 17, 299]), torch.arange(0, 300, 3), torch.tensor([42])):
+        part = q.rows(ids)
+        assert (part.out_features, part.in_features) == (len(ids), 64)
+        for n in (1, 3, 64):
+            x = torch.randn(n, 64)
+            with torch.inference_mode():
+                assert torch.equal(part(x), q(x)[:, ids])
     assert q.int8_weight().dtype == torch.int8 and q.int8_weight().abs().max() == 127
 
 
@@ -194,13 +210,34 @@ def test_the_measurement_times_every_kernel_against_fp32_and_gives_up_on_a_slow_
         for k in WORKING_KERNELS:  # timed, or given up (slower than GIVE_UP_FACTOR x fp32) and said why
             assert (row[k] or 0) > 0 or "fp32's time at " in times.given_up[k]
     # a kernel far slower than fp32 at the small probe shape is timed no further (never at a model's big layers)
-    monkeypatch.setattr(int8, "GIVE_UP_FACTOR", 0.0)
+    monkeypatch.setattr(int8, "PROBE_GIVE_UP_FACTOR", 0.0)
     times = MEASURE([(128, 256), (64, 96)], WORKING_KERNELS)
     assert all(row[k] is None for row in times.seconds.values() for k in WORKING_KERNELS)
     assert set(times.given_up) == set(WORKING_KERNELS)
     assert all("the probe shape" in why for why in times.given_up.values())
     refusal = int8.Int8Plan.from_times(times).refusal()
     assert refusal is not None and "not timed there" in refusal and "\n" not in refusal
+
+
+@pytest.mark.parametrize("probe_ratio", [12.0, 60.0])
+def test_a_kernel_slow_only_at_the_probe_shape_is_still_timed_at_the_models_shapes(monkeypatch, probe_ratio):
+    """A fixed cost per call makes a kernel several times slower than fp32 at the tiny probe shape and faster at a
+    model's big layers (oneDNN's qlinear on an Intel Xeon with AMX: 3-12x at the probe, 1.8-2.6x faster than
+    torch._int_mm at 512x8000): it is timed there unless the probe finds it PROBE_GIVE_UP_FACTOR x slower."""
+    def fake_time_block(fn, x, calls):  # seconds a call: fp32 1e-5; int8 probe_ratio x that at the probe, else 0.5x
+        if isinstance(fn, nn.Linear):
+            return 1e-5
+        return probe_ratio * 1e-5 if x.size(1) == int8._PROBE[1] else 0.5e-5
+
+    monkeypatch.setattr(int8, "_time_block", fake_time_block)
+    times = MEASURE([(512, 2048)], WORKING_KERNELS)
+    plan = int8.Int8Plan.from_times(times)
+    if probe_ratio < int8.PROBE_GIVE_UP_FACTOR:
+        assert not times.given_up and plan.kernel_for(512, 2048) in WORKING_KERNELS
+        assert all(times.seconds["512x2048"][k] < times.seconds["512x2048"]["fp32"] for k in WORKING_KERNELS)
+    else:
+        assert set(times.given_up) == set(WORKING_KERNELS) and plan.kernel_for(512, 2048) is None
+        assert all("the probe shape" in why for why in times.given_up.values())
 
 
 def test_each_shape_gets_its_fastest_kernel_where_it_pays_and_fp32_elsewhere():

@@ -82,9 +82,17 @@ MIN_KERNEL_SPEEDUP = 1.1
 margin bf16 needs too (`MIN_BF16_SPEEDUP`), so that timing noise never picks a kernel that does not pay."""
 
 GIVE_UP_FACTOR = 10.0
-"""A kernel whose calls take more than this many times fp32's, at the small probe shape or at one of the model's
-shapes, is timed no further in that measurement: where it is slow it takes hundreds of milliseconds to seconds
-a call, and timing it at every shape would take minutes for an answer the first shape gave."""
+"""A kernel whose first calls take more than this many times fp32's at one of the model's shapes is timed no
+further in that measurement: where it is slow it takes hundreds of milliseconds to seconds a call, and timing it
+at every shape would take minutes for an answer the first shape gave."""
+
+PROBE_GIVE_UP_FACTOR = 50.0
+"""The same at the small probe shape (`_PROBE`), where a kernel's fixed cost per call weighs most. oneDNN's
+qlinear on an AMD EPYC took 480-2,200x fp32's time there, a kernel to drop at once. On an Intel Xeon with AMX
+(2026-11-29, 2 threads) it took 3-12x fp32's time at the probe shape (0.08-0.37 ms against 0.02-0.03 ms),
+yet at the models' output layers it was the fastest of all: 512x8000 at 320 rows 1.86 ms against
+torch._int_mm's 3.4-4.8 ms and fp32's 10.3 ms. Given up at 10x there, it was never timed at those shapes, and
+beam search ran torch._int_mm."""
 
 _PROBE = (64, 128, 128)
 """rows x in x out where each kernel is first tried: a call of ~0.05 ms in fp32 here, ~60 ms where a kernel
@@ -280,9 +288,9 @@ def random_linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
 def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> KernelTimes:
     """Time `nn.Linear` (fp32) and `Int8Linear` with each of `kernels` at every (in, out) of `shapes`, for
     `MEASURE_ROWS` rows of random inputs: a warm-up call each, then `_ROUNDS` interleaved rounds, the
-    fastest call kept. A kernel over `GIVE_UP_FACTOR` times fp32's time is timed no further
-    (`KernelTimes.given_up` says where and how slow): first at the small `_PROBE` shape (every call
-    of up to three), so that a kernel that slow never runs at a model's big layers (a call of
+    fastest call kept. A kernel over `PROBE_GIVE_UP_FACTOR` times fp32's time at the small `_PROBE` shape (every
+    call of up to three) or over `GIVE_UP_FACTOR` times at a shape is timed no further (`KernelTimes.given_up` says
+    where and how slow): first at the probe, so that a kernel that slow never runs at a model's big layers (a call of
     seconds), then at each shape, smallest first (its first two calls)."""
     gen = torch.Generator().manual_seed(0)
     times = KernelTimes({})
@@ -291,9 +299,9 @@ def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> K
     fp32 = min(_time_block(probe, x, 1) for _ in range(3))
     for k in kernels:
         q, tries = Int8Linear.from_linear(probe, k), list[float]()
-        while len(tries) < 3 and min(tries, default=float("inf")) > GIVE_UP_FACTOR * fp32:
+        while len(tries) < 3 and min(tries, default=float("inf")) > PROBE_GIVE_UP_FACTOR * fp32:
             tries.append(_time_block(q, x, 1))
-        if min(tries) > GIVE_UP_FACTOR * fp32:
+        if min(tries) > PROBE_GIVE_UP_FACTOR * fp32:
             times.given_up[k] = (f"{min(tries) / fp32:,.0f}x fp32's time at {rows}x{n_in}x{n_out}, the probe shape, "
                                  f"{_ms(min(tries))} against {_ms(fp32)}")
     for n_in, n_out in sorted(set(shapes), key=lambda s: (s[0] * s[1], s)):
@@ -384,7 +392,9 @@ def int8_plan(shapes: Iterable[tuple[int, int]]) -> Int8Plan:
     kernels = working_kernels()
     labels = sorted({shape_label(*s) for s in shapes}, key=_parse_label)
     rows = ",".join(str(r) for r in MEASURE_ROWS)
-    key = machine_key(int8_features(), f"int8 kernels {'+'.join(kernels)} at rows {rows}: {' '.join(labels)}")
+    # the probe's factor in the key: a plan measured under another give-up rule is measured again
+    key = machine_key(int8_features(), f"int8 kernels {'+'.join(kernels)} at rows {rows}, probe "
+                                       f"{PROBE_GIVE_UP_FACTOR:g}x: {' '.join(labels)}")
 
     def measure() -> KernelTimes:
         log.info("timing the int8 kernels (%s) against fp32 at %d layer shape(s) (once per machine)",
@@ -457,6 +467,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self._packed: torch.Tensor | None = None
         self._qweight_t: torch.Tensor | None = None
+        self._unpacked: torch.Tensor | None = None  # oneDNN's weights unpacked once for `rows` (a shortlist)
         if kernel == "onednn":  # prepacked for the CPU's int8 instructions (the only copy kept)
             self._packed = torch.ops.onednn.qlinear_prepack(qweight.contiguous(), None)
             self._zero_points = torch.zeros(self.out_features, dtype=torch.long)
@@ -475,6 +486,20 @@ class Int8Linear(nn.Module):
             return self._packed.to_dense().t()  # oneDNN's packed layout unpacks to (in, out)
         assert self._qweight_t is not None
         return self._qweight_t.t()
+
+    def rows(self, ids: torch.Tensor) -> Int8Linear:
+        """The layer of the output rows `ids` alone (a lexical shortlist's candidates, made for every batch):
+        the same int8 weights and scales, so the same products. It runs torch._int_mm where that works, as it
+        needs no packing: for 2,500 x 512 candidate rows oneDNN's prepack took 9.5 ms, about 13 of its products
+        at 64 rows, and its first product at the new shape 1.5-2.3 ms more, where torch._int_mm's products took
+        as long as oneDNN's (Intel Xeon with AMX, 2 threads, 2026-11-29). oneDNN's packed weights are unpacked
+        once and kept (2.5-3.5 ms a batch for a 512 x 8,000 layer otherwise)."""
+        if self._packed is not None and self._unpacked is None:
+            self._unpacked = self.int8_weight()
+        weight = self._unpacked if self._unpacked is not None else self.int8_weight()
+        bias = None if self.bias is None else self.bias.index_select(0, ids)
+        return Int8Linear(weight.index_select(0, ids), self.scale.index_select(0, ids) * 127, bias,
+                          "int_mm" if kernel_works("int_mm") else self.kernel)
 
     def dequantized_weight(self) -> torch.Tensor:
         """The weights the int8 ones stand for, fp32 (out, in) (for code that reads rows of an output layer)."""

@@ -68,12 +68,10 @@ def output_layer_weights(generator: nn.Module) -> tuple[torch.Tensor, torch.Tens
 
 def _candidate_rows(generator: nn.Module, ids: torch.Tensor) -> nn.Module:
     """An output layer of the rows `ids` of `generator`: an `nn.Linear`, or for an int8 output layer
-    (`modules.int8.Int8Linear`) an int8 one with exactly its int8 rows and scales."""
+    (`modules.int8.Int8Linear.rows`) an int8 one with exactly its int8 rows and scales."""
     from interlingua.modules.int8 import Int8Linear
     if isinstance(generator, Int8Linear):
-        bias = None if generator.bias is None else generator.bias.index_select(0, ids)
-        return Int8Linear(generator.int8_weight().index_select(0, ids), generator.scale.index_select(0, ids) * 127,
-                          bias, generator.kernel)
+        return generator.rows(ids)
     weight, bias = output_layer_weights(generator)
     layer = nn.Linear(weight.size(1), len(ids), bias=bias is not None, device=weight.device, dtype=weight.dtype)
     with torch.no_grad():
