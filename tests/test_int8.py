@@ -540,6 +540,10 @@ def test_auto_picks_int8_where_the_check_holds_and_it_decodes_faster(trained, tm
     # the speed-up is cached per machine: the next load times nothing
     monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: pytest.fail("timed again"))
     assert interlingua.load(path, "cpu", precision="auto").runtime.precision == "int8"
+    # the same machine with another kernel plan (its kernels measured again): the speed-up is measured again
+    monkeypatch.setattr(int8.Int8Plan, "describe", lambda self: "512x8000=int_mm")
+    monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: 1.05)
+    assert interlingua.load(path, "cpu", precision="auto").runtime.precision in ("fp32", "bf16")
     # on a machine where int8 is not faster (another cache): the baseline
     monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path / "other"))
     monkeypatch.setattr(int8_probe, "int8_speedup", lambda *a, **k: 1.05)

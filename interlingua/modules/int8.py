@@ -350,6 +350,11 @@ class Int8Plan:
     def kernel_for(self, n_in: int, n_out: int) -> str | None:
         return self.kernels.get(shape_label(n_in, n_out))
 
+    def describe(self) -> str:
+        """Each shape and what it runs ("512x8000=onednn 512x512=fp32"): what a measurement of the quantized
+        model depends on, so a cached one is taken again when the plan changes."""
+        return " ".join(f"{label}={kernel or 'fp32'}" for label, kernel in sorted(self.kernels.items()))
+
     def refusal(self) -> str | None:
         """None where some layer shape gets a kernel; else one line saying what was measured, closest shape first."""
         if any(self.kernels.values()) or not self.kernels:
