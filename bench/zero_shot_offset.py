@@ -72,7 +72,7 @@ def main() -> None:
                 return round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
 
             bleu[f"{src}-{tgt} direct"] = score(model.generate(rep, tgt))
-            bleu[f"{src}-{tgt} pivot"] = score(model.translate(model.translate(sources, src, "en"), "en", tgt))
+            bleu[f"{src}-{tgt} pivot"] = score(model.translate(sources, src, tgt, pivot="en"))
             for goal in ("en", tgt, "mean"):
                 target = (means["en"] + means[tgt]) / 2 if goal == "mean" else means[goal]
                 for a in STRENGTHS:

@@ -148,6 +148,7 @@ def test_int8_linear_is_close_to_fp32_and_each_row_is_on_its_own(kernel):
         assert torch.equal(q(x[:, 3]), got[:, 3])
         assert torch.equal(q(torch.zeros(2, 64)), linear.bias.detach().expand(2, -1))  # zero rows: the bias
     torch.testing.assert_close(q.dequantized_weight(), linear.weight.detach(), atol=float(q.scale.max() * 127), rtol=0)
+    assert q.int8_weight().dtype == torch.int8 and q.int8_weight().abs().max() == 127
 
 
 @pytest.mark.parametrize("kernel", WORKING_KERNELS)
@@ -163,7 +164,6 @@ def test_the_rows_of_an_int8_layer_give_exactly_its_products_at_those_rows(kerne
             x = torch.randn(n, 64)
             with torch.inference_mode():
                 assert torch.equal(part(x), q(x)[:, ids])
-    assert q.int8_weight().dtype == torch.int8 and q.int8_weight().abs().max() == 127
 
 
 def test_a_shortlist_reads_the_int8_output_layer_as_dequantized_weights():

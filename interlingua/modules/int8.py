@@ -472,7 +472,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self._packed: torch.Tensor | None = None
         self._qweight_t: torch.Tensor | None = None
-        self._unpacked: torch.Tensor | None = None  # oneDNN's weights unpacked once for `rows` (a shortlist)
+        self._unpacked: torch.Tensor | None = None  # the int8 weights as (out, in), kept for `rows` (a shortlist)
         if kernel == "onednn":  # prepacked for the CPU's int8 instructions (the only copy kept)
             self._packed = torch.ops.onednn.qlinear_prepack(qweight.contiguous(), None)
             self._zero_points = torch.zeros(self.out_features, dtype=torch.long)
@@ -499,11 +499,10 @@ class Int8Linear(nn.Module):
         at 64 rows, and its first product at the new shape 1.5-2.3 ms more, where torch._int_mm's products took
         as long as oneDNN's (Intel Xeon with AMX, 2 threads, 2026-11-29). oneDNN's packed weights are unpacked
         once and kept (2.5-3.5 ms a batch for a 512 x 8,000 layer otherwise)."""
-        if self._packed is not None and self._unpacked is None:
+        if self._unpacked is None:  # torch._int_mm's layer: a view of its weights; oneDNN's: unpacked once
             self._unpacked = self.int8_weight()
-        weight = self._unpacked if self._unpacked is not None else self.int8_weight()
         bias = None if self.bias is None else self.bias.index_select(0, ids)
-        return Int8Linear(weight.index_select(0, ids), self.scale.index_select(0, ids) * 127, bias,
+        return Int8Linear(self._unpacked.index_select(0, ids), self.scale.index_select(0, ids) * 127, bias,
                           "int_mm" if kernel_works("int_mm") else self.kernel)
 
     def dequantized_weight(self) -> torch.Tensor:
