@@ -3,7 +3,7 @@
 Run: python bench/translate_vs_peer.py --ours bridge=runs/.../attention/last.pt --ours none=runs/.../none/last.pt
      [--peer-ckpt PATH (default: the peer's last saved checkpoint of its budget run)] [--rounds 3]
      [--beams 1,5] [--beam-stops all,top] [--precisions fp32,bf16,int8] [--peer-int8] [--threads 2] [--max-len 100]
-     [--shortlist NAME=FILE (built by `interlingua shortlist`; repeat)]
+     [--shortlist NAME=FILE (built by `interlingua shortlist`; repeat)] [--workers 1,2]
      [--out bench/results/translate_vs_peer.jsonl]
 
 Every timed pass is a fresh process on both sides, started one after another in rounds
@@ -25,7 +25,9 @@ counterpart's (`opennmt-py@int8` -> `opennmt-py`, `NAME[/top]@PRECISION` -> `NAM
 stopped at that time, and one our library refuses (int8 where no int8 kernel is faster than fp32 on
 this CPU) ends at once: either gets a "skipped" line saying why and is not run again
 (`translate_speed.SKIP_FACTOR`); the counterparts run first in the first round. `--shortlist NAME=FILE` times
-our system NAME a second time with that lexical shortlist (`Model.use_shortlist`), named NAME+shortlist.
+our system NAME a second time with that lexical shortlist (`Model.use_shortlist`), named NAME+shortlist. `--workers
+1,2` times each of our systems with each number of decoding streams (`Model.translate(workers=)`: threads that
+share the same `--threads` cores), named .../workersN for N > 1.
 """
 from __future__ import annotations
 
@@ -71,6 +73,8 @@ def main() -> None:
     ap.add_argument("--shortlist", action="append", default=[], metavar="NAME=FILE",
                     help="also time our system NAME with this lexical shortlist, as NAME+shortlist (repeat)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workers", default="1",
+                    help="our decoding streams, comma-separated (each system timed with each; on --threads cores)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=100)
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
@@ -98,10 +102,10 @@ def main() -> None:
 
     for beam in [int(b) for b in args.beams.split(",")]:
         # (system name, checkpoint, stop rule): greedy search has no stop rule to vary
-        runs = {(name if stop == "all" else f"{name}/{stop}") + ("" if prec == "fp32" else f"@{prec}"):
-                (ckpt, stop, prec, shortlist)
+        runs = {(name if stop == "all" else f"{name}/{stop}") + ("" if workers == 1 else f"/workers{workers}")
+                + ("" if prec == "fp32" else f"@{prec}"): (ckpt, stop, prec, shortlist, workers)
                 for prec in args.precisions.split(",") for stop in (stops if beam > 1 else ["all"])
-                for name, (ckpt, shortlist) in ours.items()}
+                for workers in [int(w) for w in args.workers.split(",")] for name, (ckpt, shortlist) in ours.items()}
         systems = [PEER, *([PEER_INT8] if args.peer_int8 else []), *runs]
         passes: dict[str, list[dict]] = {s: [] for s in systems}
         # the fp32 system each other one is timed against for skipping (NAME[/top]@PRECISION -> NAME[/top])
@@ -121,11 +125,11 @@ def main() -> None:
                                               int8=system == PEER_INT8, timeout=timeout)
                         res.update(step=_peer.checkpoint_step(peer_ckpt), hyps=hyps)
                     else:
-                        ckpt, stop, prec, shortlist = runs[system]
+                        ckpt, stop, prec, shortlist, workers = runs[system]
                         res = timed_pass(ckpt, src=args.src, tgt=args.tgt, beam=beam, stop=stop,
                                          threads=args.threads, batch_size=args.batch_size, max_len=args.max_len,
                                          data=args.data, hyps_dir=work / system.replace("/", "_").replace("@", "_"),
-                                         precision=prec, shortlist=shortlist, timeout=timeout)
+                                         precision=prec, shortlist=shortlist, timeout=timeout, workers=workers)
                 except SKIPPABLE as err:
                     skipped.add(system)
                     append_result(args.out, {"kind": "skipped", "system": system, "beam": beam, "round": r + 1,
@@ -155,7 +159,7 @@ def main() -> None:
                 "checkpoint": str(peer_ckpt if is_peer else runs[system][0]),
                 "beam_stop": "top" if is_peer else runs[system][1],
                 "precision": ("int8" if system == PEER_INT8 else "fp32") if is_peer else runs[system][2],
-                "shortlist": None if is_peer else runs[system][3],
+                "shortlist": None if is_peer else runs[system][3], "workers": 1 if is_peer else runs[system][4],
                 "step": ps[-1]["step"], "target_tokens": tokens, "tok_per_s_median": round(tokens / median, 1),
                 "sentences": n, "rounds": args.rounds, "seconds": [p["seconds"] for p in ps],
                 "wall_incl_load_s": [p["wall_incl_load_s"] for p in ps],
