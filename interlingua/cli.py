@@ -241,7 +241,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
         model.use_shortlist(args.shortlist)
     out = model.translate(_read_lines(args.input), args.src, args.tgt, beam=args.beam, pivot=args.pivot,
                           length_penalty=args.length_penalty, max_len=args.max_len, batch_size=args.batch_size,
-                          progress=True, beam_stop=args.beam_stop, workers=args.workers)
+                          progress=True, beam_stop=args.beam_stop, workers=args.workers,
+                          no_repeat_ngram=args.no_repeat_ngram)
     text = "".join(s + "\n" for s in out)
     if args.output:
         from interlingua.atomic_files import write_text_atomic
@@ -425,7 +426,7 @@ def _add_evaluations(parser: argparse.ArgumentParser, command: str) -> None:
     entries = EVALUATIONS.of(command)
     parser.add_argument("evaluation", choices=list(entries),
                         help="; ".join(f"{name}: {e.help}" for name, e in entries.items()))
-    values = {"count": positive_int, "beam": beam_size}
+    values = {"count": positive_int, "whole": non_negative_int, "beam": beam_size}
     for option in EVALUATIONS.options(command):
         if option.shared:
             {"--device": _add_device, "--precision": _add_precision}[option.flag](parser)
@@ -525,6 +526,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--beam-stop", choices=arguments.BEAM_STOPS, default="all",
                    help="when beam search is done with a sentence: all (default: once it has --beam finished "
                         "hypotheses) or top (also once a step's best candidate is finished; faster, OpenNMT-py's rule)")
+    t.add_argument("--no-repeat-ngram", type=non_negative_int, default=0, metavar="N",
+                   help="no N-gram of subwords twice in an output: ends the loops a decoder can fall into, zero-shot "
+                        "directions most (default 0: off)")
     t.add_argument("--max-len", type=output_length, default=None,
                    help=f"at most this many output subwords, up to {arguments.MAX_OUTPUT_LEN} (default: twice each "
                         "sentence's own source length + 10)")

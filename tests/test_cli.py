@@ -78,6 +78,12 @@ def test_train_translate_embed_evaluate_through_cli(multi30k_corpus, tmp_path, c
     assert matrix["bleu"]["en"]["de"] == pytest.approx(bleu, abs=0.01)
     assert matrix["chrf"]["en"]["de"] == pytest.approx(chrf, abs=0.01) and chrf > 1.0  # chrF is not 0 even for 20 steps
     assert f"| **en** | {bleu:.2f} | - |" in out.out and f"| **en** | {chrf:.2f} | - |" in out.out
+    code, out = run(["evaluate", "bleu", "--model", str(ckpt), "--max-sentences", "30", "--no-repeat-ngram", "1",
+                     "--out", str(tmp_path / "ev")], capsys=capsys)
+    blocked = json.loads((tmp_path / "ev" / "bleu_test_2016_flickr_beam1_norepeat1.json").read_text())
+    hyps = load(ckpt).translate(test["en"], "en", "de", no_repeat_ngram=1)
+    assert code == 0 and blocked["bleu"]["en"]["de"] == pytest.approx(
+        BLEU(lowercase=True, tokenize="13a").corpus_score(hyps, [test["de"]]).score, abs=0.01)
     code, out = run(["attention", "--model", str(ckpt), "--lang", "en", "--output", str(tmp_path / "a.png"),
                      "a dog runs"], capsys=capsys)
     assert code == 0 and (tmp_path / "a.png").stat().st_size > 1000

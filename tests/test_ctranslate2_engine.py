@@ -34,6 +34,8 @@ def test_greedy_output_is_the_native_engines(model_file, src, tgt):
         ours = native.translate(texts, src, tgt, max_len=max_len, batch_size=7)
         assert through.translate(texts, src, tgt, max_len=max_len, batch_size=7) == ours, max_len
     assert len(set(ours)) > 20 and ours[-2] == ""
+    blocked = native.translate(texts, src, tgt, batch_size=7, no_repeat_ngram=1)  # CTranslate2's no_repeat_ngram_size
+    assert through.translate(texts, src, tgt, batch_size=7, no_repeat_ngram=1) == blocked != ours
     assert through.translate(texts[:5], src, tgt, beam=4) and (model_file.parent / "model.ctranslate2").is_dir()
     # sentence vectors stay the native network's
     assert (through.encode(texts[:3], src) == native.encode(texts[:3], src)).all()

@@ -78,6 +78,17 @@ def test_translate_with_the_top_beam_stop_rule(client, model):
     assert status == 200 and body["translations"] == model.translate(texts, "en", "de", beam=3, beam_stop="top")
 
 
+def test_translate_without_repeated_ngrams(client, model):
+    texts = ["A dog runs on the grass .", "Two men are talking .", "A man in a red shirt and a red hat ."]
+    status, body = post(client, "/translate", {"texts": texts, "src": "en", "tgt": "de", "no_repeat_ngram": 1})
+    assert status == 200 and body["translations"] == model.translate(texts, "en", "de", no_repeat_ngram=1)
+    assert body["translations"] != model.translate(texts, "en", "de")
+    status, body = post(client, "/translate", {"texts": texts, "src": "en", "tgts": ["de", "en"], "beam": 2,
+                                               "no_repeat_ngram": 1})
+    assert status == 200 and body["results"][0]["translations"] == model.translate(texts, "en", "de", beam=2,
+                                                                                     no_repeat_ngram=1)
+
+
 def test_translate_through_a_pivot(client, model):
     status, body = post(client, "/translate", {"texts": EN, "src": "en", "tgt": "en", "pivot": "de"})
     assert status == 200, body
@@ -217,6 +228,7 @@ BAD_BODIES = [
     ("/translate", {**TRANSLATE, "beam": 11}, 422, "body.beam", ["less than or equal to 10"]),
     ("/translate", {**TRANSLATE, "beam": True}, 422, "body.beam", ["integer"]),
     ("/translate", {**TRANSLATE, "beam": 2, "beam_stop": "first"}, 422, "body.beam_stop", ["'all' or 'top'"]),
+    ("/translate", {**TRANSLATE, "no_repeat_ngram": -1}, 422, "body.no_repeat_ngram", ["greater than or equal to 0"]),
     ("/translate", {"texts": ["a"], "tgt": "de"}, 422, "body.src", ["required"]),
     ("/translate", {"texts": ["a"], "src": "en"}, 422, "body.tgt", ["`tgt`", "`tgts`"]),
     ("/translate", {**TRANSLATE, "tgts": ["de"]}, 422, "body.tgts", ["either", "not both"]),

@@ -113,8 +113,9 @@ def parallel_texts(groups: list[dict[str, list[str]]], src: str, tgt: str) -> tu
 def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_flickr", beam_size: int = 1,
                 length_penalty: float = 1.0, batch_size: int = 64, pivot: str | None = None,
                 languages: list[str] | None = None, max_sentences: int | None = None, progress: bool = True,
-                pairs: list[tuple[str, str]] | None = None) -> MatrixResult:
-    """Translate and score every direction of the model among `languages` (or only `pairs`) on `split`."""
+                pairs: list[tuple[str, str]] | None = None, no_repeat_ngram: int = 0) -> MatrixResult:
+    """Translate and score every direction of the model among `languages` (or only `pairs`) on `split`
+    (`no_repeat_ngram`: `Model.translate`'s)."""
     groups = load_split_texts(Path(corpus_path), split, max_sentences)
     known = model.languages
     sources, targets = set(known.sources), set(known.targets)
@@ -141,7 +142,8 @@ def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_f
                 continue
             t0 = time.perf_counter()
             hyps = model.translate(srcs, s, t, beam=beam_size, length_penalty=length_penalty, batch_size=batch_size,
-                                   pivot=pivot if pivot not in (s, t) else None, progress=progress)
+                                   pivot=pivot if pivot not in (s, t) else None, progress=progress,
+                                   no_repeat_ngram=no_repeat_ngram)
             seconds[f"{s}-{t}"] = round(time.perf_counter() - t0, 2)
             b = bleu_metric.corpus_score(hyps, [refs])
             signature = str(bleu_metric.get_signature())
@@ -185,24 +187,26 @@ def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", 
 
 def evaluate_bleu(checkpoint: str | Path, corpus: str | Path | None = None, split: str = "test_2016_flickr",
                   beam_size: int = 1, batch_size: int = 64, pivot: str | None = None, max_sentences: int | None = None,
-                  out_dir: str | Path | None = None, device: str = "cpu", precision: str = "fp32") -> Report:
+                  out_dir: str | Path | None = None, device: str = "cpu", precision: str = "fp32",
+                  no_repeat_ngram: int = 0) -> Report:
     """`interlingua evaluate bleu`: the checkpoint's matrix on `split` of `corpus` (default: the corpus it
-    was trained on), written as `bleu_<split>_beam<N>[_pivot-<L>]` .md/.json/.png under `out_dir`
-    (default: `<checkpoint folder>/eval`)."""
+    was trained on), written as `bleu_<split>_beam<N>[_pivot-<L>][_norepeat<N>]` .md/.json/.png under `out_dir`
+    (default: `<checkpoint folder>/eval`); `no_repeat_ngram` as in `Model.translate`."""
     checkpoint = Path(checkpoint)
     model = load(checkpoint, device, precision)
     corpus = corpus or model.config.corpus
     res = bleu_matrix(model, corpus, split=split, beam_size=beam_size,
-                      batch_size=batch_size, pivot=pivot, max_sentences=max_sentences)
+                      batch_size=batch_size, pivot=pivot, max_sentences=max_sentences, no_repeat_ngram=no_repeat_ngram)
     out = Path(out_dir or checkpoint.parent / "eval")
-    stem = f"bleu_{split}_beam{beam_size}" + (f"_pivot-{pivot}" if pivot else "")
-    title = f"{checkpoint.name} on {split}"
+    stem = (f"bleu_{split}_beam{beam_size}" + (f"_pivot-{pivot}" if pivot else "")
+            + (f"_norepeat{no_repeat_ngram}" if no_repeat_ngram else ""))
+    title = f"{checkpoint.name} on {split}" + (f", no {no_repeat_ngram}-gram twice" if no_repeat_ngram else "")
     files = write_matrix(res, out, stem, title=title)
     markdown, data = res.to_markdown(title), res.to_json()
     if pivot and res.zero_shot:  # the zero-shot directions also directly: the comparison that matters
         from interlingua.evaluation.pivot_comparison import compare_with_pivot  # it builds on this module
         direct = bleu_matrix(model, corpus, split=split, beam_size=beam_size, batch_size=batch_size,
-                             max_sentences=max_sentences, pairs=list(res.zero_shot))
+                             max_sentences=max_sentences, pairs=list(res.zero_shot), no_repeat_ngram=no_repeat_ngram)
         comparison = compare_with_pivot(direct, res, cased=not model.config.preprocess.lowercase)
         markdown += "\n" + comparison.to_markdown()
         data["zero_shot_vs_pivot"] = comparison.to_json()
@@ -212,7 +216,9 @@ def evaluate_bleu(checkpoint: str | Path, corpus: str | Path | None = None, spli
 
 
 def report_bleu(model: str, corpus: str | None, split: str, beam: int, pivot: str | None, batch_size: int,
-                max_sentences: int | None, out: str | None, device: str, precision: str) -> Report:
+                max_sentences: int | None, no_repeat_ngram: int, out: str | None, device: str,
+                precision: str) -> Report:
     """`interlingua evaluate bleu` (`registry.EVALUATIONS`): the options as the command line gives them."""
     return evaluate_bleu(model, corpus=corpus, split=split, beam_size=beam, batch_size=batch_size, pivot=pivot,
-                         max_sentences=max_sentences, out_dir=out, device=device, precision=precision)
+                         max_sentences=max_sentences, out_dir=out, device=device, precision=precision,
+                         no_repeat_ngram=no_repeat_ngram)

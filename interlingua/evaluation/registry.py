@@ -23,9 +23,9 @@ from interlingua.data.locations import data_root
 from interlingua.errors import InterlinguaError
 
 Command = Literal["evaluate", "analyze"]
-ValueKind = Literal["text", "count", "beam", "switch"]
-"""How the command line reads an option's value: text as given, count (a whole number >= 1), beam
-(a beam size, 1 to the search's maximum), switch (a flag that is there or not)."""
+ValueKind = Literal["text", "count", "whole", "beam", "switch"]
+"""How the command line reads an option's value: text as given, count (a whole number >= 1), whole (a whole
+number >= 0), beam (a beam size, 1 to the search's maximum), switch (a flag that is there or not)."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,8 @@ PIVOT = Option("--pivot", help="translate through this language (directions from
                "crosslingual: the zero-shot directions' pivot where both legs were trained (default en; "
                "else the model's own choice)")
 BATCH_SIZE = Option("--batch-size", value="count", default=64)
+NO_REPEAT_NGRAM = Option("--no-repeat-ngram", value="whole", default=0, metavar="N",
+                         help="no N-gram of subwords twice in an output (Model.translate's no_repeat_ngram; 0: off)")
 MAX_SENTENCES = Option("--max-sentences", value="count", metavar="N", help="the first N lines of the split")
 NO_BLEU = Option("--no-bleu", value="switch", help="no translation (vectors only, fast)")
 THREADS = Option("--threads", value="count", process_wide=True,
@@ -205,7 +207,8 @@ SENTENCE_SUITE = (MODEL, DATA_ROOT, PROBING_DIR, JOBS, QUICK, NO_REFERENCES, OUT
 
 EVALUATIONS.register(Evaluation(
     "bleu", "evaluate", "BLEU / chrF / off-target matrix of every direction",
-    "interlingua.evaluation.bleu_matrix:report_bleu", (*TRANSLATING, THREADS, OUT, DEVICE, PRECISION)))
+    "interlingua.evaluation.bleu_matrix:report_bleu", (*TRANSLATING, NO_REPEAT_NGRAM, THREADS, OUT, DEVICE,
+                                                       PRECISION)))
 SENTENCE_SUITES = {
     "downstream": "SentEval classification tasks", "similarity": "STS, STS-B, SICK-R",
     "nli": "SICK-E, XNLI-en", "probing": "SentEval probing tasks (official files or built locally)",

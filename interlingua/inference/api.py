@@ -30,7 +30,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from interlingua.arguments import COUNT, ENGINES, POOLINGS, PRECISIONS, check_choice, check_language, check_search
+from interlingua.arguments import (
+    COUNT,
+    ENGINES,
+    NON_NEGATIVE_INT,
+    POOLINGS,
+    PRECISIONS,
+    check_choice,
+    check_language,
+    check_search,
+)
 from interlingua.config import ExperimentConfig, PreprocessConfig
 from interlingua.data.directions import Direction, synthetic_directions
 from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
@@ -249,9 +258,11 @@ class Model:
         return "native" if self._engine is None else "ctranslate2"
 
     def _engine_translate(self, engine: CTranslate2Engine, texts: Sequence[str], src: str, tgt: str, beam: int = 1,
-                          length_penalty: float = 1.0, max_len: int | None = None, batch_size: int = 64) -> list[str]:
+                          length_penalty: float = 1.0, max_len: int | None = None, batch_size: int = 64,
+                          no_repeat_ngram: int = 0) -> list[str]:
         seqs = tokenize_inputs(texts, self._vocabs[src], self._pre, empty_output="their translation is empty")
-        return engine.translate(seqs, src, tgt, beam, length_penalty, max_len, 4 * self._pre.max_len, batch_size)
+        return engine.translate(seqs, src, tgt, beam, length_penalty, max_len, 4 * self._pre.max_len, batch_size,
+                                no_repeat_ngram)
 
     def save(self, folder: str | Path) -> Path:
         """Write this model as a model folder (what `interlingua export folder` writes): config.json,
@@ -422,7 +433,8 @@ class Model:
     @torch.inference_mode()
     def translate(self, texts: Sequence[str], src: str, tgt: str, beam: int = 1, pivot: str | None = None,
                   length_penalty: float = 1.0, max_len: int | None = None, batch_size: int = 64,
-                  progress: bool = False, beam_stop: str = "all", workers: int = 1) -> list[str]:
+                  progress: bool = False, beam_stop: str = "all", workers: int = 1,
+                  no_repeat_ngram: int = 0) -> list[str]:
         """Translate `texts` from `src` to `tgt`; one output line per input line, in order (an
         empty input line gives an empty output line): `represent`, then `generate`.
 
@@ -440,14 +452,18 @@ class Model:
         each stream decodes the tails of its batches together (`modules.search`). The output is the same. On 2
         cores, two workers ran greedy 0.97-1.12x as fast as one (two runs), beam 5 about as fast
         (docs/results/speed.md).
+        `no_repeat_ngram` n > 0: no n-gram appears twice in an output (the token that would repeat one is never
+        chosen: fairseq's `--no-repeat-ngram-size`, CTranslate2's `no_repeat_ngram_size`), which ends the loops a
+        decoder falls into (zero-shot directions most); 0 (default): off.
         """
         check_search(beam, length_penalty, max_len, batch_size, beam_stop)
         COUNT.check("workers", workers)
+        NON_NEGATIVE_INT.check("no_repeat_ngram", no_repeat_ngram)
         for name, lang in (("src", src), ("tgt", tgt), *((("pivot", pivot),) if pivot is not None else ())):
             check_language(name, lang)
         settings: dict[str, Any] = dict(beam=beam, length_penalty=length_penalty, max_len=max_len,
                                         batch_size=batch_size, progress=progress, beam_stop=beam_stop,
-                                        workers=workers)
+                                        workers=workers, no_repeat_ngram=no_repeat_ngram)
         if pivot is not None:
             if pivot not in (src, tgt):
                 self._check(src, pivot)
@@ -457,7 +473,8 @@ class Model:
                      "source" if pivot == src else "target", src, tgt)
         self._check(src, tgt)
         if self._engine is not None and self._shortlist is None:
-            return self._engine_translate(self._engine, texts, src, tgt, beam, length_penalty, max_len, batch_size)
+            return self._engine_translate(self._engine, texts, src, tgt, beam, length_penalty, max_len, batch_size,
+                                          no_repeat_ngram)
         return self.generate(self.represent(texts, src, batch_size, tgt=tgt), tgt, **settings)
 
     @property
@@ -494,18 +511,19 @@ class Model:
     @torch.inference_mode()
     def generate(self, representation: Representation, tgt: str, beam: int = 1, length_penalty: float = 1.0,
                  max_len: int | None = None, batch_size: int = 64, beam_stop: str = "all",
-                 progress: bool = False, workers: int = 1) -> list[str]:
+                 progress: bool = False, workers: int = 1, no_repeat_ngram: int = 0) -> list[str]:
         """`representation` (from `represent`) written out in `tgt`, one line per text, in order, with
         the same search and settings as `translate` (which is `represent` then this): the same output,
         byte for byte, where `batch_size` is the one `represent` ran with. A representation of a
         `target_in_source` model made for another target raises `TargetMismatchError`; anything else than
         this model's own representation (a tensor, another model's, memory of another width, dtype or device,
         NaN memory) raises `ArgumentTypeError` / `ArgumentError` saying what is wrong, before any search.
-        `workers`: batches decoded at once, each in its own thread with a share of torch's threads (see
-        `translate`)."""
+        `workers`: batches decoded at once, each in its own thread with a share of torch's threads, and
+        `no_repeat_ngram`: as in `translate`."""
         check_representation(representation, self._network, self.fingerprint, self._memory_dtypes())
         check_search(beam, length_penalty, max_len, batch_size, beam_stop)
         COUNT.check("workers", workers)
+        NON_NEGATIVE_INT.check("no_repeat_ngram", no_repeat_ngram)
         check_language("tgt", tgt)
         self.check_target(tgt)
         with self._runtime.autocast():
@@ -513,7 +531,7 @@ class Model:
                                  length_penalty=length_penalty, max_len=max_len, max_len_cap=4 * self._pre.max_len,
                                  beam_stop=beam_stop, progress=progress,
                                  shortlist=self._shortlist_for(representation, tgt), workers=workers,
-                                 context=self._runtime.autocast)
+                                 no_repeat_ngram=no_repeat_ngram, context=self._runtime.autocast)
 
     def _memory_dtypes(self) -> tuple[torch.dtype, ...]:
         """What memory the decoders read: float32, and under bf16 / fp16 autocast what the encoder gives there."""

@@ -89,11 +89,12 @@ class CTranslate2Engine:
         return cls(folder, loaded.vocabs, target_in_source, COMPUTE_TYPES[precision])
 
     def translate(self, seqs: Sequence[np.ndarray], src: str, tgt: str, beam: int, length_penalty: float,
-                  max_len: int | None, max_len_cap: int, batch_size: int) -> list[str]:
+                  max_len: int | None, max_len_cap: int, batch_size: int, no_repeat_ngram: int = 0) -> list[str]:
         """Each source (ids, already cut to `preprocess.max_len`) translated into `tgt`; an empty source gives
         "". The output limit is `max_len`, else per sentence 2 x its subwords (a source tag counted) + 10, at
         most `max_len_cap`, as in the native search: a batch runs to its longest limit and each output is
-        cut to its own (greedy output is the same either way)."""
+        cut to its own (greedy output is the same either way). `no_repeat_ngram`: CTranslate2's
+        `no_repeat_ngram_size` (the native search's `no_repeat_ngram`)."""
         tag = language_tag(tgt)
         out = [""] * len(seqs)
         todo = [i for i, ids in enumerate(seqs) if len(ids)]
@@ -108,7 +109,8 @@ class CTranslate2Engine:
         prefix = {} if self._target_in_source else {"target_prefix": [[tag]] * len(sources)}
         results = self._translator.translate_batch(
             sources, beam_size=beam, length_penalty=length_penalty, min_decoding_length=0,
-            max_decoding_length=max(limits), max_batch_size=batch_size, num_hypotheses=1, **prefix)
+            max_decoding_length=max(limits), max_batch_size=batch_size, num_hypotheses=1,
+            no_repeat_ngram_size=no_repeat_ngram, **prefix)
         target = self._vocabs[tgt]
         for i, limit, result in zip(todo, limits, results):
             ids = [target.piece_id(p) for p in result.hypotheses[0][:limit]]

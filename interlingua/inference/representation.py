@@ -183,14 +183,15 @@ def _empty_rows(network: TranslationNetwork, like: torch.Tensor | None) -> tuple
 def generate_text(network: TranslationNetwork, vocabs: dict[str, Vocab], rep: Representation, tgt: str, *,
                   batch_size: int, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
                   max_len_cap: int = 100, beam_stop: str = "all", progress: bool = False,
-                  shortlist: DirectionTable | None = None, workers: int = 1,
+                  shortlist: DirectionTable | None = None, workers: int = 1, no_repeat_ngram: int = 0,
                   context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> list[str]:
     """The decode half of `translate_ids` over a kept representation: the sentences in the same
     length-sorted batches, each batch's memory padded back as the encoder gave it. A `shortlist` needs
     the representation's `source_ids`. Without a shortlist the tails of batches are decoded together
     (`decode_merging_tails`), and `workers` > 1 splits the batches into that many streams decoded side by side
     (`in_threads`), each under `context()` (the caller's autocast); with a shortlist, `workers` batches at once.
-    The output is the same either way, since no sentence's depends on its batch."""
+    The output is the same either way, since no sentence's depends on its batch. `no_repeat_ngram` n > 0: no
+    n-gram twice in an output (`modules.ngram_blocking`)."""
     if shortlist is not None and len(rep.source_ids) != len(rep):
         raise ValueError("this representation has no source ids, which a shortlist needs: make it with "
                          "Model.represent")
@@ -206,7 +207,8 @@ def generate_text(network: TranslationNetwork, vocabs: dict[str, Vocab], rep: Re
         bridged, lengths = _batch(rep, idx)
         candidates = None if shortlist is None else [shortlist.candidates(rep.source_ids[i]) for i in idx]
         return idx, decode_batch(network, vocabs, bridged, lengths, tgt, beam=beam, length_penalty=length_penalty,
-                                 max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
+                                 max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates,
+                                 no_repeat_ngram=no_repeat_ngram)
 
     groups = list(length_sorted_groups(rep.lengths, batch_size))
     if shortlist is None:  # the tails of batches decoded together; `workers` streams of batches side by side
@@ -217,7 +219,8 @@ def generate_text(network: TranslationNetwork, vocabs: dict[str, Vocab], rep: Re
             done = []
             for key, text in decode_merging_tails(network, vocabs, _batches(rep, stream), tgt, capacity=batch_size,
                                                   beam=beam, length_penalty=length_penalty, max_len=max_len,
-                                                  max_len_cap=max_len_cap, beam_stop=beam_stop):
+                                                  max_len_cap=max_len_cap, beam_stop=beam_stop,
+                                                  no_repeat_ngram=no_repeat_ngram):
                 done.append((key, text))
                 bar.update()
             return done

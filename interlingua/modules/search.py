@@ -22,6 +22,7 @@ from interlingua.data.shortlist import DirectionTable
 from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
 from interlingua.modules.base import BridgeOutput, DecoderStateLike
 from interlingua.modules.candidates import argmax_rows, best_candidates
+from interlingua.modules.ngram_blocking import NgramBlockingDecoder
 from interlingua.modules.shortlist_decoding import START_POSITION, ShortlistDecoder
 
 if TYPE_CHECKING:
@@ -373,12 +374,12 @@ def output_limits(lengths: torch.Tensor, max_len: int | None, max_len_cap: int, 
 def decode_batch(network: TranslationNetwork, vocabs: dict[str, Vocab], bridged: BridgeOutput, lengths: torch.Tensor,
                  tgt_lang: str, *, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
                  max_len_cap: int = 100, beam_stop: str = "all",
-                 candidates: Sequence[np.ndarray] | None = None) -> list[str]:
+                 candidates: Sequence[np.ndarray] | None = None, no_repeat_ngram: int = 0) -> list[str]:
     """The decode half of translation: one batch's memory (`bridged`, from `encoded_batches` or put back
     together from a representation) searched into `tgt_lang`, greedily (`beam` 1) or with beam search,
     and detokenised; `lengths` are the sources' (prefix included), which set the output limits.
     `candidates`: per sentence, the target ids of its shortlist (`data.shortlist`); None: the whole
-    vocabulary."""
+    vocabulary. `no_repeat_ngram` n > 0: no n-gram twice in an output (`modules.ngram_blocking`)."""
     vocab = vocabs[tgt_lang]
     start = decoder_start(vocab, tgt_lang, network.cfg.shared, network.cfg.tag_position)
     limit = output_limits(lengths, max_len, max_len_cap, network.decoder_for(tgt_lang).max_length)
@@ -388,6 +389,9 @@ def decode_batch(network: TranslationNetwork, vocabs: dict[str, Vocab], bridged:
     if candidates is not None:
         shortlist = ShortlistDecoder(decoder, candidates, start)
         searched, state, start = shortlist, shortlist.wrap(state), START_POSITION
+    if no_repeat_ngram:
+        blocking = NgramBlockingDecoder(searched, no_repeat_ngram)
+        searched, state = blocking, blocking.wrap(state)
     if beam == 1:
         hyps = greedy_search(searched, state, limit, start)
     else:
@@ -400,7 +404,8 @@ def decode_batch(network: TranslationNetwork, vocabs: dict[str, Vocab], bridged:
 def decode_merging_tails(network: TranslationNetwork, vocabs: dict[str, Vocab],
                          batches: Iterable[tuple[list[int], torch.Tensor, BridgeOutput]], tgt_lang: str, *,
                          capacity: int, beam: int = 1, length_penalty: float = 1.0, max_len: int | None = None,
-                         max_len_cap: int = 100, beam_stop: str = "all") -> Iterator[tuple[int, str]]:
+                         max_len_cap: int = 100, beam_stop: str = "all",
+                         no_repeat_ngram: int = 0) -> Iterator[tuple[int, str]]:
     """Translations of `batches` ((keys, source lengths, memory) as `encoded_batches` gives them), greedy (`beam`
     1) or with beam search, the tails of batches decoded together (`greedy_search_merging_tails`,
     `beam_search_merging_tails`), yielded as (key, text) as each sentence finishes. A decoder whose state cannot
@@ -416,15 +421,18 @@ def decode_merging_tails(network: TranslationNetwork, vocabs: dict[str, Vocab],
         for idx, lengths, bridged, _, _ in itertools.chain([first], started):
             yield from zip(idx, decode_batch(network, vocabs, bridged, lengths, tgt_lang, beam=beam,
                                              length_penalty=length_penalty, max_len=max_len, max_len_cap=max_len_cap,
-                                             beam_stop=beam_stop))
+                                             beam_stop=beam_stop, no_repeat_ngram=no_repeat_ngram))
         return
-    groups = ((idx, state, output_limits(lengths, max_len, max_len_cap, readable))
+    blocking = NgramBlockingDecoder(first[3], no_repeat_ngram) if no_repeat_ngram else None
+    decoder: StepDecoder = first[3] if blocking is None else blocking
+    groups = ((idx, state if blocking is None else blocking.wrap(state),
+               output_limits(lengths, max_len, max_len_cap, readable))
               for idx, lengths, _, _, state in itertools.chain([first], started))
     if beam == 1:
-        for key, ids in greedy_search_merging_tails(first[3], groups, capacity, start):
+        for key, ids in greedy_search_merging_tails(decoder, groups, capacity, start):
             yield key, vocab.decode(ids)
     else:
-        for key, nbest in beam_search_merging_tails(first[3], groups, capacity, beam, length_penalty, start,
+        for key, nbest in beam_search_merging_tails(decoder, groups, capacity, beam, length_penalty, start,
                                                     beam_stop):
             yield key, vocab.decode(nbest[0][1] if nbest else [])
 
@@ -438,7 +446,8 @@ def batches_total(lengths: Sequence[int], batch_size: int) -> int:
 def translate_ids(network: TranslationNetwork, vocabs: dict[str, Vocab], seqs: Sequence[np.ndarray], src_lang: str,
                   tgt_lang: str, *, batch_size: int, beam: int = 1, length_penalty: float = 1.0,
                   max_len: int | None = None, max_len_cap: int = 100, progress: bool = False,
-                  beam_stop: str = "all", shortlist: DirectionTable | None = None) -> list[str]:
+                  beam_stop: str = "all", shortlist: DirectionTable | None = None,
+                  no_repeat_ngram: int = 0) -> list[str]:
     """Translations of the tokenised sources `seqs` (from `data.inputs.tokenize_inputs`), in their
     order; an empty source gives "". Sources get the model's prefix (`source_prefix`), go through
     in length-sorted batches on the model's device (`encoded_batches`), each encoded as the search reaches it,
@@ -454,7 +463,8 @@ def translate_ids(network: TranslationNetwork, vocabs: dict[str, Vocab], seqs: S
         sentences = sum(1 for s in seqs if len(s))
         for key, text in tqdm(decode_merging_tails(network, vocabs, batches, tgt_lang, capacity=batch_size, beam=beam,
                                                    length_penalty=length_penalty, max_len=max_len,
-                                                   max_len_cap=max_len_cap, beam_stop=beam_stop),
+                                                   max_len_cap=max_len_cap, beam_stop=beam_stop,
+                                                   no_repeat_ngram=no_repeat_ngram),
                               total=sentences, desc=f"{src_lang}->{tgt_lang}", unit="sent", disable=not progress,
                               leave=False):
             out[key] = text
@@ -463,7 +473,8 @@ def translate_ids(network: TranslationNetwork, vocabs: dict[str, Vocab], seqs: S
                                       desc=f"{src_lang}->{tgt_lang}", unit="batch", disable=not progress, leave=False):
         candidates = None if shortlist is None else [shortlist.candidates(seqs[i]) for i in idx]
         texts = decode_batch(network, vocabs, bridged, lengths, tgt_lang, beam=beam, length_penalty=length_penalty,
-                             max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates)
+                             max_len=max_len, max_len_cap=max_len_cap, beam_stop=beam_stop, candidates=candidates,
+                             no_repeat_ngram=no_repeat_ngram)
         for i, text in zip(idx, texts):
             out[i] = text
     return out

@@ -315,7 +315,8 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
         check_texts(body.texts, "body.texts", limits)
         check.source(body.src, "body.src")
         tgts = check.targets(body.tgt, body.tgts)
-        calls = [TranslateCall.normalised(body.src, tgt, body.beam, body.pivot, body.beam_stop) for tgt in tgts]
+        calls = [TranslateCall.normalised(body.src, tgt, body.beam, body.pivot, body.beam_stop, body.no_repeat_ngram)
+                 for tgt in tgts]
         pivot = next((call.pivot for call in calls if call.pivot is not None), None)
         if pivot is not None:
             check.target(pivot, "body.pivot")
@@ -331,13 +332,15 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
                 if body.compare_pivot:
                     answer.through_pivot = None  # asked for: said to be none
                 return answer
-            via = TranslateCall.normalised(body.src, calls[0].tgt, body.beam, through, body.beam_stop)
+            via = TranslateCall.normalised(body.src, calls[0].tgt, body.beam, through, body.beam_stop,
+                                           body.no_repeat_ngram)
             direct, pivoted = await asyncio.gather(_submit(request, calls[0], body.texts),
                                                    _submit(request, via, body.texts))
             answer = _translated(calls[0], direct, check)
             answer.through_pivot = PivotTranslations(pivot=through, translations=pivoted)
             return answer
-        many = TranslateTargetsCall.normalised(body.src, tuple(tgts), body.beam, body.pivot, body.beam_stop)
+        many = TranslateTargetsCall.normalised(body.src, tuple(tgts), body.beam, body.pivot, body.beam_stop,
+                                               body.no_repeat_ngram)
         rows: list[tuple[str, ...]] = await _submit(request, many, body.texts)
         return TranslateTargetsResponse(src=body.src, results=[
             _translated(call, [row[j] for row in rows], check) for j, call in enumerate(calls)])

@@ -21,7 +21,8 @@ Pooling = Literal["mean", "heads"]
 
 @dataclass(frozen=True)
 class TranslateCall:
-    """`Model.translate(texts, src, tgt, beam, pivot, beam_stop)`; `pivot` is None unless it is a third language
+    """`Model.translate(texts, src, tgt, beam, pivot, beam_stop, no_repeat_ngram)`; `pivot` is None unless it is a
+    third language
     (a pivot equal to src or tgt is the direct translation, so such requests share a batch with it).
 
     Batching leaves every translation as it is alone: the search gives each sentence its own length
@@ -32,19 +33,23 @@ class TranslateCall:
     beam: int
     pivot: str | None
     beam_stop: str = "all"
+    no_repeat_ngram: int = 0
 
     @classmethod
-    def normalised(cls, src: str, tgt: str, beam: int, pivot: str | None, beam_stop: str = "all") -> TranslateCall:
+    def normalised(cls, src: str, tgt: str, beam: int, pivot: str | None, beam_stop: str = "all",
+                   no_repeat_ngram: int = 0) -> TranslateCall:
         """Greedy search has no stop rule: greedy requests share batches whatever they asked."""
-        return cls(src, tgt, beam, None if pivot in (src, tgt) else pivot, beam_stop if beam > 1 else "all")
+        return cls(src, tgt, beam, None if pivot in (src, tgt) else pivot, beam_stop if beam > 1 else "all",
+                   no_repeat_ngram)
 
     def run(self, model: Model, texts: list[str]) -> list[str]:
-        return model.translate(texts, self.src, self.tgt, beam=self.beam, pivot=self.pivot, beam_stop=self.beam_stop)
+        return model.translate(texts, self.src, self.tgt, beam=self.beam, pivot=self.pivot, beam_stop=self.beam_stop,
+                               no_repeat_ngram=self.no_repeat_ngram)
 
 
 @dataclass(frozen=True)
 class TranslateTargetsCall:
-    """The texts into each of `tgts`, as `TranslateCall(src, tgt, beam, pivot, beam_stop)` would answer per target,
+    """The texts into each of `tgts`, as `TranslateCall(src, tgt, beam, pivot, ...)` would answer per target,
     but encoded once: `Model.represent`, then `Model.generate` per target (a model whose source carries the
     target's tag, `Model.target_in_source`, is encoded once per target). With a third-language `pivot`, the
     first leg (src -> pivot) runs once and its output is encoded once for every other target; a target equal
@@ -55,16 +60,18 @@ class TranslateTargetsCall:
     beam: int
     pivot: str | None
     beam_stop: str = "all"
+    no_repeat_ngram: int = 0
 
     @classmethod
     def normalised(cls, src: str, tgts: tuple[str, ...], beam: int, pivot: str | None,
-                   beam_stop: str = "all") -> TranslateTargetsCall:
+                   beam_stop: str = "all", no_repeat_ngram: int = 0) -> TranslateTargetsCall:
         """As `TranslateCall.normalised`; a pivot no target goes through (the source, or every target) is none."""
         through = pivot is not None and pivot != src and any(t != pivot for t in tgts)
-        return cls(src, tuple(tgts), beam, pivot if through else None, beam_stop if beam > 1 else "all")
+        return cls(src, tuple(tgts), beam, pivot if through else None, beam_stop if beam > 1 else "all",
+                   no_repeat_ngram)
 
     def run(self, model: Model, texts: list[str]) -> list[tuple[str, ...]]:
-        settings = {"beam": self.beam, "beam_stop": self.beam_stop}
+        settings = {"beam": self.beam, "beam_stop": self.beam_stop, "no_repeat_ngram": self.no_repeat_ngram}
         if self.pivot is None:
             out = translate_into(model, texts, self.src, self.tgts, **settings)
         else:

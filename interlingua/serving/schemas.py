@@ -86,6 +86,8 @@ class TranslateRequest(_Request):
                            "top (also once a step's best candidate is finished: faster, slightly lower BLEU).")
     pivot: Str | None = Field(None, description="Translate src -> pivot -> tgt (a pivot equal to src or tgt: "
                                                 "the direct translation); with `tgts`, for every target.")
+    no_repeat_ngram: Int = Field(0, ge=0, le=16, description="No n-gram of this many subwords twice in an output "
+                                                             "(ends repetition loops); 0: off.")
     compare_pivot: bool = Field(False, description="With `tgt` and no `pivot`: where src -> tgt is a zero-shot "
                                                    "direction, also translate through the model's pivot for it (GET "
                                                    "/directions) and answer both (`through_pivot`).")
