@@ -274,6 +274,14 @@ def test_cli_with_translation_on_a_trained_model(trained_model, multi30k_corpus,
     assert data["summary"]["bleu_supervised_mean"] is not None and data["summary"]["bleu_zero_shot_mean"] is None
     assert data["summary"]["probe_chance"] == 50.0
     assert "BLEU lowercased" in capsys.readouterr().out
+    # --no-repeat-ngram: the translations of Model.translate(no_repeat_ngram=1), and the report says so
+    code = main(["evaluate", "crosslingual", "--model", str(trained_model), "--corpus", str(multi30k_corpus),
+                 "--max-sentences", "16", "--out", str(tmp_path / "blocked"), "--device", "cpu",
+                 "--no-repeat-ngram", "1"])
+    blocked = json.loads((tmp_path / "blocked" / "crosslingual_report_test_2016_flickr.json").read_text())
+    assert code == 0 and blocked["no_repeat_ngram"] == 1 and data["no_repeat_ngram"] == 0
+    assert "beam 1, no 1-gram twice" in (tmp_path / "blocked" / "crosslingual_report_test_2016_flickr.md").read_text()
+    assert blocked["pairs"]["en-de"]["bleu"] != data["pairs"]["en-de"]["bleu"]
 
 
 def test_errors_are_one_clear_line(corpus_dir, tmp_path, capsys):

@@ -88,6 +88,9 @@ def test_every_id_a_candidate_gives_the_full_vocabularys_translations(trained):
     for beam in (1, 3):
         full = model.use_shortlist(None).translate(source, "xb", "xa", beam=beam)
         assert model.use_shortlist(sl).translate(source, "xb", "xa", beam=beam) == full
+        # no n-gram twice: blocked over the shortlist's candidate positions as over the vocabulary's ids
+        blocked = model.use_shortlist(None).translate(source, "xb", "xa", beam=beam, no_repeat_ngram=1)
+        assert model.use_shortlist(sl).translate(source, "xb", "xa", beam=beam, no_repeat_ngram=1) == blocked != full
 
 
 def test_the_lstm_decoder_decodes_with_a_shortlist_too(trained_model):

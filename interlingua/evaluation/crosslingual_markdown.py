@@ -84,7 +84,8 @@ def pair_lines(report: CrosslingualReport) -> list[str]:
 
 def markdown(report: CrosslingualReport) -> str:
     preferred = report.pivot or "the model's own"
-    translation = (f"Translations: beam {report.beam}, zero-shot directions also through a pivot (preferred: "
+    blocking = f", no {report.no_repeat_ngram}-gram twice" if report.no_repeat_ngram else ""
+    translation = (f"Translations: beam {report.beam}{blocking}, zero-shot directions also through a pivot (preferred: "
                    f"{preferred}), sacreBLEU 13a lowercased and cased; off-target: outputs "
                    "a language identifier does not find in the target language." if report.beam is not None
                    else "No translation (`--no-bleu`).")

@@ -61,6 +61,8 @@ class CrosslingualReport:
     seconds: dict[str, float] = field(default_factory=dict)
     cased: bool = False
     """Whether the model was trained on cased text: its zero-shot-against-pivot verdict reads cased BLEU."""
+    no_repeat_ngram: int = 0
+    """The translations wrote no n-gram of this many subwords twice (`Model.translate`'s); 0: no blocking."""
 
     def pivot_comparison(self) -> PivotComparison:
         """Each zero-shot direction that was also translated through a pivot: direct, pivot, difference."""
@@ -192,10 +194,11 @@ def evaluate_crosslingual(checkpoint: Model | str | Path, corpus: str | Path | N
                           split: str = "test_2016_flickr", *, beam: int = 1, pivot: str | None = "en",
                           limit: int | None = None, bleu: bool = True, batch_size: int = 64, device: str = "auto",
                           precision: str = "fp32", seed: int = 0, progress: bool = True,
-                          name: str | None = None) -> CrosslingualReport:
+                          name: str | None = None, no_repeat_ngram: int = 0) -> CrosslingualReport:
     """The report of the module docstring for `checkpoint` (a loaded Model, or a checkpoint / model folder
     loaded on `device` in `precision`) on `split` of `corpus` (default: the corpus the model was trained on),
-    its first `limit` lines; `bleu=False` skips translation. `seed` draws the probe's halves."""
+    its first `limit` lines; `bleu=False` skips translation. `seed` draws the probe's halves; `no_repeat_ngram` as
+    in `Model.translate`."""
     start = time.perf_counter()
     model, default_name = _open(checkpoint, device, precision)
     corpus = Path(corpus or model.config.corpus)
@@ -225,13 +228,15 @@ def evaluate_crosslingual(checkpoint: Model | str | Path, corpus: str | Path | N
     ceiling: dict[str, float] = {}
     if bleu:
         translations, ceiling = translation_scores(model, corpus, split, beam=beam, pivot=pivot, max_sentences=limit,
-                                                   batch_size=batch_size, progress=progress)
+                                                   batch_size=batch_size, progress=progress,
+                                                   no_repeat_ngram=no_repeat_ngram)
         lap("translation", t)
     pairs = _pairs(languages, scores, translations)
     lap("total", start)
     return CrosslingualReport(name or default_name, str(corpus), split, langs, len(texts[langs[0]]),
                               summarize(pairs, probe), pairs, probe, beam if bleu else None, pivot if bleu else None,
-                              ceiling, seconds, cased=not model.config.preprocess.lowercase)
+                              ceiling, seconds, cased=not model.config.preprocess.lowercase,
+                              no_repeat_ngram=no_repeat_ngram if bleu else 0)
 
 
 def write_crosslingual(report: CrosslingualReport, out_dir: str | Path, stem: str | None = None) -> list[Path]:
@@ -248,12 +253,12 @@ def write_crosslingual(report: CrosslingualReport, out_dir: str | Path, stem: st
 
 
 def report_crosslingual(model: str, corpus: str | None, split: str, beam: int, pivot: str | None, batch_size: int,
-                        max_sentences: int | None, no_bleu: bool, out: str | None, device: str,
+                        max_sentences: int | None, no_repeat_ngram: int, no_bleu: bool, out: str | None, device: str,
                         precision: str) -> Report:
     """`interlingua evaluate crosslingual` (`registry.EVALUATIONS`): the report of `model`, written under `out`
     (default: <model folder>/eval); the pivot defaults to en."""
     report = evaluate_crosslingual(model, corpus=corpus, split=split, beam=beam, pivot=pivot or "en",
                                    limit=max_sentences, bleu=not no_bleu, batch_size=batch_size, device=device,
-                                   precision=precision)
+                                   precision=precision, no_repeat_ngram=no_repeat_ngram)
     files = write_crosslingual(report, out or Path(model).parent / "eval")
     return Report(report.to_markdown(), report.to_json(), files, result=report)

@@ -50,8 +50,8 @@ def _cells(result: MatrixResult, src: str, tgt: str, prefix: str = "") -> dict[s
 
 
 def translation_scores(model: Model, corpus: str | Path, split: str, *, beam: int = 1, pivot: str | None = "en",
-                       max_sentences: int | None = None, batch_size: int = 64, progress: bool = True
-                       ) -> tuple[dict[Direction, dict], dict[str, float]]:
+                       max_sentences: int | None = None, batch_size: int = 64, progress: bool = True,
+                       no_repeat_ngram: int = 0) -> tuple[dict[Direction, dict], dict[str, float]]:
     """{(src, tgt): route, bleu, bleu_cased, chrf, off_target, pivot, pivot_bleu, ...} for every translated
     direction (pivot fields None for supervised ones and where no pivot has two trained legs), and the
     language identifier's accuracy on each target language's references (the off-target rates' ceiling)."""
@@ -60,7 +60,7 @@ def translation_scores(model: Model, corpus: str | Path, split: str, *, beam: in
     if not directions:
         return {}, {}
     settings: dict[str, Any] = dict(beam_size=beam, batch_size=batch_size, max_sentences=max_sentences,
-                                    progress=progress)
+                                    progress=progress, no_repeat_ngram=no_repeat_ngram)
     direct = bleu_matrix(model, corpus, split, pairs=directions, **settings)
     no_pivot = {"pivot": None, **dict.fromkeys(f"pivot_{name}" for name in SCORES)}
     rows = {d: {"route": languages.route(*d), **_cells(direct, *d), **no_pivot} for d in directions}

@@ -202,13 +202,12 @@ MAX_DOCUMENTS = Option("--max-documents", value="count", metavar="N",
 DEVICE = Option("--device", shared=True)
 PRECISION = Option("--precision", shared=True)
 
-TRANSLATING = (MODEL, SPLIT, CORPUS, BEAM, PIVOT, BATCH_SIZE, MAX_SENTENCES)
+TRANSLATING = (MODEL, SPLIT, CORPUS, BEAM, PIVOT, BATCH_SIZE, MAX_SENTENCES, NO_REPEAT_NGRAM)
 SENTENCE_SUITE = (MODEL, DATA_ROOT, PROBING_DIR, JOBS, QUICK, NO_REFERENCES, OUT, DEVICE, PRECISION)
 
 EVALUATIONS.register(Evaluation(
     "bleu", "evaluate", "BLEU / chrF / off-target matrix of every direction",
-    "interlingua.evaluation.bleu_matrix:report_bleu", (*TRANSLATING, NO_REPEAT_NGRAM, THREADS, OUT, DEVICE,
-                                                       PRECISION)))
+    "interlingua.evaluation.bleu_matrix:report_bleu", (*TRANSLATING, THREADS, OUT, DEVICE, PRECISION)))
 SENTENCE_SUITES = {
     "downstream": "SentEval classification tasks", "similarity": "STS, STS-B, SICK-R",
     "nli": "SICK-E, XNLI-en", "probing": "SentEval probing tasks (official files or built locally)",
