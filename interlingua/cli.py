@@ -388,7 +388,7 @@ def cmd_experiment(args: argparse.Namespace) -> None:
     runs = run_experiments([Path(r) for r in args.recipes], _device_override(args), Path(args.out), beam=args.beam,
                            max_test=args.max_test_sentences, jobs=args.jobs,
                            notes=Path(args.notes) if args.notes else None, pivot=args.pivot,
-                           checkpoint=args.checkpoint)
+                           checkpoint=args.checkpoint, no_repeat_ngram=args.no_repeat_ngram)
     print(f"{len(runs)} run(s); table in {args.out}")
 
 
@@ -657,6 +657,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(x, overrides_config=True)
     x.add_argument("--out", default="docs/results/multi30k.md")
     x.add_argument("--beam", type=beam_size, default=1)
+    x.add_argument("--no-repeat-ngram", type=non_negative_int, default=0, metavar="N",
+                   help="score translations that write no N-gram of subwords twice (default 0: off)")
     x.add_argument("--max-test-sentences", type=positive_int, default=None)
     x.add_argument("--jobs", type=positive_int, default=1,
                    help="recipes trained at once, one thread each (e.g. one per core)")

@@ -103,13 +103,13 @@ def mean_tokens_per_second(work: Path) -> float | None:
 
 
 def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | None,
-               pivot: str | None = None, checkpoint: str = "selected") -> dict[str, Any]:
+               pivot: str | None = None, checkpoint: str = "selected", no_repeat_ngram: int = 0) -> dict[str, Any]:
     """Train (or resume, or skip) one recipe and score its checkpoint (`checkpoint`, one of
     `CHECKPOINTS`) on test_2016_flickr; with `pivot`, also its zero-shot directions translated through
-    the pivot language.
+    the pivot language; `no_repeat_ngram` as in `Model.translate`.
 
-    The scored run is cached in <work_dir>/eval/experiment.json (for another checkpoint or beam,
-    experiment_<checkpoint>_beam<N>.json), keyed by the checkpoint's modification time and the
+    The scored run is cached in <work_dir>/eval/experiment.json (for another checkpoint, beam or blocking,
+    experiment_<checkpoint>_beam<N>[_norepeat<N>].json), keyed by the checkpoint's modification time and the
     search settings, so gathering finished runs into a table is cheap."""
     cfg = load_config(recipe, overrides)
     work = Path(cfg.work_dir)
@@ -117,8 +117,10 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
         train(cfg, resume=(work / "last.pt").exists())
     best = scored_checkpoint(work, checkpoint)
     key = {"best_mtime": best.stat().st_mtime, "beam": beam, "max_test": max_test, "recipe": recipe.stem,
-           "checkpoint": best.name, "pivot": pivot, "scores": 2}
-    variant = "" if checkpoint == "selected" and beam == 1 else f"_{checkpoint}_beam{beam}"
+           "checkpoint": best.name, "pivot": pivot, "scores": 2,
+           **({"no_repeat_ngram": no_repeat_ngram} if no_repeat_ngram else {})}  # keys of earlier runs stay valid
+    blocking = f"_norepeat{no_repeat_ngram}" if no_repeat_ngram else ""
+    variant = "" if checkpoint == "selected" and beam == 1 and not blocking else f"_{checkpoint}_beam{beam}{blocking}"
     cache = work / "eval" / f"experiment{variant}.json"
     if cache.is_file():
         cached = json.loads(cache.read_text())
@@ -131,13 +133,14 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     state = last.training or TrainingState()
     t0 = time.perf_counter()
     model = load(best, cfg.train.device)
-    matrix = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False)
-    named = "" if checkpoint == "selected" else f"_{best.stem}"
+    matrix = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False,
+                         no_repeat_ngram=no_repeat_ngram)
+    named = ("" if checkpoint == "selected" else f"_{best.stem}") + blocking
     write_matrix(matrix, work / "eval", f"bleu_test_2016_flickr_beam{beam}{named}", title=recipe.stem)
     pivoted = None
     if pivot and matrix.zero_shot and pivot in model.languages.sources and pivot in model.languages.targets:
         pivoted = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test,
-                              progress=False, pivot=pivot, pairs=matrix.zero_shot)
+                              progress=False, pivot=pivot, pairs=matrix.zero_shot, no_repeat_ngram=no_repeat_ngram)
         write_matrix(pivoted, work / "eval", f"bleu_test_2016_flickr_beam{beam}{named}_pivot-{pivot}",
                      title=f"{recipe.stem}, pivot {pivot}")
     run = {
@@ -385,28 +388,30 @@ def _write(runs: list[dict[str, Any]], out: Path, notes: Path | None = None) -> 
 
 
 def _run_one_thread(recipe: Path, overrides: list[str], beam: int, max_test: int | None,
-                    pivot: str | None, checkpoint: str) -> dict[str, Any]:
+                    pivot: str | None, checkpoint: str, no_repeat_ngram: int) -> dict[str, Any]:
     torch.set_num_threads(1)
-    return run_recipe(recipe, overrides, beam, max_test, pivot, checkpoint)
+    return run_recipe(recipe, overrides, beam, max_test, pivot, checkpoint, no_repeat_ngram)
 
 
 def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: int = 1,
                     max_test: int | None = None, jobs: int = 1, notes: Path | None = None,
-                    pivot: str | None = None, checkpoint: str = "selected") -> list[dict[str, Any]]:
+                    pivot: str | None = None, checkpoint: str = "selected",
+                    no_repeat_ngram: int = 0) -> list[dict[str, Any]]:
     """Run recipes (in `jobs` processes of one thread each when jobs > 1); the table is
     rewritten as runs finish and always lists them in the order given, with a plot of every run's
     dev BLEU against its dev loss beside it (<out>_dev_curves.png). `notes` (markdown, e.g. a
     discussion of the numbers) is appended to the report; `pivot` also translates each run's
-    zero-shot directions through that language; `checkpoint` is what is scored (`CHECKPOINTS`)."""
+    zero-shot directions through that language; `checkpoint` is what is scored (`CHECKPOINTS`); `no_repeat_ngram`
+    as in `Model.translate`."""
     recipes = [Path(r) for r in recipes]
     done: dict[int, dict[str, Any]] = {}
     if jobs <= 1:
         for i, recipe in enumerate(recipes):
-            done[i] = run_recipe(recipe, overrides, beam, max_test, pivot, checkpoint)
+            done[i] = run_recipe(recipe, overrides, beam, max_test, pivot, checkpoint, no_repeat_ngram)
             _write([done[j] for j in sorted(done)], out, notes)
     else:
         with process_pool(jobs, preload=(__name__,)) as pool:
-            futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test, pivot, checkpoint): i
+            futures = {pool.submit(_run_one_thread, r, overrides, beam, max_test, pivot, checkpoint, no_repeat_ngram): i
                        for i, r in enumerate(recipes)}
             for fut in as_completed(futures):
                 done[futures[fut]] = fut.result()

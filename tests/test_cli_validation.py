@@ -54,6 +54,8 @@ NUMERIC = [
     ("analyze", "--svcca-k", positive_int),
     ("experiment", "--beam", beam_size), ("experiment", "--max-test-sentences", positive_int),
     ("experiment", "--jobs", positive_int), ("experiment", "--threads", positive_int),
+    ("experiment", "--no-repeat-ngram", non_negative_int), ("translate", "--no-repeat-ngram", non_negative_int),
+    ("evaluate", "--no-repeat-ngram", non_negative_int),
     ("demo", "--minutes", positive_float), ("demo", "--max-sentences", positive_int),
     ("train", "--processes", positive_int),
     ("extend", "--vocab-size", positive_int), ("extend", "--noise", non_negative_float),

@@ -89,6 +89,11 @@ def test_runner_trains_evaluates_and_writes_paper_table(multi30k_corpus, tmp_pat
     last = run_experiments([recipe], [], tmp_path / "results" / "last.md", max_test=20, checkpoint="last")
     assert last[0]["checkpoint"] == "last.pt" and (run_dir / "eval" / "experiment_last_beam1.json").is_file()
     assert [f.stat().st_mtime_ns for f in files] == stamps
+    # scored without repeated n-grams: a result of its own, the selected checkpoint's cached one untouched
+    blocked = run_experiments([recipe], [], tmp_path / "results" / "blocked.md", max_test=20, no_repeat_ngram=1)
+    assert (run_dir / "eval" / "experiment_selected_beam1_norepeat1.json").is_file()
+    assert blocked[0]["matrix"]["bleu"] != runs[0]["matrix"]["bleu"]
+    assert [f.stat().st_mtime_ns for f in files] == stamps
     with pytest.raises(DataError, match="averaged.pt does not exist"):
         run_experiments([recipe], [], tmp_path / "results" / "averaged.md", max_test=20, checkpoint="averaged")
 
