@@ -366,6 +366,9 @@ class SyntheticConfig(_Strict):
     """The beam size of `decoding: beam`."""
     max_len: int | None = Field(None, ge=1)
     """The most subwords of a made sentence; None: twice its source's length + 10, at most preprocess.max_len."""
+    no_repeat_ngram: int = Field(0, ge=0)
+    """Make no sentence that holds an n-gram of this many subwords twice (`Model.translate`'s `no_repeat_ngram`:
+    no repetition loops in the made side); 0: off."""
     language_filter: bool = False
     """Drop made sentences that a language identifier places in another of the run's languages (or that
     are empty); the off-target rate is logged either way."""

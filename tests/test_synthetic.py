@@ -127,6 +127,34 @@ def test_pivot_mode_translates_the_pivot_side_into_the_zero_shot_target(cipher_m
         run.close()
 
 
+def test_made_sentences_repeat_no_ngram_when_asked(cipher_model, tmp_path):
+    """`no_repeat_ngram: 1`: no subword twice in any made sentence (the cipher's sentences repeat words, so
+    without it some made sentence does)."""
+    corpus, checkpoint = cipher_model
+
+    def made_sides(no_repeat_ngram):
+        run = build_run(_cipher_config(corpus, tmp_path / str(no_repeat_ngram),
+                                       {"modes": ["pivot"], "rate": 1.0, "reverse": False,
+                                        "no_repeat_ngram": no_repeat_ngram}),
+                        init=checkpoint)
+        try:
+            sides = []
+            for _, _, micro, _ in _made(run, steps=4):
+                for mb in micro:  # x -> y' only (no reverse pairs): the made side is each target
+                    assert mb.synthetic
+                    sides += [[x for x in row if x not in (PAD, EOS)] for row in mb.batch.tgt_out.tolist()]
+            return sides
+        finally:
+            run.close()
+
+    def repeats(rows):
+        return sum(len(row) != len(set(row)) for row in rows)
+
+    assert repeats(made_sides(0)) > 0
+    blocked = made_sides(1)
+    assert blocked and repeats(blocked) == 0
+
+
 def test_directions_with_real_data_get_pairs_only_when_named(multi30k_corpus, prepared, tmp_path):
     default = build_run(_config(multi30k_corpus, tmp_path / "a", {"modes": ["backtranslation"], "rate": 1.0}),
                         data=prepared)
