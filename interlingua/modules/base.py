@@ -119,6 +119,15 @@ class Bridge(Kind):
 _State = TypeVar("_State", bound="DecoderStateLike")
 
 
+def decoder_device(decoder: Any) -> torch.device:
+    """Where a decoder's weights are (the CPU for one without any): the device the search puts its own tensors on.
+    A wrapper around a decoder (a shortlist, n-gram blocking) passes `parameters()` on, so it answers the same."""
+    parameters = getattr(decoder, "parameters", None)
+    params = parameters() if callable(parameters) else iter(())
+    param = next(params, None)
+    return param.device if param is not None else torch.device("cpu")
+
+
 class DecoderStateLike(Protocol):
     """What the search needs of a decoder state: its rows (one per sentence, or per hypothesis in beam
     search) and how to select them. The search reorders a state through these methods, never through the

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from interlingua.modules.base import DecoderStateLike
+from interlingua.modules.base import DecoderStateLike, decoder_device
 
 NO_TOKEN = -1
 """History padding: never a token, never matched."""
@@ -83,15 +83,11 @@ class NgramBlockingDecoder:
     def wrap(self, state: Any) -> NgramState:
         """The start state, which the search then steps."""
         rows = state.batch_size
-        return NgramState(state, torch.zeros((rows, 0), dtype=torch.long, device=self._device()), False)
+        return NgramState(state, torch.zeros((rows, 0), dtype=torch.long, device=decoder_device(self.inner)), False)
 
     def parameters(self) -> Any:
         """The inner decoder's (the search reads its device from them)."""
         return self.inner.parameters()
-
-    def _device(self) -> torch.device:
-        param = next(iter(self.inner.parameters()), None)
-        return param.device if param is not None else torch.device("cpu")
 
     def step(self, prev: torch.Tensor, state: NgramState) -> tuple[torch.Tensor, NgramState]:
         logp, inner = self.inner.step(prev, state.inner)

@@ -20,7 +20,7 @@ from interlingua.arguments import BEAM_STOPS
 from interlingua.data.inputs import length_sorted_batches
 from interlingua.data.shortlist import DirectionTable
 from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
-from interlingua.modules.base import BridgeOutput, DecoderStateLike
+from interlingua.modules.base import BridgeOutput, DecoderStateLike, decoder_device
 from interlingua.modules.candidates import argmax_rows, best_candidates
 from interlingua.modules.ngram_blocking import NgramBlockingDecoder
 from interlingua.modules.shortlist_decoding import START_POSITION, ShortlistDecoder
@@ -44,14 +44,6 @@ def _best_token_scores(decoder: StepDecoder) -> Callable[[torch.Tensor, Any], tu
     without the log_softmax), else `step`."""
     scores = getattr(decoder, "step_scores", None)
     return scores if callable(scores) else decoder.step
-
-
-def _device(decoder: StepDecoder) -> torch.device:
-    """Where the decoder's weights are (the CPU for a decoder without any)."""
-    parameters = getattr(decoder, "parameters", None)
-    params = parameters() if callable(parameters) else iter(())
-    param = next(params, None)
-    return param.device if param is not None else torch.device("cpu")
 
 
 def _limits(max_len: int | Sequence[int] | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
@@ -84,7 +76,7 @@ def _one_batch(decoder: StepDecoder, state: DecoderStateLike,
     by their rows, with their output limits; None when no sentence has a step to take (an empty batch, or every
     limit 0), which gives empty outputs without stepping."""
     batch = state.batch_size
-    limits = _limits(max_len, batch, _device(decoder))
+    limits = _limits(max_len, batch, decoder_device(decoder))
     if not batch or int(limits.max()) <= 0:
         return None
     return list(range(batch)), state, limits
@@ -175,7 +167,7 @@ def greedy_search_merging_tails(decoder: StepDecoder, groups: Iterable[Group], c
     batches decoded together (`_merging_tails`): yields (key, output ids) as each sentence finishes. `sample`: as
     in `greedy_search`."""
     best_token_scores = _best_token_scores(decoder)
-    device = _device(decoder)
+    device = decoder_device(decoder)
 
     def choose(prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """The next token of each row and the state after the step."""
@@ -295,7 +287,7 @@ def beam_search_merging_tails(decoder: StepDecoder, groups: Iterable[Group], cap
     batches decoded together (`_merging_tails`): yields (key, its finished hypotheses, best first) as each
     sentence finishes."""
     _check_beam(beam_size, stop)
-    k, device = beam_size, _device(decoder)
+    k, device = beam_size, decoder_device(decoder)
 
     def begin(group: Group) -> _BeamRun:
         keys, state, limits = group

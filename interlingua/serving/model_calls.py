@@ -22,8 +22,7 @@ Pooling = Literal["mean", "heads"]
 @dataclass(frozen=True)
 class TranslateCall:
     """`Model.translate(texts, src, tgt, beam, pivot, beam_stop, no_repeat_ngram)`; `pivot` is None unless it is a
-    third language
-    (a pivot equal to src or tgt is the direct translation, so such requests share a batch with it).
+    third language (a pivot equal to src or tgt is the direct translation, so such requests share a batch with it).
 
     Batching leaves every translation as it is alone: the search gives each sentence its own length
     limit (twice its source + 10 subwords), whatever it is batched with."""
