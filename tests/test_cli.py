@@ -130,6 +130,7 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypat
     (tmp_path / "data" / "multi30k").symlink_to(multi30k_corpus.parent, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("INTERLINGUA_DATA", raising=False)
+    monkeypatch.setattr(demo, "SYNTHETIC_START", 0.0)  # made pairs from the first step, not the last quarter
     out = run_demo(tmp_path / "demo", minutes=5, max_steps=3, test_sentences=12)
     text = capsys.readouterr().out
     assert "(copied from data/multi30k)" in text
@@ -145,6 +146,11 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypat
     assert out["zero_shot_vs_pivot"]["metric"] == "BLEU (cased)"
     records = [json.loads(line) for line in (tmp_path / "demo" / "model" / "metrics.jsonl").read_text().splitlines()]
     assert any("agreement" in r for r in records if r["type"] == "train")  # on by default
+    # de<->fr pairs made through English (never a real de-fr pair), and the printout says so
+    made = [r["synthetic_pairs"] for r in records if r["type"] == "train" and "synthetic_pairs" in r]
+    assert made and set().union(*made) <= {"de->fr", "fr->de"} and sum(v for m in made for v in m.values()) > 0
+    assert "de<->fr pairs made through English from minute 0" in text
+    assert "trained on synthetic pairs made through English, never on a real de-fr pair" in text
 
 
 def test_evaluate_sentence_suite_through_cli(trained_model, multi30k_corpus, tmp_path, capsys):
