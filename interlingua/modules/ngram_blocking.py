@@ -106,3 +106,12 @@ class NgramBlockingDecoder:
         if rows.numel():
             scores = scores.index_put((rows, tokens), scores.new_tensor(float("-inf")))
         return scores, NgramState(inner, history, True)
+
+
+def with_ngram_blocking(decoder: Any, state: Any, n: int) -> tuple[Any, Any]:
+    """`decoder` and its start `state` as the search should step them: wrapped to block repeated n-grams, or as they
+    are for n = 0 (no blocking)."""
+    if not n:
+        return decoder, state
+    blocking = NgramBlockingDecoder(decoder, n)
+    return blocking, blocking.wrap(state)

@@ -22,7 +22,7 @@ from interlingua.data.shortlist import DirectionTable
 from interlingua.data.vocab import BOS, EOS, Vocab, decoder_start, source_prefix
 from interlingua.modules.base import BridgeOutput, DecoderStateLike, decoder_device
 from interlingua.modules.candidates import argmax_rows, best_candidates
-from interlingua.modules.ngram_blocking import NgramBlockingDecoder
+from interlingua.modules.ngram_blocking import NgramBlockingDecoder, with_ngram_blocking
 from interlingua.modules.shortlist_decoding import START_POSITION, ShortlistDecoder
 
 if TYPE_CHECKING:
@@ -381,9 +381,7 @@ def decode_batch(network: TranslationNetwork, vocabs: dict[str, Vocab], bridged:
     if candidates is not None:
         shortlist = ShortlistDecoder(decoder, candidates, start)
         searched, state, start = shortlist, shortlist.wrap(state), START_POSITION
-    if no_repeat_ngram:
-        blocking = NgramBlockingDecoder(searched, no_repeat_ngram)
-        searched, state = blocking, blocking.wrap(state)
+    searched, state = with_ngram_blocking(searched, state, no_repeat_ngram)
     if beam == 1:
         hyps = greedy_search(searched, state, limit, start)
     else:

@@ -28,8 +28,8 @@ from interlingua.data.batching import make_batch, pad_sources, shard
 from interlingua.data.directions import Direction, synthetic_directions
 from interlingua.data.language_id import identify, supported
 from interlingua.data.vocab import BOS, UNK
-from interlingua.modules.ngram_blocking import NgramBlockingDecoder
-from interlingua.modules.search import StepDecoder, beam_search, greedy_search, output_limits
+from interlingua.modules.ngram_blocking import with_ngram_blocking
+from interlingua.modules.search import beam_search, greedy_search, output_limits
 from interlingua.training.metrics import SyntheticStats
 from interlingua.training.run import Run
 from interlingua.training.step import MicroBatch, StepPart
@@ -298,11 +298,7 @@ class SyntheticPairs:
                                   network.decoder_for(tgt_lang).max_length)
             if self.cfg.max_len is not None:
                 limit = limit.clamp(max=run.cfg.preprocess.max_len)
-            inner, state = network.start_decoding(bridged, tgt_lang)
-            decoder: StepDecoder = inner
-            if self.cfg.no_repeat_ngram:
-                blocking = NgramBlockingDecoder(inner, self.cfg.no_repeat_ngram)
-                decoder, state = blocking, blocking.wrap(state)
+            decoder, state = with_ngram_blocking(*network.start_decoding(bridged, tgt_lang), self.cfg.no_repeat_ngram)
             if self.cfg.decoding == "beam":
                 return beam_search(decoder, state, limit, self.cfg.beam, start=run.start(tgt_lang)), limit.tolist()
             return greedy_search(decoder, state, limit, run.start(tgt_lang), sample=generator), limit.tolist()
