@@ -295,10 +295,14 @@ class AgreementConfig(_Strict):
     network first learns to translate before its states are pulled together."""
     ramp_steps: int = Field(0, ge=0)
     """From `start_step` on, the weight rises linearly to `weight` over this many steps (0: at once)."""
+    every: int = Field(1, ge=1)
+    """The term is computed in every `every`-th step from `start_step` on only, with its full weight there; the
+    other steps skip the targets' extra encoder pass (what the term costs in time). `weight` x `every` keeps
+    the average pull of `weight` in every step."""
 
     def weight_at(self, step: int) -> float:
         """The term's weight in the step after `step` completed steps."""
-        if self.weight <= 0 or step < self.start_step:
+        if self.weight <= 0 or step < self.start_step or (step - self.start_step) % self.every:
             return 0.0
         if self.ramp_steps <= 0:
             return self.weight

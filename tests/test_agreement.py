@@ -209,7 +209,7 @@ def test_agreement_with_a_frozen_translation_model_sampled_softmax_and_bf16():
 
 def test_the_term_starts_at_its_step_and_its_weight_ramps(tmp_path):
     """`start_step`: no agreement loss (and no target encoding) before it; `ramp_steps`: the weight rises
-    linearly from there to `weight`."""
+    linearly from there to `weight`; `every`: only every so many steps from `start_step` on."""
     import json
 
     from interlingua.training.trainer import train
@@ -217,13 +217,15 @@ def test_the_term_starts_at_its_step_and_its_weight_ramps(tmp_path):
     assert [ramp.weight_at(step) for step in range(8)] == [0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 4.0]
     assert AgreementConfig(weight=4.0, start_step=2).weight_at(2) == 4.0
     assert AgreementConfig(weight=0.0, start_step=0).weight_at(5) == 0.0
+    assert [AgreementConfig(weight=4.0, start_step=1, every=3).weight_at(s) for s in range(8)] == [
+        0.0, 4.0, 0.0, 0.0, 4.0, 0.0, 0.0, 4.0]
     corpus = _synthetic_corpus(tmp_path)
     cfg = parse_config(tiny_config(
         corpus, tmp_path / "run", preprocess={"vocab_size": 120, "max_train_sentences": 200, "max_valid_sentences": 10},
         directions={"mode": "explicit", "pairs": [["en", "de"], ["de", "en"]]},
         train={"max_steps": 6, "valid_every": 6, "log_every": 1, "batch_size": 8, "precision": "fp32",
-               "agreement": {"weight": 2.0, "start_step": 3, "ramp_steps": 2}}))
+               "agreement": {"weight": 2.0, "start_step": 3, "ramp_steps": 2, "every": 2}}))
     result = train(cfg)
     lines = [json.loads(x) for x in (result.work_dir / "metrics.jsonl").read_text().splitlines()]
     agreement = {x["step"]: x.get("agreement") for x in lines if x.get("kind", "train") == "train" and "loss" in x}
-    assert [agreement[s] is None for s in range(1, 7)] == [True, True, True, False, False, False], agreement
+    assert [agreement[s] is None for s in range(1, 7)] == [True, True, True, False, True, False], agreement

@@ -53,6 +53,23 @@ def test_last_layer_state_is_the_encoder_output(settings):
     assert not torch.equal(states[0][:, :, :4], states[1][:, :, :4])
 
 
+@pytest.mark.parametrize("settings", ENCODERS)
+def test_the_first_layers_alone_give_the_same_states(settings):
+    """`upto` k (what the agreement term on layer k runs of a target sentence): layers 1..k only, each state
+    as in the whole stack, dropout's draws included."""
+    encoder = encoder_of(settings)
+    lengths = torch.tensor([5, 2])
+    src = torch.randint(4, VOCAB, (2, 5), generator=torch.Generator().manual_seed(2))
+    for training in (False, True):
+        encoder.train(training)
+        torch.manual_seed(7)
+        whole, _ = encoder.layer_states(src, lengths)
+        for k in range(settings["layers"]):
+            torch.manual_seed(7)
+            first, mask = encoder.layer_states(src, lengths, upto=k)
+            assert len(first) == k + 1 and all(torch.equal(a, b) for a, b in zip(first, whole))
+
+
 def test_svcca_is_one_under_an_invertible_map_and_low_for_independent_data():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((400, 6)) @ rng.standard_normal((6, 24)) + 1e-3 * rng.standard_normal((400, 24))

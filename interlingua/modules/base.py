@@ -55,10 +55,13 @@ class Encoder(Kind):
         """src (batch, n) right-padded ids, lengths (batch,) -> H (batch, n, d_h), mask (batch, n),
         True on real tokens; padded positions of H are zero."""
 
-    def layer_states(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def layer_states(self, src: torch.Tensor, lengths: torch.Tensor, upto: int | None = None
+                     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The states after every layer, for analyses that look inside the encoder: [embeddings as the
         first layer sees them, layer 1, ..., layer L], each (batch, n, d_i) and zero at padding, and the
-        mask. The last entry is exactly `forward`'s H (built-in kinds compute `forward` through this)."""
+        mask. The last entry is exactly `forward`'s H (built-in kinds compute `forward` through this).
+        `upto` k < L: only the embeddings and layers 1..k are run (the agreement term on layer k needs no
+        more), each state as in the whole stack."""
         raise NotImplementedError(f"encoder kind '{self.kind}' does not expose its layer states")
 
     def self_attention(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:

@@ -73,14 +73,16 @@ class BiLSTMEncoder(Encoder):
         states, mask = self.layer_states(src, lengths)
         return states[-1], mask
 
-    def layer_states(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """[embeddings (after dropout), each layer's output (the last after dropout: H)], zero at padding."""
+    def layer_states(self, src: torch.Tensor, lengths: torch.Tensor, upto: int | None = None
+                     ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """[embeddings (after dropout), each layer's output (the last after dropout: H)], zero at padding;
+        `upto` k: layers 1..k only."""
         mask = lengths_to_mask(lengths, src.size(1))
         keep = mask.unsqueeze(-1)
         x = self.dropout(self.embed(src))
         states = [x * keep.to(x.dtype)]
         last = len(self.forward_layers) - 1
-        for i, (fwd, bwd) in enumerate(zip(self.forward_layers, self.backward_layers)):
+        for i, (fwd, bwd) in enumerate(zip(self.forward_layers[:upto], self.backward_layers[:upto])):
             if i > 0:
                 x = self.dropout(x)
             ahead, _ = fwd(x)

@@ -305,14 +305,18 @@ class TranslationNetwork(nn.Module):
         mask[:, 0] = False
         return mask
 
+    def _layer_vector(self, layers: tuple[list[torch.Tensor], torch.Tensor], layer: int) -> torch.Tensor:
+        """The masked mean of one encoder layer's states (`agreement.layer`), tags left out."""
+        states, mask = layers
+        return masked_mean(states[layer].float(), self._tag_free(mask))
+
     def _agreement_vector(self, bridged: BridgeOutput, layers: tuple[list[torch.Tensor], torch.Tensor] | None,
                           agreement: AgreementConfig) -> torch.Tensor:
         """What `train.agreement` compares of one side: (batch, d), or (batch, heads, d) per head;
         `layers`: the encoder's layer states and mask, where `agreement.layer` chooses one of them."""
         if layers is not None:
             assert agreement.layer is not None
-            states, mask = layers
-            return masked_mean(states[agreement.layer].float(), self._tag_free(mask))
+            return self._layer_vector(layers, agreement.layer)
         if agreement.pooling == "heads":
             return self.bridge.head_vectors(bridged)
         if self.bridge.heads is None:  # the memory is the token states: leave a source tag out
@@ -331,7 +335,10 @@ class TranslationNetwork(nn.Module):
         if not torch.compiler.is_compiling():  # compiled (`train.compile`), a width read from the data would
             ids = ids[:, :max(int(lengths.max()), 1)]  # split the graph: the padding columns stay, masked
         with torch.set_grad_enabled(torch.is_grad_enabled() and not agreement.detach_target):
-            bridged, layers = self._encode(ids, lengths, tgt_lang, agreement.layer)
+            if agreement.layer is not None:  # the layers above the compared one and the bridge are not needed
+                return self._layer_vector(self.encoder_for(tgt_lang).layer_states(ids, lengths, upto=agreement.layer),
+                                          agreement.layer)
+            bridged, layers = self._encode(ids, lengths, tgt_lang, None)
             return self._agreement_vector(bridged, layers, agreement)
 
 

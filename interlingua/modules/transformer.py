@@ -606,10 +606,12 @@ class TransformerEncoder(Encoder):
         states, mask = self.layer_states(src, lengths)
         return states[-1], mask
 
-    def layer_states(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def layer_states(self, src: torch.Tensor, lengths: torch.Tensor, upto: int | None = None
+                     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """[embeddings + positions (after dropout), each layer's output], zero at padding; with pre-norm
-        the last entry is the final LayerNorm's output (H), the residual stream before it is not kept."""
-        return self._run_layers(src, lengths, None)
+        the last entry of the whole stack is the final LayerNorm's output (H), the residual stream before it
+        is not kept. `upto` k < L: layers 1..k only, layer k's output without the final LayerNorm."""
+        return self._run_layers(src, lengths, None, upto)
 
     def self_attention(self, src: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Each layer's self-attention weights [(batch, h, n, n) fp32, layer 1 first] on the way to H,
@@ -618,19 +620,21 @@ class TransformerEncoder(Encoder):
         _, mask = self._run_layers(src, lengths, weights)
         return weights, mask
 
-    def _run_layers(self, src: torch.Tensor, lengths: torch.Tensor, weights: list[torch.Tensor] | None
-                    ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The layer stack once; with a `weights` list, each layer's attention weights are appended to it."""
+    def _run_layers(self, src: torch.Tensor, lengths: torch.Tensor, weights: list[torch.Tensor] | None,
+                    upto: int | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The layer stack once (its first `upto` layers); with a `weights` list, each layer's attention
+        weights are appended to it."""
         mask = lengths_to_mask(lengths, src.size(1))
         x = self.embedding(src)
         keys = mask[:, None, None, :]
         states = [x]
-        for layer in self.layers:
+        run = self.layers if upto is None else self.layers[:upto]
+        for layer in run:
             if weights is not None:
                 weights.append(layer.attention_weights(x, keys))  # type: ignore[operator]  # ModuleList: Module items
             x = layer(x, keys)
             states.append(x)
-        if self.final_norm is not None:
+        if self.final_norm is not None and len(run) == len(self.layers):
             states[-1] = self.final_norm(x)
         keep = mask.unsqueeze(-1)
         return [s * keep.to(s.dtype) for s in states], mask
