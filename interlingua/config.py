@@ -295,6 +295,11 @@ class AgreementConfig(_Strict):
     network first learns to translate before its states are pulled together."""
     ramp_steps: int = Field(0, ge=0)
     """From `start_step` on, the weight rises linearly to `weight` over this many steps (0: at once)."""
+    sentences: int | None = Field(None, ge=2)
+    """Compare only the first this many sentences of each pass's batch (batches are shuffled, so a random
+    share; None: all), their sum scaled to the whole batch (so `weight` means what it does for all): the
+    targets' extra encoder pass, what the term costs in time, shrinks with the share; a contrastive term
+    then has fewer negatives."""
     every: int = Field(1, ge=1)
     """The term is computed in every `every`-th step from `start_step` on only, with its full weight there; the
     other steps skip the targets' extra encoder pass (what the term costs in time). `weight` x `every` keeps

@@ -98,6 +98,19 @@ def test_copy_directions_are_skipped_and_the_term_is_reported():
     assert float((cross.loss - without.loss).detach()) == pytest.approx(2.0 * cross.agreement / n_tokens, rel=1e-5)
 
 
+def test_a_share_of_the_batch_is_compared_and_counted_for_all_of_it():
+    """`sentences`: the first n of the batch's sentences only (the others' targets not encoded), their
+    sum scaled by batch / n; as many or more than the batch: all of them, as without the option."""
+    model = _model()
+    without = model(_batch())
+    part = model(_batch(), agreement=AgreementConfig(weight=2.0, sentences=2))
+    assert part.agreement_sentences == 2 and part.agreement > 0
+    assert float((part.loss - without.loss).detach()) == pytest.approx(
+        2.0 * 5 / 2 * part.agreement / part.n_tokens, rel=1e-5)
+    whole = model(_batch(), agreement=AgreementConfig(weight=2.0))
+    assert torch.equal(model(_batch(), agreement=AgreementConfig(weight=2.0, sentences=5)).loss, whole.loss)
+
+
 @pytest.mark.parametrize("model_cfg, agreement", [
     ({}, {"pooling": "heads"}),
     ({"bridge": {"type": "ntdv", "heads": 2, "hidden": 8}}, {}),

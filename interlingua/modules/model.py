@@ -240,14 +240,17 @@ class TranslationNetwork(nn.Module):
         agreement_sum, agreed = None, 0
         if use_agreement:
             assert agreement is not None
-            src_vec = self._agreement_vector(bridged, layers, agreement)
-            tgt_vec = self._target_agreement_vector(tgt_out, tgt_lang, reverse_prefix, agreement)
+            src_vec, rows, scale = self._agreement_vector(bridged, layers, agreement), tgt_out, 1.0
+            if agreement.sentences is not None and agreement.sentences < len(tgt_out):  # a share of the batch
+                rows, src_vec = tgt_out[:agreement.sentences], src_vec[:agreement.sentences]
+                scale = len(tgt_out) / agreement.sentences  # counted for the whole batch
+            tgt_vec = self._target_agreement_vector(rows, tgt_lang, reverse_prefix, agreement)
             if filler:  # a stand-in batch: no rows of its own (the gather still runs on every process)
                 src_vec, tgt_vec = src_vec[:0], tgt_vec[:0]
             losses = agreement_losses(src_vec, tgt_vec, agreement.loss, agreement.temperature,
                                       negatives=agreement.negatives)
             weight = agreement.weight if agreement_weight is None else agreement_weight
-            train_loss = train_loss + weight * losses.sum() / tokens
+            train_loss = train_loss + weight * scale * losses.sum() / tokens
             agreement_sum, agreed = losses.detach().sum(), len(losses)
         return LossOutput(train_loss, nll_sum.detach(), n, penalty.detach(), agreement_sum, agreed)
 
