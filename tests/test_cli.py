@@ -135,7 +135,8 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypat
     text = capsys.readouterr().out
     assert "(copied from data/multi30k)" in text
     assert "de->fr*" in text and "fr->de*" in text  # the zero-shot directions are shown and marked
-    assert "== 5/5 sentence vectors" in text and "de->en:" in text
+    assert "== 5/5 sentence vectors" in text and "de->en:" in text and "ratio margin" in text
+    assert set(out["retrieval"]) == set(out["retrieval_margin"]) and len(out["retrieval_margin"]) == 6
     assert set(out["bleu"]) == {"de", "en", "fr"} and out["steps"] == 3
     # zero-shot beside pivot, per direction, with the verdict
     assert "de->fr:" in text and "through en" in text and "verdict: zero-shot is" in text
