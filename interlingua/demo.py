@@ -152,12 +152,12 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
           f"the unrelated caption ({unrelated:.3f})")
     test_vecs = {lang: model.encode(test[lang], lang) for lang in langs}
     pairs = [(s, t) for s in langs for t in langs if s != t]
-    acc = {p: retrieval_accuracy(test_vecs[p[0]], test_vecs[p[1]]) for p in pairs}
-    margin = {p: retrieval_accuracy(test_vecs[p[0]], test_vecs[p[1]], method="margin") for p in pairs}
+    acc = {(s, t): retrieval_accuracy(test_vecs[s], test_vecs[t]) for s, t in pairs}
+    margin = {(s, t): retrieval_accuracy(test_vecs[s], test_vecs[t], method="margin") for s, t in pairs}
     print(f"  translation retrieval among {len(test['en']):,} test captions, src -> tgt accuracy, "
           "by the cosine nearest neighbour / by LASER's ratio margin (k=4, what bitext mining uses):")
-    for p in sorted(pairs):
-        print(f"    {p[0]}->{p[1]}: {acc[p]:.1f}% / {margin[p]:.1f}%")
+    for s, t in sorted(pairs):
+        print(f"    {s}->{t}: {acc[s, t]:.1f}% / {margin[s, t]:.1f}%")
     return {"bleu": matrix.bleu_cased if cased else matrix.bleu, "cased": cased, "steps": result.steps,
             "zero_shot_vs_pivot": comparison.to_json() if comparison is not None else {},
             "retrieval": {f"{s}-{t}": a for (s, t), a in acc.items()},
