@@ -13,7 +13,12 @@ from conftest import tiny_config, write_multiway_corpus
 
 from interlingua.cli import main
 from interlingua.config import ModelConfig, parse_config
-from interlingua.evaluation.encoder_analysis import language_id, layer_probes, probe_accuracy, retrieval_accuracy
+from interlingua.evaluation.encoder_analysis import (
+    keyed_retrieval_share,
+    language_id,
+    layer_probes,
+    linear_probe_accuracy,
+)
 from interlingua.evaluation.svcca import random_svcca, svcca
 from interlingua.modules.model import TranslationNetwork
 from interlingua.modules.transformer import sinusoids
@@ -104,9 +109,9 @@ def test_probe_learns_token_identity_and_counts_unseen_classes_wrong():
     table = rng.standard_normal((30, 16))
     y = rng.integers(0, 30, size=3000)
     x = table[y] + 0.1 * rng.standard_normal((3000, 16))
-    acc, _ = probe_accuracy(x[:2500], y[:2500], x[2500:], y[2500:], 30)
+    acc, _ = linear_probe_accuracy(x[:2500], y[:2500], x[2500:], y[2500:], 30)
     assert acc > 0.97
-    acc_unseen, _ = probe_accuracy(x[:2500], y[:2500], x[2500:], np.full(500, -1), 30)
+    acc_unseen, _ = linear_probe_accuracy(x[:2500], y[:2500], x[2500:], np.full(500, -1), 30)
     assert acc_unseen == 0.0
 
 
@@ -126,8 +131,8 @@ def test_retrieval_finds_the_aligned_sentence():
     rng = np.random.default_rng(4)
     a = rng.standard_normal((50, 8))
     keys = [f"s{i}" for i in range(50)]
-    assert retrieval_accuracy(a, a @ np.eye(8) + 0.01 * rng.standard_normal((50, 8)), keys, keys) == 1.0
-    assert retrieval_accuracy(a, rng.standard_normal((50, 8)), keys, keys) < 0.2
+    assert keyed_retrieval_share(a, a @ np.eye(8) + 0.01 * rng.standard_normal((50, 8)), keys, keys) == 1.0
+    assert keyed_retrieval_share(a, rng.standard_normal((50, 8)), keys, keys) < 0.2
 
 
 # --- end to end ----------------------------------------------------------------------------------

@@ -65,7 +65,8 @@ def probe_halves(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(order[: n // 2]), np.sort(order[n // 2:])
 
 
-def probe_accuracy(vectors: Mapping[str, np.ndarray], train: np.ndarray, test: np.ndarray, seed: int = 0) -> float:
+def language_probe_accuracy(vectors: Mapping[str, np.ndarray], train: np.ndarray, test: np.ndarray,
+                            seed: int = 0) -> float:
     """Test accuracy (%) of standardised logistic regression guessing the language from a vector, fitted
     on the `train` sentence indices of every language and scored on the `test` ones."""
     def stack(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +85,7 @@ def language_probe(vectors: Mapping[str, np.ndarray], seed: int = 0) -> dict[str
     centring on all sentences makes each language's training half point away from its test half (below chance)."""
     _check_aligned(vectors)
     train, test = probe_halves(_size(vectors), seed)
-    return {"accuracy": probe_accuracy(vectors, train, test, seed), "chance": 100.0 / len(vectors),
+    return {"accuracy": language_probe_accuracy(vectors, train, test, seed), "chance": 100.0 / len(vectors),
             "train_sentences": len(train), "test_sentences": len(test)}
 
 

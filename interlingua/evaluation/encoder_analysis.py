@@ -54,7 +54,7 @@ class ProbeSettings:
 # --- probes ------------------------------------------------------------------------------------
 
 
-def probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+def linear_probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
                    n_classes: int, settings: ProbeSettings = ProbeSettings(),
                    device: str | torch.device = "cpu") -> tuple[float, np.ndarray]:
     """Train linear + softmax (Adam, seeded shuffles, zero-initialised so runs repeat exactly) on
@@ -112,9 +112,10 @@ def layer_probes(train_states: Sequence[np.ndarray], train_ids: Sequence[np.ndar
     pos_te = _labels(poste, positions)
     token_acc, position_acc = [], []
     for layer in range(xtr.shape[0]):
-        token_acc.append(probe_accuracy(xtr[layer], tok_tr, xte[layer], tok_te, len(token_classes),
-                                        settings, device)[0])
-        position_acc.append(probe_accuracy(xtr[layer], postr, xte[layer], pos_te, len(positions), settings, device)[0])
+        token_acc.append(linear_probe_accuracy(xtr[layer], tok_tr, xte[layer], tok_te, len(token_classes),
+                                               settings, device)[0])
+        position_acc.append(linear_probe_accuracy(xtr[layer], postr, xte[layer], pos_te, len(positions), settings,
+                                                  device)[0])
     return token_acc, position_acc
 
 
@@ -125,7 +126,7 @@ def language_id(train: dict[str, np.ndarray], test: dict[str, np.ndarray], setti
     langs = list(train)
     ytr = np.concatenate([np.full(len(train[lang]), i) for i, lang in enumerate(langs)])
     yte = np.concatenate([np.full(len(test[lang]), i) for i, lang in enumerate(langs)])
-    acc, pred = probe_accuracy(np.concatenate([train[lang] for lang in langs]), ytr,
+    acc, pred = linear_probe_accuracy(np.concatenate([train[lang] for lang in langs]), ytr,
                                np.concatenate([test[lang] for lang in langs]), yte, len(langs), settings, device)
     confusion = np.zeros((len(langs), len(langs)), dtype=np.int64)
     np.add.at(confusion, (yte, pred), 1)
@@ -135,7 +136,7 @@ def language_id(train: dict[str, np.ndarray], test: dict[str, np.ndarray], setti
 # --- sentence-level comparisons ----------------------------------------------------------------
 
 
-def retrieval_accuracy(queries: np.ndarray, candidates: np.ndarray, query_keys: Sequence[str],
+def keyed_retrieval_share(queries: np.ndarray, candidates: np.ndarray, query_keys: Sequence[str],
                        candidate_keys: Sequence[str]) -> float:
     """Share of queries whose cosine nearest candidate has the query's key (its translation's text,
     so that a repeated sentence counts whichever copy is found)."""
@@ -151,7 +152,7 @@ def pair_scores(a: np.ndarray, b: np.ndarray, a_keys: Sequence[str], b_keys: Seq
     for layer in range(a.shape[1]):
         x, y = a[:, layer], b[:, layer]
         sims.append(layer_similarity(x, y, svcca_k, draws, random_seed=layer))
-        ret.append((retrieval_accuracy(x, y, b_keys, b_keys) + retrieval_accuracy(y, x, a_keys, a_keys)) / 2)
+        ret.append((keyed_retrieval_share(x, y, b_keys, b_keys) + keyed_retrieval_share(y, x, a_keys, a_keys)) / 2)
     return sims, ret
 
 
