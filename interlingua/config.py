@@ -417,6 +417,11 @@ class TrainConfig(_Strict):
     over `warmup_steps`, then decay with 1/sqrt(step): lr * min(step / warmup, sqrt(warmup / step))."""
     warmup_steps: int = Field(4000, ge=1)
     """Warm-up of `lr_schedule: inverse_sqrt` (unused by `constant`)."""
+    lr_decay_from: float | None = Field(None, ge=0, lt=1)
+    """Share of the budget after which the lr (of `lr_schedule`) falls linearly to 0 at the budget's end,
+    the budget spent being the larger share of `max_steps` and `max_minutes` (Li et al. 2020, budget-aware
+    schedules: a run stopped by its budget ends on small steps, not on the noisy ones of a constant lr).
+    None: no such decay."""
     batch_size: int = Field(64, ge=1)
     """Sentence pairs per optimizer step, all processes and micro-batches together: under torchrun
     each process takes its share, so a run's steps are the same whatever the number of processes."""

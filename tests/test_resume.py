@@ -369,6 +369,25 @@ def test_ctrl_c_mid_step_resumes_exactly_with_an_inverse_sqrt_schedule(multi30k_
     assert logged == pytest.approx({s: lr * min(s / 10, (10 / s) ** 0.5) for s in (5, 10, 15, 20)}, rel=1e-12)
 
 
+def test_ctrl_c_mid_step_resumes_exactly_with_the_budget_decay(multi30k_corpus, straight, tmp_path):
+    """`train.lr_decay_from` needs no state of its own: the resumed run's lr falls from where it stopped."""
+    _, data = straight
+
+    def config(work):
+        return parse_config(tiny_config(multi30k_corpus, work, **{**RUN, "train": {**RUN["train"],
+                                                                                   "lr_decay_from": 0.25}}))
+
+    reference = tmp_path / "straight"
+    train(config(reference), data=data)
+    work = tmp_path / "run"
+    _ctrl_c_in_step_13(_trainer(config(work), data))
+    assert train(config(work), resume=True, data=data).steps == 24
+    assert_same_run(reference, work)
+    lr = RUN["train"].get("lr", 0.005)
+    logged = {r["step"]: r["lr"] for r in _metrics(work) if r["type"] == "train"}
+    assert logged == pytest.approx({s: lr * min(1, (1 - (s - 1) / 24) / 0.75) for s in (5, 10, 15, 20)}, rel=1e-12)
+
+
 def test_ctrl_c_mid_step_resumes_exactly_with_agreement_on(multi30k_corpus, straight, tmp_path):
     """The agreement loss draws nothing from the RNG of its own, and its running sums are part of the
     saved log window: stopped at step 12 and resumed, the run ends as one never stopped."""

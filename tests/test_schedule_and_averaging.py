@@ -83,8 +83,37 @@ def test_constant_schedule_is_the_default_and_keeps_the_lr(multi30k_corpus, prep
     assert list(_logged_lrs(tmp_path / "run").values()) == [0.003] * 4
 
 
+def test_the_budget_decay_takes_the_lr_linearly_to_zero_over_the_last_part_of_max_steps(multi30k_corpus, prepared,
+                                                                                         tmp_path):
+    """`train.lr_decay_from: 0.5` on top of the inverse_sqrt schedule: the schedule's lr for updates 1-5, then
+    falling by a fifth of it per update to a fifth at update 10 (and 0 after the last)."""
+    lr, warmup = 0.004, 2
+    work = tmp_path / "run"
+    run = build_run(_config(multi30k_corpus, work, lr=lr, lr_schedule="inverse_sqrt", warmup_steps=warmup,
+                            lr_decay_from=0.5), data=prepared)
+    used = _lrs_used(run)
+    Trainer(run).train()
+    schedule = [lr * min(n / warmup, math.sqrt(warmup / n)) for n in range(1, 11)]
+    decay = [1, 1, 1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2]
+    assert used == pytest.approx([a * b for a, b in zip(schedule, decay)], rel=1e-12)
+    logged = _logged_lrs(work)
+    assert [logged[s] for s in range(1, 11)] == pytest.approx(used, rel=1e-12)
+
+
+def test_the_budget_decay_follows_the_time_budget_where_it_ends_the_run_first():
+    """The budget spent is the larger share of max_steps and max_minutes: a run at a tenth of its steps but
+    three quarters of its minutes is three quarters through."""
+    from interlingua.training.run import budget_lr_factor
+    assert budget_lr_factor(None, 100, 10.0, 99, 599.0) == 1.0
+    assert budget_lr_factor(0.5, 100, 10.0, 10, 450.0) == pytest.approx(0.5)   # time: 0.75 spent
+    assert budget_lr_factor(0.5, 100, 10.0, 90, 60.0) == pytest.approx(0.2)    # steps: 0.9 spent
+    assert budget_lr_factor(0.5, 100, None, 25, 1e9) == 1.0                    # no time budget: steps only
+    assert budget_lr_factor(0.0, 100, 10.0, 0, 600.0) == 0.0                   # spent: nothing more to learn
+
+
 @pytest.mark.parametrize("train, key", [({"lr_schedule": "cosine"}, "train.lr_schedule"),
-                                        ({"warmup_steps": 0}, "train.warmup_steps")])
+                                        ({"warmup_steps": 0}, "train.warmup_steps"),
+                                        ({"lr_decay_from": 1.0}, "train.lr_decay_from")])
 def test_bad_schedule_settings_are_config_errors(multi30k_corpus, tmp_path, train, key):
     with pytest.raises(ConfigError, match=key):
         parse_config(tiny_config(multi30k_corpus, tmp_path, train=train))

@@ -317,6 +317,19 @@ def lr_factor(schedule: str, warmup: int) -> Callable[[int], float]:
     raise ConfigError(f"unknown train.lr_schedule {schedule!r}")
 
 
+def budget_lr_factor(decay_from: float | None, max_steps: int, max_minutes: float | None, step: int,
+                     elapsed: float) -> float:
+    """The factor `train.lr_decay_from` puts on the lr of the update at `step` after `elapsed` seconds of training:
+    1 until that share of the budget is spent, then falling linearly to 0 at its end (the budget spent is the
+    larger share of `max_steps` and of `max_minutes`, whichever ends the run first)."""
+    if decay_from is None:
+        return 1.0
+    spent = step / max_steps
+    if max_minutes is not None:
+        spent = max(spent, elapsed / (max_minutes * 60))
+    return min(1.0, max(0.0, (1.0 - spent) / (1.0 - decay_from)))
+
+
 def _constant(done: int) -> float:
     return 1.0
 

@@ -44,7 +44,7 @@ from interlingua.training.compiled import counted, warm_up
 from interlingua.training.metrics import add_step, empty_window, synthetic_time_share, train_record
 from interlingua.training.patience import patience_spent
 from interlingua.training.progress_bar import ProgressBar
-from interlingua.training.run import Run, build_run
+from interlingua.training.run import Run, budget_lr_factor, build_run
 from interlingua.training.signals import StopSignals, TrainingInterrupted
 from interlingua.training.state import capture_state
 from interlingua.training.step import StepStart, StepSums, forward_backward, micro_batches, step_parts
@@ -110,6 +110,7 @@ class Trainer:
         self._step_start: StepStart | None = None  # set while a step is in flight
         self._tokens, self._time = 0, 0.0
         self._trained_params: list[torch.nn.Parameter] = []
+        self._budget_factor = self.budget_factor()  # `train.lr_decay_from`'s, on the last update
         maker = SyntheticPairs(run)
         self.synthetic: SyntheticPairs | None = maker if maker.active else None
 
@@ -171,6 +172,7 @@ class Trainer:
         t0 = clock()
         self._step_start = StepStart.of(run)
         run.optimizer.zero_grad(set_to_none=True)
+        self._apply_budget_decay()
         parts = step_parts(run)
         micro, ntok = micro_batches(run, parts)
         made = None
@@ -205,6 +207,20 @@ class Trainer:
         if window["streak"] >= tc.max_nonfinite_steps:
             self._diverged()
 
+    def budget_factor(self) -> float:
+        """`train.lr_decay_from`'s factor on the lr of the next update (1 without it)."""
+        run, p, tc = self.run, self.progress, self.run.cfg.train
+        return budget_lr_factor(tc.lr_decay_from, run.max_steps, tc.max_minutes, p.step, p.elapsed)
+
+    def _apply_budget_decay(self) -> None:
+        """Scale the lr the schedule set for this update by the budget's factor (the schedule's own
+        `step()` sets it afresh after the update, so nothing accumulates and resuming needs no state)."""
+        if self.run.cfg.train.lr_decay_from is None:
+            return
+        factor = self._budget_factor = self.budget_factor()
+        for group, base in zip(self.run.optimizer.param_groups, self.run.lr_scheduler.base_lrs):
+            group["lr"] = base * self.run.lr_factor(self.run.lr_scheduler.last_epoch) * factor
+
     def _diverged(self) -> None:
         """Stop a run whose loss stayed non-finite: a metrics.jsonl line says so, the checkpoints stay."""
         run, p, tc = self.run, self.progress, self.run.cfg.train
@@ -223,7 +239,7 @@ class Trainer:
         so a resumed run does exactly what an interrupt cut short)."""
         run, p, tc = self.run, self.progress, self.run.cfg.train
         if p.step and p.step % tc.log_every == 0 and p.window["n"] > 0:
-            rec = train_record(p.step, p.window, tc.lr * run.lr_factor(p.step - 1),
+            rec = train_record(p.step, p.window, tc.lr * run.lr_factor(p.step - 1) * self._budget_factor,
                                p.elapsed)  # the lr of the window's last update
             self.log(rec)
             p.window = empty_window(p.window["streak"])
