@@ -130,7 +130,7 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypat
     (tmp_path / "data" / "multi30k").symlink_to(multi30k_corpus.parent, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("INTERLINGUA_DATA", raising=False)
-    monkeypatch.setattr(demo, "SYNTHETIC_START", 0.0)  # made pairs from the first step, not the last quarter
+    monkeypatch.setattr(demo, "SYNTHETIC_START", 0.0)  # made pairs from the first step, not the second half
     out = run_demo(tmp_path / "demo", minutes=5, max_steps=3, test_sentences=12)
     text = capsys.readouterr().out
     assert "(copied from data/multi30k)" in text
