@@ -55,8 +55,8 @@ class ProbeSettings:
 
 
 def linear_probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
-                   n_classes: int, settings: ProbeSettings = ProbeSettings(),
-                   device: str | torch.device = "cpu") -> tuple[float, np.ndarray]:
+                          n_classes: int, settings: ProbeSettings = ProbeSettings(),
+                          device: str | torch.device = "cpu") -> tuple[float, np.ndarray]:
     """Train linear + softmax (Adam, seeded shuffles, zero-initialised so runs repeat exactly) on
     standardised features; return the test accuracy and predictions. Labels < 0 are never right."""
     mean, std = train_x.mean(0), train_x.std(0) + 1e-6
@@ -127,7 +127,7 @@ def language_id(train: dict[str, np.ndarray], test: dict[str, np.ndarray], setti
     ytr = np.concatenate([np.full(len(train[lang]), i) for i, lang in enumerate(langs)])
     yte = np.concatenate([np.full(len(test[lang]), i) for i, lang in enumerate(langs)])
     acc, pred = linear_probe_accuracy(np.concatenate([train[lang] for lang in langs]), ytr,
-                               np.concatenate([test[lang] for lang in langs]), yte, len(langs), settings, device)
+                                      np.concatenate([test[lang] for lang in langs]), yte, len(langs), settings, device)
     confusion = np.zeros((len(langs), len(langs)), dtype=np.int64)
     np.add.at(confusion, (yte, pred), 1)
     return acc, confusion
@@ -137,7 +137,7 @@ def language_id(train: dict[str, np.ndarray], test: dict[str, np.ndarray], setti
 
 
 def keyed_retrieval_share(queries: np.ndarray, candidates: np.ndarray, query_keys: Sequence[str],
-                       candidate_keys: Sequence[str]) -> float:
+                          candidate_keys: Sequence[str]) -> float:
     """Share of queries whose cosine nearest candidate has the query's key (its translation's text,
     so that a repeated sentence counts whichever copy is found)."""
     best = cosine_matrix(queries, candidates).argmax(1)

@@ -110,7 +110,7 @@ class Trainer:
         self._step_start: StepStart | None = None  # set while a step is in flight
         self._tokens, self._time = 0, 0.0
         self._trained_params: list[torch.nn.Parameter] = []
-        self._budget_factor = self.budget_factor()  # `train.lr_decay_from`'s, on the last update
+        self._budget_factor = self._next_budget_factor()  # `train.lr_decay_from`'s, on the last update
         maker = SyntheticPairs(run)
         self.synthetic: SyntheticPairs | None = maker if maker.active else None
 
@@ -207,19 +207,20 @@ class Trainer:
         if window["streak"] >= tc.max_nonfinite_steps:
             self._diverged()
 
-    def budget_factor(self) -> float:
+    def _next_budget_factor(self) -> float:
         """`train.lr_decay_from`'s factor on the lr of the next update (1 without it)."""
         run, p, tc = self.run, self.progress, self.run.cfg.train
         return budget_lr_factor(tc.lr_decay_from, run.max_steps, tc.max_minutes, p.step, p.elapsed)
 
     def _apply_budget_decay(self) -> None:
-        """Scale the lr the schedule set for this update by the budget's factor (the schedule's own
-        `step()` sets it afresh after the update, so nothing accumulates and resuming needs no state)."""
+        """Scale the lr the schedule set for this update (its `get_last_lr()`) by the budget's factor (the
+        schedule's own `step()` sets it afresh after the update, so nothing accumulates and resuming needs
+        no state)."""
         if self.run.cfg.train.lr_decay_from is None:
             return
-        factor = self._budget_factor = self.budget_factor()
-        for group, base in zip(self.run.optimizer.param_groups, self.run.lr_scheduler.base_lrs):
-            group["lr"] = base * self.run.lr_factor(self.run.lr_scheduler.last_epoch) * factor
+        factor = self._budget_factor = self._next_budget_factor()
+        for group, scheduled in zip(self.run.optimizer.param_groups, self.run.lr_scheduler.get_last_lr()):
+            group["lr"] = scheduled * factor
 
     def _diverged(self) -> None:
         """Stop a run whose loss stayed non-finite: a metrics.jsonl line says so, the checkpoints stay."""
