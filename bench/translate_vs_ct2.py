@@ -187,7 +187,7 @@ def main() -> None:
     ours_ct2, ours_prefix = export_ours(args.ours, work / "ours_ct2") if any(
         s.startswith("ours-ct2") for s in all_systems) else (None, "")
     shortlist = args.shortlist or str(work / "shortlist.safetensors")
-    if any(s.endswith("/shortlist") for s in all_systems) and not Path(shortlist).is_file():
+    if any("shortlist" in s.split("/") for s in all_systems) and not Path(shortlist).is_file():
         subprocess.run([sys.executable, "-m", "interlingua.cli", "shortlist", args.ours, "--out", shortlist],
                        check=True)
     spm_model = Path(args.ours).parent / "data" / "joint.model"
