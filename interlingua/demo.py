@@ -60,7 +60,8 @@ pair, the English side translated by the model itself into the other language (w
 (round 48): with the lr falling over the same second half (`lr_decay_from`), over the demo's own number of steps
 (fp32, one thread, two seeds), direct zero-shot at or above pivoting through English in both directions on dev and
 test, and supervised BLEU above the same model trained without made pairs at a constant lr (round 47, the demo's
-setting before this study). The demo command itself (bf16, wall-clock minutes): 1 of 6 directions over three runs on two CPU kinds."""
+setting before this study). The demo command itself (bf16, wall-clock minutes): 1 of 6 directions over three runs on
+two CPU kinds."""
 SYNTHETIC_START = 0.5
 
 NO_REPEAT_NGRAM = 4
