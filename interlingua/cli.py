@@ -416,7 +416,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> None:
     from interlingua.demo import run_demo
-    run_demo(Path(args.work), minutes=args.minutes, data_from=args.source, test_sentences=args.max_sentences)
+    run_demo(Path(args.work), minutes=args.minutes, data_from=args.source, test_sentences=args.max_sentences,
+             precision=args.precision)
 
 
 def _add_evaluations(parser: argparse.ArgumentParser, command: str) -> None:
@@ -720,6 +721,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "<data> is $INTERLINGUA_DATA, else ./data)")
     m.add_argument("--max-sentences", type=positive_int, default=None, metavar="N",
                    help="translate and score only the first N test sentences (default: all 1,000; a quick look)")
+    m.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                   help="training precision (default auto: bf16 where this CPU measures it faster, else fp32); "
+                        "fixing it makes runs on different CPUs comparable")
     m.set_defaults(func=cmd_demo)
     return p
 

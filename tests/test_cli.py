@@ -131,8 +131,9 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypat
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("INTERLINGUA_DATA", raising=False)
     monkeypatch.setattr(demo, "SYNTHETIC_START", 0.0)  # made pairs from the first step, not the second half
-    out = run_demo(tmp_path / "demo", minutes=5, max_steps=3, test_sentences=12)
+    out = run_demo(tmp_path / "demo", minutes=5, max_steps=3, test_sentences=12, precision="fp32")
     text = capsys.readouterr().out
+    assert json.loads((tmp_path / "demo" / "model" / "config.json").read_text())["train"]["precision"] == "fp32"
     assert "(copied from data/multi30k)" in text
     assert "de->fr*" in text and "fr->de*" in text  # the zero-shot directions are shown and marked
     assert "== 5/5 sentence vectors" in text and "de->en:" in text and "ratio margin" in text
