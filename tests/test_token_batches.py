@@ -77,11 +77,9 @@ def test_a_pair_longer_than_the_budget_is_refused():
 
 
 def _config(corpus, work, dropout: float = 0.0, **train_options):
-    # fp32, not `auto`: these tests compare weights and gradients to 1e-6, and on a CPU with native bf16 `auto`
-    # chooses by timing a probe, so its choice can change from run to run (two of them failed so once, on an AMD EPYC)
     return parse_config(tiny_config(corpus, work, directions=TWO_WAYS, model={"dropout": dropout},
                                     train={"batch_tokens": 900, "max_steps": 8, "valid_every": 4, "log_every": 2,
-                                           "precision": "fp32", **train_options}))
+                                           **train_options}))
 
 
 def test_a_step_takes_one_batch_of_each_direction_in_the_rotations_order(multi30k_corpus, tmp_path):

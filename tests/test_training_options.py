@@ -124,7 +124,7 @@ def test_explicit_bf16_is_kept_but_warned_about_without_native_bf16(monkeypatch,
 def test_trainer_trains_in_the_precision_auto_resolves_to(cpuinfo, expected, multi30k_corpus, prepared, tmp_path,
                                                           monkeypatch):
     _cpu(monkeypatch, cpuinfo)
-    run = build_run(_config(multi30k_corpus, tmp_path / "run"), data=prepared)  # precision: auto, the default
+    run = build_run(_config(multi30k_corpus, tmp_path / "run"), data=prepared)  # precision: auto (the default)
     assert run.cfg.train.precision == "auto" and run.precision == expected
 
 
@@ -173,7 +173,7 @@ def prepared(multi30k_corpus, tmp_path_factory):
 
 def _config(corpus, work, **train):
     return parse_config(tiny_config(corpus, work, preprocess={"max_len": 12, "max_valid_sentences": 30},
-                                    train={"max_steps": 1000, "valid_every": 1000, **train}))
+                                    train={"max_steps": 1000, "valid_every": 1000, "precision": "auto", **train}))
 
 
 # -- max_minutes --------------------------------------------------------------------------------
