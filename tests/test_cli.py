@@ -155,6 +155,21 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypat
     assert "trained on synthetic pairs made through English, never on a real de-fr pair" in text
 
 
+def test_demo_command_passes_its_options_on(tmp_path, monkeypatch):
+    """`interlingua demo` hands its budget, data folder, test size and training precision to `run_demo`."""
+    from interlingua import demo
+    given = {}
+    monkeypatch.setattr(demo, "run_demo", lambda work, **options: given.update(work=work, **options))
+    assert main(["demo", "--work", str(tmp_path / "d"), "--minutes", "2", "--from", "m30k", "--max-sentences", "9",
+                 "--precision", "bf16"]) == 0
+    assert given == {"work": tmp_path / "d", "minutes": 2.0, "data_from": "m30k", "test_sentences": 9,
+                     "precision": "bf16"}
+    main(["demo", "--work", str(tmp_path / "d")])
+    assert given["precision"] == "auto" and given["minutes"] == 8.0
+    with pytest.raises(SystemExit):
+        main(["demo", "--precision", "int8"])
+
+
 def test_evaluate_sentence_suite_through_cli(trained_model, multi30k_corpus, tmp_path, capsys):
     """`evaluate retrieval` on the tiny checkpoint, its test set swapped for the 200 lines the model was trained on:
     a model that learned those translations finds them, the untrained reference does not."""
