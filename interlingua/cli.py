@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -765,6 +766,15 @@ def _ending() -> None:
             signal.signal(sig, signal.SIG_IGN)
 
 
+def _os_problem(err: OSError) -> str:
+    """`err` as "path: what is wrong" (Python's own form, "[Errno 2] No such file or directory: PosixPath('x')",
+    leads with a number the user has no use for and quotes the path as Python code)."""
+    if err.filename is None or not err.strerror:
+        return str(err)
+    paths = [os.fsdecode(f) for f in (err.filename, err.filename2) if f is not None]
+    return f"{' -> '.join(paths)}: {err.strerror}"
+
+
 def _last_line(err: BaseException) -> tuple[str, int]:
     """What a command that `err` ended prints on stderr, and its exit status."""
     if isinstance(err, _Terminated) and isinstance(err.__context__, InterlinguaError):
@@ -772,7 +782,7 @@ def _last_line(err: BaseException) -> tuple[str, int]:
     if isinstance(err, InterlinguaError):
         return f"error: {err}", 2
     if isinstance(err, OSError):  # unwritable folders, full disks, unreadable files
-        return f"error: {err}", 1
+        return f"error: {_os_problem(err)}", 1
     # Ctrl-C or SIGTERM; training saves last.pt first
     return (f"interrupted: {err}" if str(err) else "interrupted"), 128 + getattr(err, "signum", 2)
 

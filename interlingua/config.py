@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from interlingua.errors import ConfigError
-from interlingua.textio import read_text
+from interlingua.textio import read_text, yaml_problem
 
 
 class _Strict(BaseModel):
@@ -568,7 +568,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     try:
         data = yaml.safe_load(read_text(path))
     except yaml.YAMLError as err:
-        raise ConfigError(f"config {path} is not valid YAML: {err}") from None
+        raise ConfigError(f"config {path} is not valid YAML: {yaml_problem(err)}") from None
     data = data or {}
     for item in overrides or []:
         apply_override(data, item)
@@ -586,4 +586,7 @@ def apply_override(data: dict[str, Any], item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"override '{item}': '{part}' is not a section")
-    node[parts[-1]] = yaml.safe_load(raw)
+    try:
+        node[parts[-1]] = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override '{item}': the value is not valid YAML: {yaml_problem(err)}") from None

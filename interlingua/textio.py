@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import yaml
+
 from interlingua.errors import InterlinguaError
 
 _LINE_BREAK = re.compile(rb"\r\n|\n|\r")
@@ -71,3 +73,16 @@ def iter_decoded_lines(raw_lines: Iterable[bytes], source: str) -> Iterator[str]
             except UnicodeDecodeError as err:
                 raise TextDecodeError(f"{source}: line {number} is not UTF-8 text "
                                       f"(byte 0x{piece[err.start]:02x} at column {err.start + 1})") from None
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML parse error as one line: what is wrong and where (line and column counted from 1), without the
+    quoted source and caret lines PyYAML's own message spreads over several lines."""
+    if not isinstance(err, yaml.MarkedYAMLError):
+        return " ".join(str(err).split())
+    where = err.problem_mark or err.context_mark
+    parts = [f"line {where.line + 1}, column {where.column + 1}: " if where else "", err.problem or "invalid YAML"]
+    if err.context:
+        at = err.context_mark
+        parts.append(f" ({err.context}" + (f" at line {at.line + 1}, column {at.column + 1})" if at else ")"))
+    return "".join(parts)

@@ -25,17 +25,30 @@ def test_round_trip_translates_identically(trained_model, tmp_path):
     assert loaded.config.model.bridge.heads == 4 and ("en", "de") in loaded.directions
 
 
+class _NotATensor:
+    """An object torch.save pickles and a weights-only load refuses."""
+
+
 def test_missing_and_corrupt_checkpoints(trained_model, tmp_path):
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "none.pt")
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(trained_model.read_bytes()[:5000])
-    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+    with pytest.raises(CheckpointError, match="truncated or corrupt.*no complete PyTorch zip archive"):
         load_checkpoint(truncated)
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"\x00hello" * 100)
-    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+    with pytest.raises(CheckpointError, match="truncated or corrupt.*no complete PyTorch zip archive"):
         load_checkpoint(garbage)
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="the file is empty"):
+        load_checkpoint(empty)
+    pickled = tmp_path / "pickled.pt"  # torch's own advice here would be to unpickle it (weights_only=False)
+    torch.save({"object": _NotATensor()}, pickled)
+    with pytest.raises(CheckpointError, match="Python objects besides tensors") as refused:
+        load_checkpoint(pickled)
+    assert "weights_only" not in str(refused.value)
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(2)}, foreign)
     with pytest.raises(CheckpointError, match="not an interlingua checkpoint"):

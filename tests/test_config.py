@@ -25,8 +25,23 @@ def test_yaml_file_errors(tmp_path):
         load_config(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: [unclosed\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML") as err:
         load_config(bad)
+    # one line, with where: PyYAML's own message quotes the source over several lines with a caret
+    assert "\n" not in str(err.value) and "line 2, column 1" in str(err.value), str(err.value)
+    assert "flow sequence at line 1, column 8" in str(err.value), str(err.value)
+    tabs = tmp_path / "tabs.yaml"
+    tabs.write_text("train:\n\tlr: 1\n")
+    with pytest.raises(ConfigError, match=r"line 2, column 1: found character '\\t'"):
+        load_config(tabs)
+
+
+def test_an_override_that_is_not_yaml_is_one_error(tmp_path):
+    f = tmp_path / "exp.yaml"
+    f.write_text("corpus: data/corpus.yaml\n")
+    with pytest.raises(ConfigError, match=r"override 'train.lr=\[1': the value is not valid YAML: line 1") as err:
+        load_config(f, ["train.lr=[1"])
+    assert "\n" not in str(err.value)
 
 
 def test_overrides_and_relative_corpus(tmp_path):
@@ -83,3 +98,13 @@ def test_kind_modules_is_stored_only_where_given():
     given = parse_config({"corpus": "c.yaml", "model": {"kind_modules": ["json"]}})
     assert given.model_dump(mode="json")["model"]["kind_modules"] == ["json"]
     assert parse_config(given.model_dump(mode="json")).model.kind_modules == ["json"]
+
+
+def test_a_corpus_that_is_not_yaml_is_one_error(tmp_path):
+    from interlingua.data.corpus import load_corpus
+    from interlingua.errors import DataError
+    bad = tmp_path / "corpus.yaml"
+    bad.write_text("languages: [de\n")
+    with pytest.raises(DataError, match=r"corpus .* is not valid YAML: line 2, column 1: ") as err:
+        load_corpus(bad)
+    assert "\n" not in str(err.value)

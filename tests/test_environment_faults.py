@@ -96,3 +96,32 @@ ls -A {work}/data
     assert "exit 1" in done.stdout
     assert "no space left on device" in error and str(work / "data") in error, error
     assert "encoded.part" not in done.stdout  # the partial encoding is removed: the disk is not left full
+
+
+def test_an_output_folder_that_is_not_writable_is_refused_before_translating(tmp_path):
+    """`-o` in a read-only folder: refused by name before any sentence is translated, not after the work."""
+    model = random_checkpoint(tmp_path / "model.pt")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    source = tmp_path / "in.en"
+    source.write_text("a man rides a bike .\n", encoding="utf-8")
+    done = in_private_mounts(f"""
+mount --bind {folder} {folder} && mount -o remount,bind,ro {folder}
+{CLI} translate --model {model} --src en --tgt de -i {source} -o {folder}/out.de || echo "exit $?"
+""")
+    assert done.returncode == 0, done.stderr
+    error = _one_error(done.stderr)
+    assert "exit 1" in done.stdout and error == f"error: {folder}: cannot be written into (read-only or not yours)"
+    assert "en->de" not in done.stderr, done.stderr  # no progress bar: nothing was translated
+
+
+def test_an_output_under_a_file_names_the_path_without_python_notation(tmp_path):
+    model = random_checkpoint(tmp_path / "model.pt")
+    (tmp_path / "a_file").write_text("x", encoding="utf-8")
+    source = tmp_path / "in.en"
+    source.write_text("a man rides a bike .\n", encoding="utf-8")
+    out = tmp_path / "a_file" / "out.de"
+    done = subprocess.run([sys.executable, "-m", "interlingua.cli", "translate", "--model", str(model), "--src", "en",
+                           "--tgt", "de", "-i", str(source), "-o", str(out)], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 1
+    assert _one_error(done.stderr) == f"error: {out}: Not a directory", done.stderr

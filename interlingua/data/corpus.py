@@ -29,7 +29,7 @@ import yaml
 
 from interlingua.atomic_files import atomic_output, write_text_atomic
 from interlingua.errors import DataError
-from interlingua.textio import decode_lines, iter_decoded_lines, read_text
+from interlingua.textio import decode_lines, iter_decoded_lines, read_text, yaml_problem
 
 _LANG = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")
 
@@ -63,7 +63,7 @@ def load_corpus(path: str | Path) -> Corpus:
     try:
         spec = yaml.safe_load(read_text(path)) or {}
     except yaml.YAMLError as err:
-        raise DataError(f"corpus {path} is not valid YAML: {err}") from None
+        raise DataError(f"corpus {path} is not valid YAML: {yaml_problem(err)}") from None
     if not isinstance(spec, dict):
         raise DataError(f"corpus {path}: expected a mapping with 'languages' and 'splits'/'pairs'")
     unknown = set(spec) - {"name", "languages", "splits", "pairs"}

@@ -11,6 +11,7 @@ before it was stored as a list; both read alike.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -233,12 +234,26 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many kinds for truncated/garbled files
-        detail = " ".join(str(err).split())[:200] or type(err).__name__  # some carry no message at all
-        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {detail}") from None
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): "
+                              f"{_unreadable_because(path, err)}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an interlingua checkpoint")
     check_format_version(payload.get("version", 0), VERSION, "checkpoint format", path)
     return payload
+
+
+def _unreadable_because(path: Path, err: Exception) -> str:
+    """Why torch.load failed, in the user's terms: torch's own messages are long and, for a file that holds
+    more than tensors, advise loading it with `weights_only=False`, which would run code from the file."""
+    if path.stat().st_size == 0:
+        return "the file is empty"
+    if not zipfile.is_zipfile(path):
+        return "no complete PyTorch zip archive in it (cut short, or another kind of file)"
+    if "weights only load failed" in str(err).lower():
+        return ("it holds Python objects besides tensors and plain data, which interlingua does not unpickle "
+                "(not written by interlingua)")
+    first = " ".join(str(err).split()).split(". ")[0]  # torch's first sentence; some errors carry no message
+    return first[:200] or type(err).__name__
 
 
 def check_format_version(version: object, newest: int, kind: str, path: str | Path) -> None:
@@ -332,10 +347,10 @@ def check_output(out: str | Path, inputs: Sequence[str | Path | None], *, force:
     """Refuse to write `out` where that would replace one of the command's own `inputs` (by any name) or a
     checkpoint that holds training state: either is one mistyped argument away, and gone once replaced.
     `force` writes anyway. A device, FIFO or /dev/stdout replaces nothing and is always accepted."""
-    if force:
-        return
     target, streamed = output_target(out)
-    if streamed or not target.is_file():
+    if not streamed:
+        _check_writable(target)
+    if force or streamed or not target.is_file():
         return
     for given in inputs:
         if given is not None and Path(given).exists() and os.path.samefile(target, given):
@@ -344,6 +359,18 @@ def check_output(out: str | Path, inputs: Sequence[str | Path | None], *, force:
     if holds_training_state(target):
         raise InterlinguaError(f"{out} is a training checkpoint (it holds the optimizer state `train --resume` "
                                f"continues from): give another file, or --force to replace it")
+
+
+def _check_writable(target: Path) -> None:
+    """Raise the `OSError` that writing `target` would meet at the end of the command, now, before its work:
+    a parent that is a file, or a folder (the nearest that exists) this process may not write into."""
+    folder = Path(os.path.abspath(target)).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder to write into", str(folder))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "cannot be written into (read-only or not yours)", str(folder))
 
 
 def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *, force: bool = False) -> Path:

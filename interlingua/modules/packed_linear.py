@@ -314,6 +314,10 @@ def pack_output_layers(network: nn.Module, kernel: str = "auto") -> int:
     return sum(p is not None for p in done.values())
 
 
+_SAID: set[str] = set()
+"""The plans already logged by this process."""
+
+
 def _packed_layer(layer: nn.Linear, kernel: str) -> PackedLinear | None:
     """`layer` packed as `kernel` (auto or packed) says, or None where it stays as it is."""
     if kernel == "packed":
@@ -322,7 +326,10 @@ def _packed_layer(layer: nn.Linear, kernel: str) -> PackedLinear | None:
         return None
     else:
         plan = packed_plan(layer.in_features, layer.out_features)
-        log.info("output layer %s: %s here", shape_label(layer.in_features, layer.out_features), plan.describe())
+        said = f"output layer {shape_label(layer.in_features, layer.out_features)}: {plan.describe()} here"
+        if said not in _SAID:  # once per process: one decoder per language would repeat it for every language
+            _SAID.add(said)
+            log.info(said)
         if not plan.pays:
             return None
     packed = PackedLinear(layer, plan)
