@@ -186,6 +186,18 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+def check_writable(target: str | Path) -> None:
+    """Raise now the `OSError` that writing `target` (a file or a folder) would meet at the end of a command's
+    work: a parent that is a file, or a folder (the nearest that exists) this process may not write into."""
+    folder = Path(os.path.abspath(target)).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder to write into", str(folder))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "cannot be written into (read-only or not yours)", str(folder))
+
+
 def check_replaceable(out: Path, previous_export: Callable[[Path], set[str] | None], what: str) -> None:
     """Refuse an `out` an export must not replace: a file, or a folder that is neither empty nor a previous
     export of the same kind holding only that export's files. `previous_export(out)`: the names of the
@@ -193,6 +205,7 @@ def check_replaceable(out: Path, previous_export: Callable[[Path], set[str] | No
     `what` ends the refusal of a folder that is not one."""
     if out.exists() and not out.is_dir():
         raise InterlinguaError(f"{out} exists and is not a folder: give a new or empty folder for the export")
+    check_writable(out)
     if not out.is_dir() or not any(out.iterdir()):
         return
     ours = previous_export(out)

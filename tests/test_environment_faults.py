@@ -108,11 +108,15 @@ def test_an_output_folder_that_is_not_writable_is_refused_before_translating(tmp
     done = in_private_mounts(f"""
 mount --bind {folder} {folder} && mount -o remount,bind,ro {folder}
 {CLI} translate --model {model} --src en --tgt de -i {source} -o {folder}/out.de || echo "exit $?"
+{CLI} export folder {model} {folder}/exported 2>{tmp_path}/export.err || echo "exit $?"
 """)
     assert done.returncode == 0, done.stderr
     error = _one_error(done.stderr)
-    assert "exit 1" in done.stdout and error == f"error: {folder}: cannot be written into (read-only or not yours)"
+    assert error == f"error: {folder}: cannot be written into (read-only or not yours)"
     assert "en->de" not in done.stderr, done.stderr  # no progress bar: nothing was translated
+    # an export names the folder, not the temporary folder it would have filled
+    assert _one_error((tmp_path / "export.err").read_text()) == error
+    assert done.stdout.split() == ["exit", "1", "exit", "1"], done.stdout
 
 
 def test_an_output_under_a_file_names_the_path_without_python_notation(tmp_path):

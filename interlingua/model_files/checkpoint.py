@@ -11,7 +11,6 @@ before it was stored as a list; both read alike.
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -23,7 +22,7 @@ from typing import Any
 
 import torch
 
-from interlingua.atomic_files import atomic_output, output_target
+from interlingua.atomic_files import atomic_output, check_writable, output_target
 from interlingua.config import ExperimentConfig, parse_config
 from interlingua.data.vocab import Vocab, vocab_offsets, vocabs_from_protos
 from interlingua.errors import CheckpointError, InterlinguaError, RecordError
@@ -349,7 +348,7 @@ def check_output(out: str | Path, inputs: Sequence[str | Path | None], *, force:
     `force` writes anyway. A device, FIFO or /dev/stdout replaces nothing and is always accepted."""
     target, streamed = output_target(out)
     if not streamed:
-        _check_writable(target)
+        check_writable(target)
     if force or streamed or not target.is_file():
         return
     for given in inputs:
@@ -359,18 +358,6 @@ def check_output(out: str | Path, inputs: Sequence[str | Path | None], *, force:
     if holds_training_state(target):
         raise InterlinguaError(f"{out} is a training checkpoint (it holds the optimizer state `train --resume` "
                                f"continues from): give another file, or --force to replace it")
-
-
-def _check_writable(target: Path) -> None:
-    """Raise the `OSError` that writing `target` would meet at the end of the command, now, before its work:
-    a parent that is a file, or a folder (the nearest that exists) this process may not write into."""
-    folder = Path(os.path.abspath(target)).parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder to write into", str(folder))
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, "cannot be written into (read-only or not yours)", str(folder))
 
 
 def average_checkpoints(paths: Sequence[str | Path], out: str | Path, *, force: bool = False) -> Path:
