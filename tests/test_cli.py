@@ -210,6 +210,17 @@ def test_evaluate_sentence_suite_through_cli(trained_model, multi30k_corpus, tmp
     assert f"| en → de | **{model['cosine']['en']['de']:.2f}** | {untrained['cosine']['en']['de']:.2f} |" in text
 
 
+def test_evaluate_without_the_references_training_text_says_how_to_get_it(trained_model, tmp_path, capsys):
+    root = tmp_path / "data"
+    (root / "multi30k").mkdir(parents=True)
+    code, out = run(["evaluate", "retrieval", "--model", str(trained_model), "--quick", "--data-root", str(root),
+                     "--out", str(tmp_path / "ev")], capsys=capsys)
+    errors = [line for line in out.err.splitlines() if line.startswith("error")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in out.err, out.err
+    assert f"missing evaluation file {root / 'multi30k' / 'train.en.gz'}" in errors[0]
+    assert f"interlingua data multi30k --dest {root / 'multi30k'}" in errors[0] and "--no-references" in errors[0]
+
+
 def test_evaluate_passes_probing_dir_through(tmp_path, capsys, monkeypatch):
     import interlingua.evaluation.vectors as vectors
     from interlingua.evaluation.sentence.suites import SuiteResult

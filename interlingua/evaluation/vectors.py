@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlingua.evaluation.registry import Report
-from interlingua.evaluation.sentence import reference_embedders, run_suite
+from interlingua.evaluation.sentence import MissingDataError, reference_embedders, run_suite
 from interlingua.evaluation.sentence.suites import AllResult, SuiteResult
 from interlingua.inference.api import load
 from interlingua.workers import usable_cores
@@ -50,7 +50,13 @@ def evaluate_sentence_vectors(suite: str, checkpoint: str | Path, data_root: Pat
         embedders["untrained"] = model.untrained_like()
         max_lines = 2000 if quick else None
         cache = Path(cache_dir) if cache_dir else out / "cache" / f"bow-subword-{max_lines or 'all'}"
-        embedders.update(reference_embedders(Path(data_root), max_lines=max_lines, cache_dir=cache))
+        try:
+            embedders.update(reference_embedders(Path(data_root), max_lines=max_lines, cache_dir=cache))
+        except MissingDataError as err:
+            raise MissingDataError(
+                f"{err}: the reference baselines learn from Multi30k's training text; get it with `interlingua data "
+                f"multi30k --dest {Path(data_root) / 'multi30k'}`, point --data-root at the folder that holds "
+                f"multi30k/, or leave the references out (--no-references)") from None
     setup = time.perf_counter() - start
     result = run_suite(suite, embedders, Path(data_root), out, quick=quick, probing_dir=probing_dir,
                        per_head_embedders=["model"], jobs=usable_cores() if jobs is None else jobs)
