@@ -1,4 +1,4 @@
-"""`interlingua evaluate bleu`: the full source x target BLEU / chrF matrix of a model on a split.
+"""The full source x target BLEU / chrF matrix of a model on a split (`interlingua evaluate bleu`: `bleu_report`).
 
 Hypotheses are detokenised text scored against the raw reference files with lowercased
 sacreBLEU (13a), the papers' signature, and also cased (paper 004 reports cased BLEU); directions
@@ -22,8 +22,7 @@ from interlingua.data import language_id
 from interlingua.data.corpus import load_corpus, read_group
 from interlingua.errors import DataError
 from interlingua.evaluation.plots import plot_score_matrix
-from interlingua.evaluation.registry import Report
-from interlingua.inference.api import Model, load
+from interlingua.inference.api import Model
 
 BLEU_SIGNATURE_NOTE = "sacreBLEU, lowercased, tokenize 13a (signature nrefs:1|case:lc|eff:no|tok:13a|smooth:exp)"
 
@@ -183,42 +182,3 @@ def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", 
                           png)
         pngs.append(png)
     return [md, js, *pngs]
-
-
-def evaluate_bleu(checkpoint: str | Path, corpus: str | Path | None = None, split: str = "test_2016_flickr",
-                  beam_size: int = 1, batch_size: int = 64, pivot: str | None = None, max_sentences: int | None = None,
-                  out_dir: str | Path | None = None, device: str = "cpu", precision: str = "fp32",
-                  no_repeat_ngram: int = 0) -> Report:
-    """`interlingua evaluate bleu`: the checkpoint's matrix on `split` of `corpus` (default: the corpus it
-    was trained on), written as `bleu_<split>_beam<N>[_pivot-<L>][_norepeat<N>]` .md/.json/.png under `out_dir`
-    (default: `<checkpoint folder>/eval`); `no_repeat_ngram` as in `Model.translate`."""
-    checkpoint = Path(checkpoint)
-    model = load(checkpoint, device, precision)
-    corpus = corpus or model.config.corpus
-    res = bleu_matrix(model, corpus, split=split, beam_size=beam_size,
-                      batch_size=batch_size, pivot=pivot, max_sentences=max_sentences, no_repeat_ngram=no_repeat_ngram)
-    out = Path(out_dir or checkpoint.parent / "eval")
-    stem = (f"bleu_{split}_beam{beam_size}" + (f"_pivot-{pivot}" if pivot else "")
-            + (f"_norepeat{no_repeat_ngram}" if no_repeat_ngram else ""))
-    title = f"{checkpoint.name} on {split}" + (f", no {no_repeat_ngram}-gram twice" if no_repeat_ngram else "")
-    files = write_matrix(res, out, stem, title=title)
-    markdown, data = res.to_markdown(title), res.to_json()
-    if pivot and res.zero_shot:  # the zero-shot directions also directly: the comparison that matters
-        from interlingua.evaluation.pivot_comparison import compare_with_pivot  # it builds on this module
-        direct = bleu_matrix(model, corpus, split=split, beam_size=beam_size, batch_size=batch_size,
-                             max_sentences=max_sentences, pairs=list(res.zero_shot), no_repeat_ngram=no_repeat_ngram)
-        comparison = compare_with_pivot(direct, res, cased=not model.config.preprocess.lowercase)
-        markdown += "\n" + comparison.to_markdown()
-        data["zero_shot_vs_pivot"] = comparison.to_json()
-        write_text_atomic(out / f"{stem}.md", markdown)
-        write_text_atomic(out / f"{stem}.json", json.dumps(data, indent=1))
-    return Report(markdown, data, files, result=res)
-
-
-def report_bleu(model: str, corpus: str | None, split: str, beam: int, pivot: str | None, batch_size: int,
-                max_sentences: int | None, no_repeat_ngram: int, out: str | None, device: str,
-                precision: str) -> Report:
-    """`interlingua evaluate bleu` (`registry.EVALUATIONS`): the options as the command line gives them."""
-    return evaluate_bleu(model, corpus=corpus, split=split, beam_size=beam, batch_size=batch_size, pivot=pivot,
-                         max_sentences=max_sentences, out_dir=out, device=device, precision=precision,
-                         no_repeat_ngram=no_repeat_ngram)

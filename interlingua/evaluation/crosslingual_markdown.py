@@ -1,14 +1,11 @@
-"""The markdown and the heat maps of a cross-lingual report (crosslingual_report.py)."""
+"""The markdown and the heat maps of a cross-lingual report (`crosslingual_record.CrosslingualReport`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from interlingua.evaluation.crosslingual_record import CrosslingualReport
 from interlingua.evaluation.plots import plot_score_matrix
-
-if TYPE_CHECKING:
-    from interlingua.evaluation.crosslingual_report import CrosslingualReport
 
 VECTOR_COLUMNS = (("retrieval", "retrieval %", 1), ("retrieval_centered", "centred %", 1),
                   ("retrieval_ratio_margin", "ratio margin %", 1),

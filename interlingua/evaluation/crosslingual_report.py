@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +24,10 @@ from tqdm import tqdm
 from interlingua.atomic_files import write_text_atomic
 from interlingua.errors import DataError, LanguageError
 from interlingua.evaluation.bleu_matrix import load_split_texts
+from interlingua.evaluation.crosslingual_markdown import markdown, plot_heat_maps
+from interlingua.evaluation.crosslingual_record import CrosslingualReport
 from interlingua.evaluation.crosslingual_scores import MIN_SENTENCES, RETRIEVAL_KEYS, language_probe, pair_vector_scores
 from interlingua.evaluation.crosslingual_translation import SCORES, translated_directions, translation_scores
-from interlingua.evaluation.pivot_comparison import DirectVsPivot, PivotComparison
 from interlingua.evaluation.registry import Report
 from interlingua.inference.api import Languages, Model, load
 
@@ -35,71 +35,6 @@ GAP_KEYS = ("margin", "margin_centered", "cos_translation", "cos_unrelated", "co
 PAIR_KEYS = ("src", "tgt", "route", *RETRIEVAL_KEYS.values(), *GAP_KEYS, *SCORES,
              "pivot", *(f"pivot_{s}" for s in SCORES))
 """Every per-pair dict has these keys, in this order (None where a score was not measured)."""
-
-
-@dataclass
-class CrosslingualReport:
-    """Retrieval and probe accuracies and off-target rates in percent, BLEU / chrF as sacreBLEU gives them,
-    margins and cosines as cosines."""
-
-    model: str
-    corpus: str
-    split: str
-    languages: list[str]
-    """The source languages compared (retrieval, margin, probe)."""
-    sentences: int
-    """Aligned sentences per language (blank lines and repeated sentences left out)."""
-    summary: dict[str, float | int | str | None]
-    pairs: dict[str, dict]
-    """"src-tgt" -> the keys of PAIR_KEYS: every ordered pair of source languages and every translated direction."""
-    probe: dict[str, float | int]
-    beam: int | None = None
-    """Beam size of the translations; None where BLEU was not computed."""
-    pivot: str | None = None
-    """The preferred pivot language (each pair's `pivot` says which one its zero-shot direction went through)."""
-    lid_ceiling: dict[str, float] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    cased: bool = False
-    """Whether the model was trained on cased text: its zero-shot-against-pivot verdict reads cased BLEU."""
-    no_repeat_ngram: int = 0
-    """The translations wrote no n-gram of this many subwords twice (`Model.translate`'s); 0: no blocking."""
-
-    def pivot_comparison(self) -> PivotComparison:
-        """Each zero-shot direction that was also translated through a pivot: direct, pivot, difference."""
-        key = "bleu_cased" if self.cased else "bleu"
-        rows = tuple(DirectVsPivot(r["src"], r["tgt"], r[key], r[f"pivot_{key}"], r["pivot"])
-                     for r in self.pairs.values()
-                     if r["route"] == "zero-shot" and r[key] is not None and r[f"pivot_{key}"] is not None)
-        return PivotComparison(rows, "BLEU (cased)" if self.cased else "BLEU (lowercased)")
-
-    def pair(self, src: str, tgt: str) -> dict:
-        return self.pairs[f"{src}-{tgt}"]
-
-    def matrix(self, key: str) -> dict[str, dict[str, float | None]]:
-        """One per-pair score as {src: {tgt: value}}, for tables and heat maps."""
-        out: dict[str, dict[str, float | None]] = {}
-        for row in self.pairs.values():
-            out.setdefault(row["src"], {})[row["tgt"]] = row[key]
-        return out
-
-    @property
-    def zero_shot(self) -> set[tuple[str, str]]:
-        return {(r["src"], r["tgt"]) for r in self.pairs.values() if r["route"] == "zero-shot"}
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> CrosslingualReport:
-        """A report as `to_json` wrote it; one written before a pair's `route` was named so calls it `kind`."""
-        report = cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-        report.pairs = {key: {("route" if k == "kind" else k): v for k, v in row.items()}
-                        for key, row in report.pairs.items()}
-        return report
-
-    def to_markdown(self) -> str:
-        from interlingua.evaluation.crosslingual_markdown import markdown
-        return markdown(self)
 
 
 # --- the test set ------------------------------------------------------------------------------
@@ -242,12 +177,11 @@ def evaluate_crosslingual(checkpoint: Model | str | Path, corpus: str | Path | N
 def write_crosslingual(report: CrosslingualReport, out_dir: str | Path, stem: str | None = None) -> list[Path]:
     """<stem>.md, <stem>.json and the heat maps <stem>_retrieval.png, _retrieval_centered.png, _margin.png in
     `out_dir`; the stem (default crosslingual_report_<split>) keeps them apart from the sentence suites' files."""
-    from interlingua.evaluation.crosslingual_markdown import plot_heat_maps
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = stem or f"crosslingual_report_{report.split}"
     md, js = out / f"{stem}.md", out / f"{stem}.json"
-    write_text_atomic(md, report.to_markdown())
+    write_text_atomic(md, markdown(report))
     write_text_atomic(js, json.dumps(report.to_json(), indent=1))
     return [md, js, *plot_heat_maps(report, out, stem)]
 
@@ -261,4 +195,4 @@ def report_crosslingual(model: str, corpus: str | None, split: str, beam: int, p
                                    limit=max_sentences, bleu=not no_bleu, batch_size=batch_size, device=device,
                                    precision=precision, no_repeat_ngram=no_repeat_ngram)
     files = write_crosslingual(report, out or Path(model).parent / "eval")
-    return Report(report.to_markdown(), report.to_json(), files, result=report)
+    return Report(markdown(report), report.to_json(), files, result=report)

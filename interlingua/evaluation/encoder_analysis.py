@@ -20,8 +20,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from itertools import combinations
 from pathlib import Path
 
@@ -33,6 +33,8 @@ from tqdm import tqdm
 from interlingua.atomic_files import write_text_atomic
 from interlingua.errors import DataError, InterlinguaError, LanguageError
 from interlingua.evaluation.cosine import cosine_matrix
+from interlingua.evaluation.encoder_record import EncoderAnalysis
+from interlingua.evaluation.encoder_report import markdown, plot_confusion, plot_layers
 from interlingua.evaluation.registry import Report
 from interlingua.evaluation.representation_similarity import DRAWS, LayerSimilarity, layer_similarity
 from interlingua.evaluation.svcca import SVCCA_K
@@ -156,95 +158,6 @@ def pair_scores(a: np.ndarray, b: np.ndarray, a_keys: Sequence[str], b_keys: Seq
     return sims, ret
 
 
-# --- the result --------------------------------------------------------------------------------
-
-SIMILARITY_KEYS = tuple(f.name for f in fields(LayerSimilarity))
-"""The per-pair, per-layer similarity fields of `EncoderAnalysis`, named as `LayerSimilarity`'s."""
-
-MEASURE_NOTES = {
-    "svcca_fixed": "SVCCA keeping the same k leading singular directions of each language's states in every layer "
-                   "(k used: svcca_fixed_k); compare with svcca_fixed_permuted",
-    "cka": "linear CKA (Kornblith et al. 2019); compare with cka_permuted",
-    "*_gaussian": "the measure on independent standard Gaussian data of the same shapes (what shape alone gives)",
-    "*_permuted": "the measure on the same states with each sentence paired with another sentence's translation "
-                  "(each language's spectrum kept, the pairing broken): the reference to subtract",
-    "svcca_99": "the paper's SVCCA keeping 99% of the variance: confounded by the number of directions kept "
-                "(svcca_99_kept), which changes the score on its own (independent Gaussian data, n = 1000: about "
-                "0.08 with 10 directions, 0.30 with 125); not comparable across layers, kept for continuity",
-}
-"""What the similarity keys of the JSON mean (written beside them as `notes`)."""
-
-
-def _mean(rows: Iterable[list[float]]) -> list[float]:
-    rows = list(rows)
-    return [float(v) for v in np.mean(rows, axis=0)] if rows else []
-
-
-@dataclass
-class EncoderAnalysis:
-    checkpoint: str
-    encoder: str
-    corpus: str
-    train_split: str
-    split: str
-    languages: list[str]
-    layers: list[str]
-    """Row names: `emb` (the embeddings as the first layer sees them), then 1 .. L (L: the output H)."""
-    tokens: dict[str, dict[str, int]]
-    """split -> language -> token states used."""
-    token_accuracy: dict[str, list[float]]
-    position_accuracy: dict[str, list[float]]
-    token_ceiling: dict[str, float]
-    """Per language, the share of test tokens whose id occurs in the training split (the rest count as wrong)."""
-    svcca_k: int = SVCCA_K
-    """The k asked for fixed-k SVCCA (`svcca_fixed_k`: the k used, lower where a view has lower rank)."""
-    similarity_draws: int = DRAWS
-    """Gaussian draws and row permutations each reference averages."""
-    svcca_fixed: dict[str, list[float]] = field(default_factory=dict)
-    """`a-b` -> per layer, as every per-pair field below."""
-    svcca_fixed_k: dict[str, list[int]] = field(default_factory=dict)
-    svcca_fixed_gaussian: dict[str, list[float]] = field(default_factory=dict)
-    svcca_fixed_permuted: dict[str, list[float]] = field(default_factory=dict)
-    cka: dict[str, list[float]] = field(default_factory=dict)
-    cka_gaussian: dict[str, list[float]] = field(default_factory=dict)
-    cka_permuted: dict[str, list[float]] = field(default_factory=dict)
-    svcca_99: dict[str, list[float]] = field(default_factory=dict)
-    """The paper's 99%-variance SVCCA, confounded by the number of directions kept (`svcca_99_kept`)."""
-    svcca_99_random: dict[str, list[float]] = field(default_factory=dict)
-    svcca_99_kept: dict[str, list[list[int]]] = field(default_factory=dict)
-    """Per layer, [directions kept of a, of b]."""
-    retrieval: dict[str, list[float]] = field(default_factory=dict)
-    pair_sentences: dict[str, int] = field(default_factory=dict)
-    language_id_accuracy: float | None = None
-    confusion: list[list[int]] = field(default_factory=list)
-    probe: dict = field(default_factory=dict)
-
-    def add_pair(self, name: str, sentences: int, sims: Sequence[LayerSimilarity], retrieval: list[float]) -> None:
-        """Store one language pair's per-layer scores (`pair_scores`)."""
-        for key in SIMILARITY_KEYS:
-            getattr(self, key)[name] = [list(v) if isinstance(v, tuple) else v for v in (getattr(s, key) for s in sims)]
-        self.retrieval[name] = retrieval
-        self.pair_sentences[name] = sentences
-
-    def means(self) -> dict[str, list[float]]:
-        """Per-layer averages over languages (probes) and pairs (similarities, retrieval); for
-        `svcca_99_kept` over both languages of every pair."""
-        out = {"token_accuracy": _mean(self.token_accuracy.values()),
-               "position_accuracy": _mean(self.position_accuracy.values())}
-        for key in SIMILARITY_KEYS:
-            rows = getattr(self, key).values()
-            out[key] = _mean([[sum(v) / len(v) for v in row] for row in rows] if key == "svcca_99_kept" else rows)
-        out["retrieval"] = _mean(self.retrieval.values())
-        return out
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "mean": self.means(), "notes": MEASURE_NOTES}
-
-    def to_markdown(self) -> str:
-        from interlingua.evaluation.encoder_report import markdown
-        return markdown(self)
-
-
 # --- running it on a model and a corpus --------------------------------------------------------
 
 
@@ -323,11 +236,10 @@ def analyze_encoder(model: Model, corpus: str | Path, train_split: str = "val", 
 
 def write_encoder_analysis(result: EncoderAnalysis, out_dir: str | Path) -> list[Path]:
     """encoder_analysis.md / .json, encoder_layers.png and (two or more languages) language_id.png."""
-    from interlingua.evaluation.encoder_report import plot_confusion, plot_layers
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "encoder_analysis.md", out / "encoder_analysis.json"]
-    write_text_atomic(files[0], result.to_markdown())
+    write_text_atomic(files[0], markdown(result))
     write_text_atomic(files[1], json.dumps(result.to_json(), indent=1))
     files.append(plot_layers(result, out / "encoder_layers.png"))
     if result.confusion:
@@ -356,4 +268,4 @@ def report_encoder(checkpoint: str | None, train_split: str, max_sentences: int 
     result, files = evaluate_encoder(checkpoint, Path(out or Path(checkpoint).parent / "analysis"), corpus=corpus,
                                      train_split=train_split, split=split, languages=languages,
                                      max_sentences=max_sentences, device=device, svcca_k=svcca_k or SVCCA_K)
-    return Report(result.to_markdown(), result.to_json(), files, result=result)
+    return Report(markdown(result), result.to_json(), files, result=result)

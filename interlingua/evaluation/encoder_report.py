@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -11,10 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from interlingua.evaluation.encoder_record import EncoderAnalysis  # noqa: E402
 from interlingua.figures import save_figure  # noqa: E402
-
-if TYPE_CHECKING:
-    from interlingua.evaluation.encoder_analysis import EncoderAnalysis
 
 
 def _pct(v: float | None) -> str:

@@ -207,7 +207,7 @@ SENTENCE_SUITE = (MODEL, DATA_ROOT, PROBING_DIR, JOBS, QUICK, NO_REFERENCES, OUT
 
 EVALUATIONS.register(Evaluation(
     "bleu", "evaluate", "BLEU / chrF / off-target matrix of every direction",
-    "interlingua.evaluation.bleu_matrix:report_bleu", (*TRANSLATING, THREADS, OUT, DEVICE, PRECISION)))
+    "interlingua.evaluation.bleu_report:report_bleu", (*TRANSLATING, THREADS, OUT, DEVICE, PRECISION)))
 SENTENCE_SUITES = {
     "downstream": "SentEval classification tasks", "similarity": "STS, STS-B, SICK-R",
     "nli": "SICK-E, XNLI-en", "probing": "SentEval probing tasks (official files or built locally)",
