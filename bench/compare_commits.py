@@ -100,9 +100,12 @@ import json, shutil, statistics, sys
 from pathlib import Path
 from interlingua.config import load_config
 try:
-    from interlingua.training.run import build_run
-except ImportError:  # commits before the run was built apart from its loop
-    build_run = None
+    from interlingua.training.build import build_run
+except ImportError:
+    try:  # commits before the building moved out of training/run.py
+        from interlingua.training.run import build_run
+    except ImportError:  # commits before the run was built apart from its loop
+        build_run = None
 from interlingua.training.trainer import Trainer
 recipe, corpus, prepared, out = sys.argv[1:5]
 out = Path(out)

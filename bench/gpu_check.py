@@ -405,7 +405,7 @@ def ddp_worker(config: str, weights: str) -> None:
 
     from interlingua.config import load_config
     from interlingua.distributed import Distributed
-    from interlingua.training.run import build_run
+    from interlingua.training.build import build_run
     from interlingua.training.trainer import Trainer
     cfg = load_config(config)
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])

@@ -59,7 +59,7 @@ def profile_steps(args: argparse.Namespace) -> dict:
 
     from interlingua.config import load_config
     from interlingua.data.download import get_multi30k
-    from interlingua.training.run import build_run
+    from interlingua.training.build import build_run
     work = Path(args.work)
     corpus = get_multi30k(work / "multi30k", args.data)
     recipe = Path(args.recipe)

@@ -26,7 +26,8 @@ from _results import append_result  # noqa: E402
 
 from interlingua.config import ExperimentConfig, load_config  # noqa: E402
 from interlingua.data.prepare import PreparedData, prepare  # noqa: E402
-from interlingua.training.run import Run, build_run  # noqa: E402
+from interlingua.training.build import build_run  # noqa: E402
+from interlingua.training.run import Run  # noqa: E402
 from interlingua.training.step import step_parts  # noqa: E402
 from interlingua.training.trainer import Trainer  # noqa: E402
 

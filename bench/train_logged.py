@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from _timing import StampedTrainer  # noqa: E402
 
 from interlingua.config import load_config  # noqa: E402
-from interlingua.training.run import build_run  # noqa: E402
+from interlingua.training.build import build_run  # noqa: E402
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from interlingua.errors import CheckpointError, ConfigError
 from interlingua.inference.api import load
 from interlingua.model_files.checkpoint import Checkpoint, TrainingState, load_checkpoint, read_checkpoint
 from interlingua.records import Validation
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import train
 
 

@@ -21,7 +21,7 @@ from interlingua.config import parse_config
 from interlingua.data.prepare import prepare
 from interlingua.model_files.checkpoint import read_checkpoint
 from interlingua.training import compiled as compiled_mod
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import Trainer, train
 
 # A tiny Transformer (one graph per direction: LSTM kinds break the graph at every nn.LSTM) with dropout,

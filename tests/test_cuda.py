@@ -26,7 +26,7 @@ from interlingua.inference.api import load
 from interlingua.model_files.checkpoint import Checkpoint
 from interlingua.modules.transformer import _attention_weights, attention
 from interlingua.training import trainer as trainer_mod
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import Trainer, train
 
 pytestmark = pytest.mark.cuda

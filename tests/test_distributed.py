@@ -26,7 +26,7 @@ from interlingua.data.batching import shard
 from interlingua.errors import ConfigError
 from interlingua.model_files.checkpoint import Checkpoint, read_checkpoint
 from interlingua.training import compiled as compiled_mod
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import train
 from interlingua.training.work_dir_lock import LOCK_NAME
 
@@ -42,7 +42,7 @@ RANK_SCRIPT = """
 import sys, torch
 from interlingua.config import load_config
 from interlingua.distributed import process_group
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import Trainer
 cfg = load_config(sys.argv[1])
 with process_group(cfg.train.device) as (dist, device):
@@ -63,7 +63,7 @@ import sys, torch
 from pathlib import Path
 from interlingua.config import load_config
 from interlingua.distributed import process_group
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import Trainer
 import torch._dynamo
 from interlingua.training import compiled

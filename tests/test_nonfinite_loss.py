@@ -11,7 +11,7 @@ from conftest import tiny_config
 from interlingua.config import parse_config
 from interlingua.errors import TrainingDiverged
 from interlingua.model_files.checkpoint import read_checkpoint
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import Trainer
 
 

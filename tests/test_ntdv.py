@@ -16,7 +16,7 @@ from interlingua.data.vocab import PAD
 from interlingua.errors import LanguageError
 from interlingua.model_files.checkpoint import Checkpoint, read_checkpoint
 from interlingua.modules.ntdv import NTDVBridge
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.step import forward_backward, micro_batches, step_parts
 from interlingua.training.trainer import Trainer
 

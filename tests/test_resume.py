@@ -24,7 +24,7 @@ from interlingua.errors import TrainingError
 from interlingua.model_files.checkpoint import Checkpoint, read_checkpoint, save_atomic
 from interlingua.training import trainer as trainer_mod
 from interlingua.training import validation as validation_mod
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.signals import TrainingInterrupted
 from interlingua.training.trainer import Trainer, train
 

@@ -102,7 +102,7 @@ def test_config_device_and_precision_are_validated(tmp_path):
 
 
 def test_the_trainer_runs_where_the_runtime_says(multi30k_corpus, tmp_path, monkeypatch):
-    from interlingua.training.run import build_run
+    from interlingua.training.build import build_run
     from interlingua.training.trainer import Trainer
     cfg = parse_config(tiny_config(multi30k_corpus, tmp_path, train={"device": "cpu", "precision": "fp32",
                                                                        "max_steps": 2, "valid_every": 2}))

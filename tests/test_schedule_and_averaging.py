@@ -18,7 +18,7 @@ from interlingua.data.prepare import prepare
 from interlingua.errors import CheckpointError, ConfigError
 from interlingua.model_files.checkpoint import Checkpoint, average_checkpoints, read_checkpoint
 from interlingua.modules.model import TranslationNetwork
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import Trainer, train
 
 TIED_DECODER = {"type": "transformer", "layers": 1, "heads": 4, "tie_embeddings": True}

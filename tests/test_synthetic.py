@@ -21,7 +21,7 @@ from interlingua.data.prepare import prepare
 from interlingua.data.vocab import BOS, EOS, PAD
 from interlingua.errors import ConfigError
 from interlingua.model_files.checkpoint import read_checkpoint
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.step import step_parts
 from interlingua.training.synthetic import SyntheticPairs
 from interlingua.training.trainer import Trainer, train

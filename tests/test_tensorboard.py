@@ -14,7 +14,7 @@ from conftest import tiny_config
 from interlingua.config import parse_config
 from interlingua.data.prepare import prepare
 from interlingua.errors import ConfigError
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import Trainer, train
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")

@@ -18,7 +18,7 @@ from interlingua.data.batching import DirectionBatches, PairTooLong, token_batch
 from interlingua.data.prepare import prepare
 from interlingua.errors import ConfigError
 from interlingua.model_files.checkpoint import read_checkpoint
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.step import forward_backward, micro_batches, step_parts
 from interlingua.training.trainer import Trainer, train
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import tiny_config
 
 from interlingua.config import parse_config
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import Trainer
 
 

@@ -24,7 +24,7 @@ from interlingua.modules.model import TranslationNetwork
 from interlingua.precision import autocast
 from interlingua.training import precision_probe
 from interlingua.training import trainer as trainer_mod
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import Trainer, train
 from interlingua.training.validation import evaluate_devset, translate_devset
 

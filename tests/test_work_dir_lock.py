@@ -20,7 +20,7 @@ from conftest import REPO, tiny_config, torchrun
 
 from interlingua.cli import main
 from interlingua.config import parse_config
-from interlingua.training.run import build_run
+from interlingua.training.build import build_run
 from interlingua.training.trainer import train
 from interlingua.training.work_dir_lock import LOCK_NAME, WorkDirBusy, WorkDirLock, lock_holder
 

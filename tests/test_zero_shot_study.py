@@ -15,8 +15,8 @@ from interlingua.data.vocab import BOS, language_tag
 from interlingua.experiment import run_experiments
 from interlingua.model_files.checkpoint import read_checkpoint
 from interlingua.records import Validation
+from interlingua.training.build import build_run
 from interlingua.training.checkpoints import lowest_loss_steps
-from interlingua.training.run import build_run
 from interlingua.training.trainer import train
 
 ZERO_SHOT_RECIPES = sorted(

@@ -32,7 +32,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -41,10 +41,11 @@ import torch
 from interlingua.precision import cache_path, cached_speedup, measure_speedup, model_workload
 
 if TYPE_CHECKING:
+    from interlingua.config import ExperimentConfig
     from interlingua.data.batching import Batch, DirectionBatches
+    from interlingua.distributed import Distributed
     from interlingua.modules.model import LossOutput
     from interlingua.runtime import Runtime
-    from interlingua.training.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -169,32 +170,34 @@ class CompiledForward:
         return self.module(batch, **terms)
 
 
-def warm_up(run: Run) -> None:
-    """Compile the training step of every trained direction before the first step (outside the step
-    clock, so a time budget is not spent on it) and log how long it took. Nothing the run depends on
-    moves: no weight update, gradients dropped, batch positions and random generators put back. Under
-    torchrun every process does the same passes (their gradients are exchanged, then dropped)."""
-    compiled = run.compiled
+def warm_up(compiled: CompiledForward | None, batches: Iterable[DirectionBatches], runtime: Runtime,
+            terms: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
+    """Compile the training step of every trained direction (its `batches`) before the first step (outside the
+    step clock, so a time budget is not spent on it) and log how long it took; `terms`: what the step's
+    `model(batch, ...)` takes besides the batch. Nothing the run depends on moves: no weight update, gradients
+    dropped, batch positions and random generators put back. Under torchrun every process does the same passes
+    (their gradients are exchanged, then dropped)."""
     if compiled is None or not compiled.active:
         return
     t0, graphs = time.perf_counter(), compiled.graphs
-    rng, terms = run.runtime.rng_state(), run.loss_terms()
+    rng, directions = runtime.rng_state(), 0
     try:
-        for batches in run.batches.values():
-            position = batches.state_dict()
-            batch = batches.next().to(run.runtime.device)
-            batches.load_state_dict(position)
+        for plan in batches:
+            directions += 1
+            position = plan.state_dict()
+            batch = plan.next().to(runtime.device)
+            plan.load_state_dict(position)
             for sample in (batch, other_shape(batch)):
-                with run.runtime.autocast():
+                with runtime.autocast():
                     out = compiled(sample, **terms)
                 out.loss.backward()
-                run.optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad(set_to_none=True)
                 if not compiled.active:
                     return
     finally:
-        run.runtime.set_rng_state(rng)
+        runtime.set_rng_state(rng)
     log.info("compiled the training step in %.0f s (%s for %s)", time.perf_counter() - t0,
-             counted(compiled.graphs - graphs, "graph"), counted(len(run.batches), "direction"))
+             counted(compiled.graphs - graphs, "graph"), counted(directions, "direction"))
 
 
 def other_shape(batch: Batch) -> Batch:
@@ -276,26 +279,26 @@ def resolve_compile(requested: bool | str, probe: Callable[[], float], workload:
     return choice
 
 
-def compiled_forward(run: Run, vocab_sizes: dict[str, int]) -> CompiledForward | None:
-    """What `train.compile` makes of a built run: None (eager steps), or the compiled forward of
-    `run.trained`. `auto` is decided on rank 0 (the others take its answer), by `resolve_compile`."""
-    cfg = run.cfg
+def compiled_forward(cfg: ExperimentConfig, dist: Distributed, network: torch.nn.Module, trained: torch.nn.Module,
+                     batches: DirectionBatches, runtime: Runtime, terms: dict[str, Any],
+                     vocab_sizes: dict[str, int]) -> CompiledForward | None:
+    """What `train.compile` makes of a built run: None (eager steps), or the compiled forward of `trained` (the
+    `network`, or DDP around it). `auto` is decided on rank 0 (the others take its answer), by `resolve_compile`,
+    timing steps of `batches` (one direction's plan) with `terms`."""
     requested = cfg.train.compile
     if requested is False:
         return None
     if requested == "auto":
         measured: CompiledForward | None = None
         chosen = None
-        if run.dist.is_main:
-            measured = CompiledForward(run.network)
-            probe = compile_probe(measured, run.network, next(iter(run.batches.values())), run.runtime,
-                                  run.loss_terms())
+        if dist.is_main:
+            measured = CompiledForward(network)
+            probe = compile_probe(measured, network, batches, runtime, terms)
             chosen = resolve_compile("auto", probe, compile_workload(cfg.model.model_dump(mode="json"), vocab_sizes,
-                                                                     cfg.train.batch_size, run.runtime))
-        decided = run.dist.broadcast(chosen)
+                                                                     cfg.train.batch_size, runtime))
+        decided = dist.broadcast(chosen)
         if not decided:
             return None
-        if measured is not None and run.trained is run.network:
+        if measured is not None and trained is network:
             return measured  # the graphs the measurement compiled serve the training steps
-    assert run.trained is not None
-    return CompiledForward(run.trained)
+    return CompiledForward(trained)

@@ -1,5 +1,5 @@
-"""The training state between the live run and its checkpoints: what the loop advances (`Progress`),
-what a checkpoint stores of a run (`capture_state`), and going on from one (`resume`) or starting
+"""The training state between the live run and its checkpoints: what a checkpoint stores of a run and its
+`Progress` (`capture_state`), and going on from one (`resume`) or starting
 from another run's weights (`read_init_checkpoint`, `load_init_weights`).
 
 Every source of randomness is either derived from the seed and a counter (direction order, batch
@@ -9,9 +9,7 @@ as an uninterrupted one with the same seed. The file layout is `interlingua.mode
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from interlingua.config import ExperimentConfig
 from interlingua.data.directions import direction_name
@@ -20,34 +18,13 @@ from interlingua.model_files.checkpoint import Checkpoint, TrainingState
 from interlingua.modules.model import TranslationNetwork
 from interlingua.records import Validation
 from interlingua.training.metrics import empty_window
+from interlingua.training.run import Progress, Run
 from interlingua.training.validation import rescored
-
-if TYPE_CHECKING:
-    from interlingua.training.run import Run
 
 log = logging.getLogger(__name__)
 
 SAME_SECTIONS = ("model", "directions", "preprocess")
 """The config sections a resumed run must share with its checkpoint (the others may change, e.g. the budget)."""
-
-
-@dataclass
-class Progress:
-    """Where the loop stands: the counters a step and a validation advance."""
-
-    step: int = 0
-    elapsed: float = 0.0
-    """Seconds of training (the steps' own time, the mean over the processes)."""
-    best_bleu: float | None = None
-    history: list[Validation] = field(default_factory=list)
-    """The validation records so far."""
-    window: dict[str, Any] = field(default_factory=empty_window)
-    """The running sums of the next train log line."""
-
-    @property
-    def validated(self) -> bool:
-        """Whether the validation of this step is done (a run stopped in between owes it)."""
-        return bool(self.history) and self.history[-1].step == self.step
 
 
 def capture_state(run: Run, progress: Progress, history: list[Validation] | None = None,

@@ -1,6 +1,6 @@
 """`interlingua train`: rotate over directions, optimise, validate, keep the best, resume exactly.
 
-`train(cfg)` builds the run (`run.build_run`) and `Trainer` runs its loop, which reads top to
+`train(cfg)` builds the run (`build.build_run`) and `Trainer` runs its loop, which reads top to
 bottom: the log line and validation a step owes, then the step. The pieces it calls have one job
 each: `step` (a step's passes and gradients), `state` (the training state and resuming),
 `checkpoints` (best, last, lowest-loss and averaged files), `signals`, `progress_bar`,
@@ -39,12 +39,13 @@ from interlingua.data.prepare import PreparedData, config_as_built
 from interlingua.distributed import process_group
 from interlingua.errors import ConfigError, TrainingDiverged, TrainingError
 from interlingua.records import Validation
+from interlingua.training.build import build_run
 from interlingua.training.checkpoints import CheckpointFiles, score
 from interlingua.training.compiled import counted, warm_up
 from interlingua.training.metrics import add_step, empty_window, synthetic_time_share, train_record
 from interlingua.training.patience import patience_spent
 from interlingua.training.progress_bar import ProgressBar
-from interlingua.training.run import Run, budget_lr_factor, build_run
+from interlingua.training.run import Run, budget_lr_factor
 from interlingua.training.signals import StopSignals, TrainingInterrupted
 from interlingua.training.state import capture_state
 from interlingua.training.step import StepStart, StepSums, forward_backward, micro_batches, step_parts
@@ -130,7 +131,8 @@ class Trainer:
                                                        enabled=run.dist.is_main) as bar:
                 try:
                     if run.compiled is not None and not budget_spent(tc, run.max_steps, p.step, p.elapsed):
-                        warm_up(run)  # compile before the first step, outside its clock
+                        # compile before the first step, outside its clock
+                        warm_up(run.compiled, run.batches.values(), run.runtime, run.loss_terms(), run.optimizer)
                     while True:
                         self._log_and_validate_owed(bar)
                         if budget_spent(tc, run.max_steps, p.step, p.elapsed):
