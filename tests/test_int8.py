@@ -33,7 +33,7 @@ from interlingua.errors import ConfigError, InterlinguaError
 from interlingua.inference import int8_probe
 from interlingua.inference.representation import weights_fingerprint
 from interlingua.model_files.load import load_model
-from interlingua.modules import int8
+from interlingua.modules import int8, kernel_timing
 from interlingua.modules.int8 import Int8Linear, LinearLSTM, kernel_works, linear_lstms, quantize_network
 from interlingua.runtime import Runtime, resolve_device_precision
 
@@ -56,10 +56,10 @@ def fake_times(kernel_for: Callable[[str], str | None]) -> Callable:
         calls.append(sorted(shapes))
         seconds = {}
         for n_in, n_out in shapes:
-            label = int8.shape_label(n_in, n_out)
+            label = kernel_timing.shape_label(n_in, n_out)
             fastest = kernel_for(label)
             seconds[label] = {"fp32": 1e-3, **{k: 5e-4 if k == fastest else 2e-3 for k in kernels}}
-        return int8.KernelTimes(seconds)
+        return kernel_timing.KernelTimes(seconds)
 
     measure.calls = calls  # type: ignore[attr-defined]
     return measure
@@ -229,7 +229,7 @@ def test_a_kernel_slow_only_at_the_probe_shape_is_still_timed_at_the_models_shap
             return 1e-5
         return probe_ratio * 1e-5 if x.size(1) == int8._PROBE[1] else 0.5e-5
 
-    monkeypatch.setattr(int8, "_time_block", fake_time_block)
+    monkeypatch.setattr(kernel_timing, "time_block", fake_time_block)
     times = MEASURE([(512, 2048)], WORKING_KERNELS)
     plan = int8.Int8Plan.from_times(times)
     if probe_ratio < int8.PROBE_GIVE_UP_FACTOR:
@@ -241,7 +241,7 @@ def test_a_kernel_slow_only_at_the_probe_shape_is_still_timed_at_the_models_shap
 
 
 def test_each_shape_gets_its_fastest_kernel_where_it_pays_and_fp32_elsewhere():
-    times = int8.KernelTimes({"512x2048": {"fp32": 1e-3, "onednn": 0.7, "int_mm": 5e-4},
+    times = kernel_timing.KernelTimes({"512x2048": {"fp32": 1e-3, "onednn": 0.7, "int_mm": 5e-4},
                               "512x512": {"fp32": 1e-3, "onednn": 6e-4, "int_mm": 8e-4},
                               "64x64": {"fp32": 1e-3, "onednn": 9.5e-4, "int_mm": 2e-3},  # 1.05x: not enough
                               "128x128": {"fp32": 1e-3, "onednn": None, "int_mm": None}})
@@ -253,7 +253,7 @@ def test_each_shape_gets_its_fastest_kernel_where_it_pays_and_fp32_elsewhere():
 def test_the_kernel_measurement_is_cached_per_cpu_and_torch_version(tmp_path, monkeypatch):
     measure = fake_times(lambda shape: "int_mm")
     monkeypatch.setattr(int8, "time_kernels", measure)
-    monkeypatch.setattr(int8, "_load_average", lambda: 0.0)
+    monkeypatch.setattr(kernel_timing, "load_average", lambda: 0.0)
     assert int8.int8_plan([(32, 64), (64, 32)]).kernels == {"32x64": "int_mm", "64x32": "int_mm"}
     again = int8.int8_plan([(64, 32), (32, 64)])
     assert again.cached and again.kernels == {"32x64": "int_mm", "64x32": "int_mm"}
@@ -267,11 +267,11 @@ def test_the_kernel_measurement_is_cached_per_cpu_and_torch_version(tmp_path, mo
     assert len(measure.calls) == 2
     # measured on a busy machine: used, and measured again once the machine is quieter
     monkeypatch.setattr(torch, "__version__", "9.9.10")
-    monkeypatch.setattr(int8, "_load_average", lambda: 100.0)
+    monkeypatch.setattr(kernel_timing, "load_average", lambda: 100.0)
     int8.int8_plan([(32, 64)])
     int8.int8_plan([(32, 64)])
     assert len(measure.calls) == 3
-    monkeypatch.setattr(int8, "_load_average", lambda: 0.0)
+    monkeypatch.setattr(kernel_timing, "load_average", lambda: 0.0)
     int8.int8_plan([(32, 64)])
     int8.int8_plan([(32, 64)])
     assert len(measure.calls) == 4
@@ -295,7 +295,7 @@ def test_the_kernel_measured_fastest_runs_every_layer(lstm_model, kernel, monkey
 def test_layers_where_no_kernel_pays_stay_fp32_and_so_does_their_lstm(lstm_model, monkeypatch):
     fp32 = interlingua.load(lstm_model, "cpu")
     generator = load_model(lstm_model).network.decoder_for("xb").generator
-    output_shape = int8.shape_label(generator.in_features, generator.out_features)
+    output_shape = kernel_timing.shape_label(generator.in_features, generator.out_features)
     monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: "int_mm" if shape == output_shape else None))
     q = interlingua.load(lstm_model, "cpu", precision="int8")
     network = int8_network(lstm_model, q)

@@ -23,7 +23,7 @@ import interlingua
 from interlingua.data.shortlist import DirectionTable, Shortlist
 from interlingua.errors import ConfigError
 from interlingua.model_files.load import load_model
-from interlingua.modules import int8, packed_linear
+from interlingua.modules import kernel_timing, packed_linear
 from interlingua.modules.outputs import RestrictedDecoder
 from interlingua.modules.packed_linear import PackedLinear, PackedPlan, pack_output_layers, packed_kernel_works
 from interlingua.modules.search import beam_search, greedy_search
@@ -46,7 +46,7 @@ def fake_times(packed_faster: Callable[[int], float | None]) -> Callable:
             speedup = packed_faster(r)
             seconds[packed_linear.rows_label(n_in, n_out, r)] = {
                 "fp32": 1e-3, packed_linear.PACKED: None if speedup is None else 1e-3 / speedup}
-        return int8.KernelTimes(seconds)
+        return kernel_timing.KernelTimes(seconds)
 
     measure.calls = calls  # type: ignore[attr-defined]
     return measure
@@ -56,7 +56,7 @@ def fake_times(packed_faster: Callable[[int], float | None]) -> Callable:
 def own_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("INTERLINGUA_OUTPUT_KERNEL", raising=False)
-    monkeypatch.setattr(int8, "_load_average", lambda: 0.0)  # a quiet machine: measurements are kept
+    monkeypatch.setattr(kernel_timing, "load_average", lambda: 0.0)  # a quiet machine: measurements are kept
 
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
@@ -103,11 +103,11 @@ def test_the_plan_packs_the_row_counts_measured_faster_and_no_others(monkeypatch
     packed_linear.packed_plan(128, 8000)
     assert len(measure.calls) == 3
     # measured on a busy machine: used, and measured again once the machine is quieter
-    monkeypatch.setattr(int8, "_load_average", lambda: 100.0)
+    monkeypatch.setattr(kernel_timing, "load_average", lambda: 100.0)
     packed_linear.packed_plan(64, 8000)
     packed_linear.packed_plan(64, 8000)
     assert len(measure.calls) == 4
-    monkeypatch.setattr(int8, "_load_average", lambda: 0.0)
+    monkeypatch.setattr(kernel_timing, "load_average", lambda: 0.0)
     packed_linear.packed_plan(64, 8000)
     packed_linear.packed_plan(64, 8000)
     assert len(measure.calls) == 5

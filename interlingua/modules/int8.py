@@ -49,21 +49,28 @@ extensions failing to load, a torch deprecation warning) silenced for that impor
 from __future__ import annotations
 
 import contextlib
-import datetime
 import functools
 import logging
-import os
-import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 from torch import nn
 
 from interlingua.errors import ConfigError
-from interlingua.precision import cache_path, cpu_model, int8_features, machine_key, read_cache, write_cache
+from interlingua.modules import kernel_timing
+from interlingua.modules.kernel_timing import (
+    KernelTimes,
+    cached_times,
+    fastest_calls,
+    first_calls,
+    ms_text,
+    random_linear,
+    shape_label,
+)
+from interlingua.precision import cpu_model, int8_features, machine_key
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +104,6 @@ beam search ran torch._int_mm."""
 _PROBE = (64, 128, 128)
 """rows x in x out where each kernel is first tried: a call of ~0.05 ms in fp32 here, ~60 ms where a kernel
 is 1,000x slower (oneDNN's on an AMD EPYC), where the same kernel took 2-12 s a call at 512x8000."""
-_ROUNDS = 5
-"""Interleaved rounds per shape and row count (the minimum per call is kept: it resists other processes' load)..."""
-_MIN_ROUNDS = 3
-_BUDGET_S = 0.1
-"""...or `_MIN_ROUNDS` where those took more than this many seconds (big output layers)."""
-_BLOCK_S = 2e-3
-"""Seconds a round times each variant for, in whole calls (at least one)."""
-
 MIN_INT8_WEIGHTS = 100_000
 """A linear layer is quantized only when it has at least this many weights (in x out). Measured on an
 Intel Xeon with AMX-INT8 (`bench/int8_linear.py`, 2 threads, quiet machine, oneDNN kernel, int8 time
@@ -210,84 +209,10 @@ def working_kernels() -> list[str]:
     return found
 
 
-def shape_label(n_in: int, n_out: int) -> str:
-    """A layer shape as the measurements name it: 'in x out' weights."""
-    return f"{n_in}x{n_out}"
-
-
-@dataclass
-class KernelTimes:
-    """Seconds per call of fp32 and of each int8 kernel, per layer shape (`shape_label`), added up over
-    `MEASURE_ROWS`; None for a kernel not timed at that shape, with why in `given_up`. (The packed fp32 output
-    layer's measurement, `modules.packed_linear`, keeps its times here too: per shape and row count.)"""
-
-    seconds: dict[str, dict[str, float | None]]
-    given_up: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "given_up": self.given_up}
-
-    @classmethod
-    def from_json(cls, data: Any) -> KernelTimes | None:
-        """The times of a cache entry; None for an entry of another form."""
-        if not isinstance(data, dict) or not isinstance(data.get("seconds"), dict):
-            return None
-        seconds: dict[str, dict[str, float | None]] = {}
-        for label, row in data["seconds"].items():
-            if not isinstance(row, dict) or not isinstance(row.get("fp32"), (int, float)):
-                return None
-            seconds[label] = {k: None if v is None else float(v) for k, v in row.items()}
-        given_up = data.get("given_up") or {}
-        return cls(seconds, {str(k): str(v) for k, v in given_up.items()} if isinstance(given_up, dict) else {})
-
-
-def _time_block(fn: Callable[[torch.Tensor], object], x: torch.Tensor, calls: int) -> float:
-    """Seconds per call of `calls` calls of fn(x)."""
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    return (time.perf_counter() - t0) / calls
-
-
-def first_calls(variants: Mapping[str, Callable[[torch.Tensor], object]], x: torch.Tensor) -> dict[str, float]:
-    """Seconds of one call of each variant on `x`, after a warm-up call (allocations, oneDNN's primitive for
-    this shape): the estimate `fastest_calls` sizes its blocks by."""
-    return {name: min(_time_block(fn, x, 1), _time_block(fn, x, 1)) for name, fn in variants.items()}
-
-
-def fastest_calls(variants: Mapping[str, Callable[[torch.Tensor], object]], x: torch.Tensor,
-                  estimate: Mapping[str, float]) -> dict[str, float]:
-    """Seconds per call of each variant on `x`: `_ROUNDS` interleaved rounds (`_MIN_ROUNDS` where they take
-    over `_BUDGET_S`), each timing every variant for about `_BLOCK_S` in whole calls (sized by `estimate`,
-    from `first_calls`), the fastest block kept (it resists other processes' load)."""
-    calls = {name: max(1, min(100, int(_BLOCK_S / max(estimate[name], 1e-7)))) for name in variants}
-    best = {name: float("inf") for name in variants}
-    started = time.perf_counter()
-    for i in range(_ROUNDS):
-        if i >= _MIN_ROUNDS and time.perf_counter() - started > _BUDGET_S:
-            break
-        for name, fn in variants.items():
-            best[name] = min(best[name], _time_block(fn, x, calls[name]))
-    return best
-
-
-def _ms(seconds: float) -> str:
-    ms = seconds * 1e3
-    return f"{ms:.3g} ms" if ms < 100 else f"{ms:,.0f} ms"
-
-
-def random_linear(n_in: int, n_out: int, gen: torch.Generator) -> nn.Linear:
-    """An `nn.Linear` (in, out) with random weights drawn from `gen`, of a trained layer's scale: what is timed."""
-    linear = nn.Linear(n_in, n_out)
-    with torch.no_grad():
-        linear.weight.copy_(torch.randn(n_out, n_in, generator=gen) / n_in ** 0.5)
-    return linear
-
-
 @torch.inference_mode()
 def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> KernelTimes:
     """Time `nn.Linear` (fp32) and `Int8Linear` with each of `kernels` at every (in, out) of `shapes`, for
-    `MEASURE_ROWS` rows of random inputs: a warm-up call each, then `_ROUNDS` interleaved rounds, the
+    `MEASURE_ROWS` rows of random inputs: a warm-up call each, then interleaved rounds (`kernel_timing`), the
     fastest call kept. A kernel over `PROBE_GIVE_UP_FACTOR` times fp32's time at the small `_PROBE` shape (every
     call of up to three) or over `GIVE_UP_FACTOR` times at a shape is timed no further (`KernelTimes.given_up` says
     where and how slow): first at the probe, so that a kernel that slow never runs at a model's big layers (a call of
@@ -296,14 +221,14 @@ def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> K
     times = KernelTimes({})
     rows, n_in, n_out = _PROBE
     probe, x = random_linear(n_in, n_out, gen), torch.randn(rows, n_in, generator=gen)
-    fp32 = min(_time_block(probe, x, 1) for _ in range(3))
+    fp32 = min(kernel_timing.time_block(probe, x, 1) for _ in range(3))
     for k in kernels:
         q, tries = Int8Linear.from_linear(probe, k), list[float]()
         while len(tries) < 3 and min(tries, default=float("inf")) > PROBE_GIVE_UP_FACTOR * fp32:
-            tries.append(_time_block(q, x, 1))
+            tries.append(kernel_timing.time_block(q, x, 1))
         if min(tries) > PROBE_GIVE_UP_FACTOR * fp32:
             times.given_up[k] = (f"{min(tries) / fp32:,.0f}x fp32's time at {rows}x{n_in}x{n_out}, the probe shape, "
-                                 f"{_ms(min(tries))} against {_ms(fp32)}")
+                                 f"{ms_text(min(tries))} against {ms_text(fp32)}")
     for n_in, n_out in sorted(set(shapes), key=lambda s: (s[0] * s[1], s)):
         linear = random_linear(n_in, n_out, gen)
         variants: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"fp32": linear}
@@ -318,7 +243,7 @@ def time_kernels(shapes: Iterable[tuple[int, int]], kernels: Sequence[str]) -> K
             for name in list(variants):
                 if name != "fp32" and estimate[name] > GIVE_UP_FACTOR * estimate["fp32"]:
                     times.given_up[name] = (f"{estimate[name] / estimate['fp32']:,.0f}x fp32's time at {rows}x{label}, "
-                                            f"{_ms(estimate[name])} against {_ms(estimate['fp32'])}")
+                                            f"{ms_text(estimate[name])} against {ms_text(estimate['fp32'])}")
                     del variants[name], totals[name]
             best = fastest_calls(variants, x, estimate)
             for name in variants:
@@ -375,14 +300,14 @@ class Int8Plan:
         for k, v in sorted(((k, v) for k, v in row.items() if k != "fp32"),
                            key=lambda kv: (float("inf") if kv[1] is None else kv[1], kv[0])):
             name = KERNEL_NAMES.get(k, k)
-            parts.append(f"{name} {_ms(v)} ({v / (row['fp32'] or 1e-12):.2f}x fp32's time)" if v is not None
+            parts.append(f"{name} {ms_text(v)} ({v / (row['fp32'] or 1e-12):.2f}x fp32's time)" if v is not None
                          else f"{name} not timed there ({self.times.given_up.get(k, 'not measured')})")
         threads = torch.get_num_threads()
         return (f"int8 refused on this CPU ({cpu_model()}, torch {torch.__version__}, {threads} "
                 f"thread{'s' if threads != 1 else ''}): no int8 kernel is {MIN_KERNEL_SPEEDUP}x as fast as fp32 at "
                 f"this model's layer shapes ({len(self.kernels)} measured); the closest, {label} weights at "
-                f"{' + '.join(str(r) for r in MEASURE_ROWS)} rows: {', '.join(parts)}, fp32 {_ms(row['fp32'] or 0.0)}; "
-                "use fp32")
+                f"{' + '.join(str(r) for r in MEASURE_ROWS)} rows: {', '.join(parts)}, "
+                f"fp32 {ms_text(row['fp32'] or 0.0)}; use fp32")
 
 
 def _parse_label(label: str) -> tuple[int, int]:
@@ -409,48 +334,6 @@ def int8_plan(shapes: Iterable[tuple[int, int]]) -> Int8Plan:
     times, cached = cached_times(key, labels, measure, "the int8 kernels",
                                  lambda t: {"kernels": Int8Plan.from_times(t).kernels})
     return Int8Plan.from_times(times, cached=cached)
-
-
-def cached_times(key: str, labels: Iterable[str], measure: Callable[[], KernelTimes], what: str,
-                 summary: Callable[[KernelTimes], dict[str, Any]] | None = None) -> tuple[KernelTimes, bool]:
-    """The kernel times cached in precision.json under `key` (from `precision.machine_key`: CPU model, flags,
-    torch version, thread count, workload) where they cover `labels`, else `measure()`d now and cached (with
-    `summary(times)`'s fields beside them, how long it took and when); True where they came from the cache. A
-    measurement taken while the machine was busy (`_busy`) is used, marked, and taken again (`what` in the
-    log) once the machine is quieter."""
-    path = cache_path()
-    cached = read_cache(path)
-    entry = cached.get(key)
-    times = KernelTimes.from_json(entry)
-    load = _load_average()
-    if times is not None and set(times.seconds) == set(labels):
-        assert isinstance(entry, dict)
-        if not (entry.get("busy_load") and load is not None and not _busy(load)):
-            return times, True
-        log.info("timing %s again: the last time the machine was busy (load %s)", what, entry["busy_load"])
-    t0 = time.perf_counter()
-    times = measure()
-    cached[key] = {**times.to_json(), **(summary(times) if summary is not None else {}),
-                   "took_s": round(time.perf_counter() - t0, 2),
-                   "measured": datetime.datetime.now().isoformat(timespec="seconds"),
-                   **({"busy_load": round(load, 2)} if load is not None and _busy(load) else {})}
-    write_cache(path, cached)
-    return times, False
-
-
-def _load_average() -> float | None:
-    """The 1-minute load average (None where the platform has none)."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-
-
-def _busy(load: float) -> bool:
-    """Whether other processes compete for the CPUs: then timings mislead (with threads waiting on each other,
-    fp32 and int8 alike ran 10-20x slower here), so such a measurement is used but taken again once the
-    machine is quieter."""
-    return load > (os.cpu_count() or 1)
 
 
 class Int8Linear(nn.Module):

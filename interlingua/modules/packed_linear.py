@@ -18,7 +18,7 @@ at inference (eval mode, no gradient, fp32 on the CPU, no autocast) and only at 
 says (`PackedPlan`); everything else, training above all, is `nn.Linear`'s.
 
 Whether and at which row counts it pays is measured on the machine, never assumed (`packed_plan`), as the
-int8 kernels are (`modules.int8`: the same timing and cache): the layer's shape is timed with both products
+int8 kernels are (`modules.kernel_timing` times and caches both): the layer's shape is timed with both products
 at `PACKED_ROWS` rows (a decoding step of one sentence, of a small batch, greedy at the default batch 64,
 beam 5 at batch 64), interleaved, the fastest call kept; a row count gets the packed product where it is at
 least `MIN_PACKED_SPEEDUP` times as fast, and a call of n rows follows the measured row count nearest to n
@@ -48,13 +48,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from interlingua.errors import ConfigError
-from interlingua.modules.int8 import (
+from interlingua.modules.int8 import restricted_output_layers
+from interlingua.modules.kernel_timing import (
     KernelTimes,
     cached_times,
     fastest_calls,
     first_calls,
     random_linear,
-    restricted_output_layers,
     shape_label,
 )
 from interlingua.modules.linear import Linear
@@ -176,7 +176,7 @@ class PackedPlan:
 
 def time_packed(n_in: int, n_out: int, rows: Sequence[int] = PACKED_ROWS) -> KernelTimes:
     """Seconds per call of nn.Linear ("fp32") and of the packed product (`PACKED`) at (in, out), for `rows`
-    rows of random inputs each (`modules.int8.first_calls`, then `fastest_calls`: interleaved rounds, the
+    rows of random inputs each (`kernel_timing.first_calls`, then `fastest_calls`: interleaved rounds, the
     fastest call kept)."""
     gen = torch.Generator().manual_seed(0)
     linear = random_linear(n_in, n_out, gen).eval()
