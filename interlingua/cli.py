@@ -421,6 +421,9 @@ def cmd_demo(args: argparse.Namespace) -> None:
              precision=args.precision)
 
 
+Commands = argparse._SubParsersAction  # `build_parser`'s subcommands, which each `_*_command` adds to
+
+
 def _add_evaluations(parser: argparse.ArgumentParser, command: str) -> None:
     """`evaluate` / `analyze` from `EVALUATIONS`: the entries as choices, and each option its entries
     declare, once (its help says which entries take it when not all do)."""
@@ -453,11 +456,8 @@ def _add_evaluations(parser: argparse.ArgumentParser, command: str) -> None:
     parser.set_defaults(func=cmd_evaluate)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="interlingua", description="Multilingual NMT through a shared attention bridge.")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="command", required=True)
-
+def _data_command(sub: Commands) -> None:
+    """`interlingua data`: its arguments and its function."""
     d = sub.add_parser("data", help="download (or copy) a public data set")
     d.add_argument("dataset", choices=list(DATA_FOLDERS),
                    help="multi30k: translation corpus; europarl: Europarl v7 {de,es,fr}<->en with the WMT07 "
@@ -481,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "among en de fr)")
     d.set_defaults(func=cmd_data)
 
+
+def _prepare_and_train_commands(sub: Commands) -> None:
+    """`interlingua prepare` and `interlingua train`: its arguments and its function."""
     for name, func, helptext in (("prepare", cmd_prepare, "train sentencepiece and cache the encoded corpus"),
                                  ("train", cmd_train, "train a model from a YAML config (under torchrun: on several "
                                                            "processes, CPUs or GPUs, on one node or several)")):
@@ -501,6 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "as torchrun --standalone --nproc-per-node N would; several machines: torchrun")
         c.set_defaults(func=func)
 
+
+def _extend_command(sub: Commands) -> None:
+    """`interlingua extend`: its arguments and its function."""
     x = sub.add_parser("extend", help="add a language to a trained shared model (then fine-tune with train --init)")
     x.add_argument("checkpoint", help="the trained shared model")
     x.add_argument("--lang", required=True, help="the language to add (a language of the corpus)")
@@ -515,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force(x, "--out")
     x.set_defaults(func=cmd_extend)
 
+
+def _translate_command(sub: Commands) -> None:
+    """`interlingua translate`: its arguments and its function."""
     t = sub.add_parser("translate", help="translate lines from stdin (or -i) to stdout (or -o)")
     t.add_argument("--model", required=True)
     t.add_argument("--src", required=True)
@@ -550,6 +559,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine(t)
     t.set_defaults(func=cmd_translate)
 
+
+def _shortlist_command(sub: Commands) -> None:
+    """`interlingua shortlist`: its arguments and its function."""
     sl = sub.add_parser("shortlist", help="count a lexical shortlist from the training bitext, for faster "
                                           "translation (--shortlist)")
     sl.add_argument("model", metavar="MODEL", help="a .pt checkpoint or a model folder")
@@ -564,6 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force(sl, "--out")
     sl.set_defaults(func=cmd_shortlist)
 
+
+def _check_int8_command(sub: Commands) -> None:
+    """`interlingua check-int8`: its arguments and its function."""
     ci = sub.add_parser("check-int8", help="measure once whether int8 translates as well as fp32 (dev BLEU) and "
                                            "record it beside the model, for --precision auto")
     ci.add_argument("model", metavar="MODEL", help="a .pt checkpoint or a model folder")
@@ -574,6 +589,9 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--threads", type=positive_int, default=None)
     ci.set_defaults(func=cmd_check_int8)
 
+
+def _synthesize_command(sub: Commands) -> None:
+    """`interlingua synthesize`: its arguments and its function."""
     sy = sub.add_parser("synthesize", help="pivot-based synthetic pairs as files, and a corpus YAML that `train` "
                                            "reads (the offline form of train.synthetic)")
     sy.add_argument("model", metavar="MODEL", help="a .pt checkpoint or a model folder")
@@ -593,6 +611,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision(sy)
     sy.set_defaults(func=cmd_synthesize)
 
+
+def _embed_command(sub: Commands) -> None:
+    """`interlingua embed`: its arguments and its function."""
     e = sub.add_parser("embed", help="sentence vectors (.npy) for lines from stdin (or -i)")
     e.add_argument("--model", required=True)
     e.add_argument("--lang", required=True)
@@ -615,10 +636,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision(e)
     e.set_defaults(func=cmd_embed)
 
+
+def _evaluate_command(sub: Commands) -> None:
+    """`interlingua evaluate`: its arguments and its function."""
     _add_evaluations(sub.add_parser("evaluate", help="BLEU/chrF matrix, a sentence-vector suite, cross-lingual "
                                                      "document classification, or the cross-lingual report"),
                      "evaluate")
 
+
+def _attention_command(sub: Commands) -> None:
+    """`interlingua attention`: its arguments and its function."""
     a = sub.add_parser("attention", help="heat map of the bridge attention of one sentence")
     a.add_argument("--model", required=True)
     a.add_argument("--lang", required=True)
@@ -627,10 +654,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(a)
     a.set_defaults(func=cmd_attention)
 
+
+def _analyze_command(sub: Commands) -> None:
+    """`interlingua analyze`: its arguments and its function."""
     _add_evaluations(sub.add_parser("analyze", help="bridge head entropy and heat maps (penalty study), BLEU by "
                                                     "source length, or per-layer encoder probes, SVCCA, language ID "
                                                     "and retrieval"), "analyze")
 
+
+def _average_command(sub: Commands) -> None:
+    """`interlingua average`: its arguments and its function."""
     g = sub.add_parser("average",
                        help="average the weights of checkpoints of one run into a translation-only checkpoint")
     g.add_argument("checkpoints", nargs="+", metavar="CKPT",
@@ -639,6 +672,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force(g, "--out")
     g.set_defaults(func=cmd_average)
 
+
+def _export_command(sub: Commands) -> None:
+    """`interlingua export`: its arguments and its function."""
     o = sub.add_parser("export", help="write a model as a folder to ship: config.json, model.safetensors, "
                                       "sentencepiece models, README.md model card (loads without unpickling); "
                                       "or as a CTranslate2 model")
@@ -653,6 +689,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"none, float32 as trained)")
     o.set_defaults(func=cmd_export)
 
+
+def _experiment_command(sub: Commands) -> None:
+    """`interlingua experiment`: its arguments and its function."""
     x = sub.add_parser("experiment", help="train recipes, evaluate on test, write a paper-style results table")
     x.add_argument("recipes", nargs="+", help="recipe YAML files, e.g. recipes/multi30k/cpu/*.yaml")
     x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every recipe")
@@ -674,6 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "or that file (e.g. last to compare the last weights with the average)")
     x.set_defaults(func=cmd_experiment)
 
+
+def _serve_command(sub: Commands) -> None:
+    """`interlingua serve`: its arguments and its function."""
     s = sub.add_parser("serve", help="HTTP service: translate, embed, OpenAI-style /v1/embeddings (docs at /docs)")
     s.add_argument("--model", required=True, metavar="MODEL",
                    help="a .pt checkpoint or a model folder (`export folder`)")
@@ -714,6 +756,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine(s)
     s.set_defaults(func=cmd_serve)
 
+
+def _demo_command(sub: Commands) -> None:
+    """`interlingua demo`: its arguments and its function."""
     m = sub.add_parser("demo", help="prepare Multi30k, train a small many-to-many model, translate and embed")
     m.add_argument("--work", default="demo_run")
     m.add_argument("--minutes", type=positive_float, default=8.0, help="training budget")
@@ -726,6 +771,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training precision (default auto: bf16 where this CPU measures it faster, else fp32); "
                         "fixing it makes runs on different CPUs comparable")
     m.set_defaults(func=cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="interlingua", description="Multilingual NMT through a shared attention bridge.")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in (_data_command, _prepare_and_train_commands, _extend_command, _translate_command, _shortlist_command,
+                _check_int8_command, _synthesize_command, _embed_command, _evaluate_command, _attention_command,
+                _analyze_command, _average_command, _export_command, _experiment_command, _serve_command,
+                _demo_command):
+        add(sub)
     return p
 
 
