@@ -124,3 +124,67 @@ def test_prepare_command_reports_what_cleaning_dropped(tmp_path, capsys):
     assert main(["prepare", str(tmp_path / "run.yaml")]) == 0
     out = capsys.readouterr().out
     assert "train/multiway: kept 63 of 65 lines (dropped: empty 1, duplicate 1)" in out
+
+
+def _ids(data, split="train"):
+    return {lang: [x.tolist() for x in seqs] for lang, seqs in data.groups(split)[0].ids.items()}
+
+
+@pytest.mark.parametrize("damage", ["ids cut short", "lengths garbled", "meta.json garbled", "model garbled",
+                                    "file deleted"])
+def test_a_damaged_prepared_cache_is_prepared_again_not_trained_on(tmp_path, damage, caplog):
+    """The cache is derived data: one that cannot be what preparing wrote is logged and prepared again, giving the
+    same ids and vocabularies as the first time (before, a file cut short was read as shorter sentences, or ended
+    in a traceback)."""
+    cfg = parse_config(tiny_config(_corpus(tmp_path), tmp_path / "w",
+                                   preprocess={"vocab_size": 80, "max_len": 20, "max_train_sentences": None}))
+    first = prepare(cfg)
+    expected, protos = _ids(first), {lang: v.proto for lang, v in first.vocabs.items()}
+    cache = tmp_path / "w" / "data"
+    ids = cache / "encoded" / "train.0.de.ids"
+    if damage == "ids cut short":
+        ids.write_bytes(ids.read_bytes()[:40])
+    elif damage == "lengths garbled":
+        (cache / "encoded" / "train.0.en.len.npy").write_bytes(b"garbage")
+    elif damage == "meta.json garbled":
+        (cache / "meta.json").write_text("{", encoding="utf-8")
+    elif damage == "model garbled":
+        (cache / "de.model").write_bytes((cache / "de.model").read_bytes()[:100])
+    else:
+        ids.unlink()
+    with caplog.at_level("WARNING", logger="interlingua.data.prepare"):
+        again = prepare(cfg)
+    damaged = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
+    assert len(damaged) == 1 and f"the prepared data in {cache} is damaged" in damaged[0], caplog.text
+    assert "allow_pickle" not in damaged[0]  # numpy's advice to unpickle the file is not passed on
+    assert _ids(again) == expected and {lang: v.proto for lang, v in again.vocabs.items()} == protos
+    assert prepare(cfg).groups("train")[0].ids["de"].lengths.tolist() == [len(x) for x in expected["de"]]
+
+
+def test_a_vocabulary_from_a_sample_is_the_same_in_every_process(tmp_path):
+    """Sentencepiece's own sampling drew other sentences in each process even with its seed set, so a corpus prepared
+    again (its cache deleted) gave other ids than the checkpoints trained on it."""
+    import subprocess
+    import sys
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"sentence {i} with words {i % 97} and {i * 7 % 13}\n" for i in range(5000)),
+                     encoding="utf-8")
+    code = ("import hashlib, sys\nfrom interlingua.data.vocab import Vocab\n"
+            "text = open(sys.argv[1], encoding='utf-8').read().splitlines()\n"
+            "print(hashlib.sha256(Vocab.train(iter(text), 200, sample=1000).proto).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", code, str(lines)], capture_output=True, text=True,
+                              check=True).stdout.strip() for _ in range(2)}
+    assert len(digests) == 1 and len(next(iter(digests))) == 64
+
+
+def test_reservoir_sample_keeps_k_items_drawn_uniformly():
+    from collections import Counter
+
+    from interlingua.data.vocab import reservoir_sample
+    assert reservoir_sample(iter(["a", "b"]), 5, seed=0) == ["a", "b"]
+    assert reservoir_sample((str(i) for i in range(1000)), 10, seed=3) == reservoir_sample(
+        (str(i) for i in range(1000)), 10, seed=3)
+    counts = Counter(x for seed in range(1500) for x in reservoir_sample((str(i) for i in range(30)), 3, seed))
+    # 1500 draws of 3 of 30: each item 150 times expected (binomial sd ~11.6); a skew toward the first or last
+    # items (the reservoir's start, a skip rule off by one) would put some far outside this
+    assert sum(counts.values()) == 4500 and min(counts.values()) > 110 and max(counts.values()) < 190, counts

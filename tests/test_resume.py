@@ -419,3 +419,32 @@ def test_a_checkpoint_with_its_history_as_json_text_resumes_exactly(multi30k_cor
     assert [r.step for r in _state(work / "last.pt").history] == [8]
     _resume_and_finish(multi30k_corpus, work, data)
     assert_same_run(reference, work)
+
+
+def test_a_resume_on_a_corpus_prepared_with_other_vocabularies_encodes_it_with_the_checkpoints(tmp_path, caplog):
+    """The corpus changed after the run began (a line added), so preparing it again learned other vocabularies: the
+    resumed run encodes the corpus with the ones its weights were trained with instead of reading every id as
+    another subword (before, it went on silently on the new ids)."""
+    from conftest import write_multiway_corpus
+    en = [f"the dog number {i} runs to the {['park', 'house', 'lake'][i % 3]}" for i in range(80)]
+    de = [f"der hund nummer {i} rennt zum {['park', 'haus', 'see'][i % 3]}" for i in range(80)]
+    corpus = write_multiway_corpus(tmp_path, "c", {"train": {"en": en, "de": de}, "val": {"en": en[:8], "de": de[:8]}})
+    cfg = parse_config(tiny_config(corpus, tmp_path / "run", preprocess={"vocab_size": 60, "max_len": 20},
+                                   train={"max_steps": 2, "valid_every": 2, "log_every": 1}))
+    train(cfg)
+    stored = Checkpoint.read(tmp_path / "run" / "last.pt").load_vocabs()
+    for lang, line in (("en", "zebras quickly jump over lazy foxes zebras"),
+                       ("de", "zebras springen schnell über faule füchse zebras")):
+        with open(tmp_path / f"train.{lang}", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    assert prepare(cfg).vocabs["en"].proto != stored["en"].proto  # what the run would have read before
+    longer = parse_config(tiny_config(corpus, tmp_path / "run", preprocess={"vocab_size": 60, "max_len": 20},
+                                      train={"max_steps": 4, "valid_every": 2, "log_every": 1}))
+    with caplog.at_level("WARNING", logger="interlingua.training.build"):
+        run = build_run(longer, resume=True)
+    try:
+        assert "differ from those last.pt was trained with" in caplog.text
+        assert {lang: v.proto for lang, v in run.data.vocabs.items()} == {lang: v.proto for lang, v in stored.items()}
+        assert Trainer(run).train().steps == 4
+    finally:
+        run.close()

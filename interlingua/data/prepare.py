@@ -28,7 +28,7 @@ from interlingua.config import ExperimentConfig, PreprocessConfig
 from interlingua.data.chunk_tokenizer import ChunkTokenizer
 from interlingua.data.cleaning import LineFilter
 from interlingua.data.corpus import Corpus, ParallelGroup, load_corpus, normalize_line, read_group, stream_group
-from interlingua.data.token_store import TokenFileWriter, TokenSequences, id_dtype
+from interlingua.data.token_store import DamagedCache, TokenFileWriter, TokenSequences, id_dtype
 from interlingua.data.vocab import Vocab, language_tag
 from interlingua.errors import DataError, LanguageError
 
@@ -209,9 +209,9 @@ def prepare(cfg: ExperimentConfig, force: bool = False, vocabs: dict[str, Vocab]
     fp = _fingerprint(corpus, pre, langs, vocabs)
     meta_path = cache_dir / "meta.json"
     if not force and meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("fingerprint") == fp and (cache_dir / "encoded").is_dir():
-            return _attach_texts(_load_cache(cache_dir, meta, vocabs), corpus)
+        cached = _cached(cache_dir, fp, vocabs)
+        if cached is not None:
+            return _attach_texts(cached, corpus)
     cache_dir.mkdir(parents=True, exist_ok=True)
     meta_path.unlink(missing_ok=True)  # from here on the cache is incomplete until meta.json is rewritten
 
@@ -294,6 +294,25 @@ def _attach_texts(data: PreparedData, corpus: Corpus) -> PreparedData:
             raw = read_group(files[eg.name])
             eg.texts = {lang: raw[lang] for lang in eg.ids}
     return data
+
+
+def _cached(cache_dir: Path, fp: str, given: dict[str, Vocab] | None) -> PreparedData | None:
+    """The prepared data in `cache_dir` where its fingerprint is `fp`, else None. A cache that cannot be what
+    preparing wrote (a file cut short, overwritten or deleted; it is derived data, so nothing is lost) is logged and
+    also None: it is prepared again rather than trained on."""
+    try:
+        try:
+            meta = json.loads((cache_dir / "meta.json").read_text(encoding="utf-8"))
+        except ValueError as err:  # JSON or UTF-8
+            raise DamagedCache(f"{cache_dir / 'meta.json'} is not readable JSON ({err})") from None
+        if not isinstance(meta, dict) or meta.get("fingerprint") != fp or not (cache_dir / "encoded").is_dir():
+            return None
+        return _load_cache(cache_dir, meta, given)
+    except (DamagedCache, FileNotFoundError, ValueError, KeyError, TypeError, RuntimeError) as err:
+        # RuntimeError: sentencepiece's on a garbled model; ValueError: JSON, UTF-8 and numpy's
+        log.warning("the prepared data in %s is damaged (%s): preparing it again", cache_dir,
+                    " ".join(str(err).split())[:200] or type(err).__name__)
+        return None
 
 
 def _load_cache(cache_dir: Path, meta: dict, given: dict[str, Vocab] | None = None) -> PreparedData:

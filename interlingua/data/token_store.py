@@ -13,6 +13,10 @@ from pathlib import Path
 import numpy as np
 
 
+class DamagedCache(Exception):
+    """Prepared data that cannot be what preparing wrote (`prepare` then prepares it again)."""
+
+
 def id_dtype(vocab_size: int) -> np.dtype:
     """The smallest unsigned type that holds every id of a vocabulary (halves the files of most)."""
     return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
@@ -47,9 +51,18 @@ class TokenSequences:
 
     @classmethod
     def load(cls, ids_path: Path, lengths_path: Path, dtype: str) -> TokenSequences:
-        """A prepared file pair, the ids memory-mapped (an empty file cannot be mapped, nor needs to be)."""
-        lengths = np.load(lengths_path)
-        size = ids_path.stat().st_size
+        """A prepared file pair, the ids memory-mapped (an empty file cannot be mapped, nor needs to be). A pair
+        that does not fit together (a file cut short or overwritten) is a `DamagedCache` naming the file."""
+        try:
+            lengths = np.load(lengths_path)
+        except (ValueError, EOFError):  # garbled, cut short, or no array file at all (numpy's own message then
+            raise DamagedCache(f"{lengths_path} is not a readable array file") from None  # advises unpickling it)
+        if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (lengths.size and int(lengths.min()) < 0):
+            raise DamagedCache(f"{lengths_path} does not hold sentence lengths")
+        size, expected = ids_path.stat().st_size, int(lengths.sum()) * np.dtype(dtype).itemsize
+        if size != expected:
+            raise DamagedCache(f"{ids_path} has {size:,} bytes where its lengths ({lengths_path.name}) say "
+                               f"{expected:,}")
         ids = np.memmap(ids_path, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
         return cls.from_flat(ids, lengths)
 

@@ -5,13 +5,38 @@ The serialized model travels inside checkpoints so that one file is enough to tr
 from __future__ import annotations
 
 import io
+import itertools
 import logging
+import math
+import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sentencepiece as spm
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+SAMPLE_SEED = 1
+"""The seed of the sample of training sentences a vocabulary learns from (`Vocab.train(sample=...)`)."""
+
+
+def reservoir_sample(items: Iterable[str], k: int, seed: int) -> list[str]:
+    """`k` of `items` drawn uniformly at random in one pass (all of them where there are no more), the same ones
+    for the same `seed` in every process: reservoir sampling with geometric skips (Li's algorithm L, 1994), so
+    the generator is drawn from about k log(n / k) times, not n times."""
+    rng = random.Random(seed)
+    stream = iter(items)
+    kept = list(itertools.islice(stream, k))
+    if len(kept) < k:
+        return kept
+    w = math.exp(math.log(1.0 - rng.random()) / k)
+    while True:
+        skip = math.floor(math.log(1.0 - rng.random()) / math.log(1.0 - w)) if w < 1.0 else 0
+        nxt = next(itertools.islice(stream, skip, None), None)
+        if nxt is None:
+            return kept
+        kept[rng.randrange(k)] = nxt
+        w *= math.exp(math.log(1.0 - rng.random()) / k)
 
 
 def language_tag(lang: str) -> str:
@@ -57,12 +82,17 @@ class Vocab:
     def train(cls, sentences: Iterable[str], vocab_size: int, user_symbols: Sequence[str] = (), threads: int = 2,
               sample: int | None = None) -> Vocab:
         """BPE on the given (already normalised) sentences; the size is a soft limit on tiny data.
-        With `sample`, sentencepiece keeps only that many sentences, drawn at random as they stream
-        by, so a corpus of any size trains in bounded memory."""
+        With `sample`, only that many sentences are kept, drawn at random as they stream by
+        (`reservoir_sample`), so a corpus of any size trains in bounded memory, and drawn the same way every
+        time, so that the same corpus gives the same vocabulary (a cache prepared again must match the
+        checkpoints already trained on it; sentencepiece's own sampling differed from process to process
+        even with its seed set)."""
         buf = io.BytesIO()
-        sampling: dict[str, Any] = {"input_sentence_size": sample, "shuffle_input_sentence": True} if sample else {}
+        lines: Iterable[str] = (s for s in sentences if s)
+        if sample:
+            lines = reservoir_sample(lines, sample, SAMPLE_SEED)
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(s for s in sentences if s),
+            sentence_iterator=iter(lines),
             model_writer=buf,
             model_type="bpe",
             vocab_size=vocab_size,
@@ -74,7 +104,6 @@ class Vocab:
             num_threads=threads,
             minloglevel=2,
             max_sentence_length=1 << 16,
-            **sampling,
         )
         return cls(buf.getvalue())
 

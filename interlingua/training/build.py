@@ -16,6 +16,7 @@ import torch
 from interlingua.config import ExperimentConfig
 from interlingua.data.directions import DirectionScheduler, build_directions, check_synthetic, zero_shot_directions
 from interlingua.data.prepare import PreparedData, prepare
+from interlingua.data.vocab import Vocab
 from interlingua.distributed import Distributed
 from interlingua.errors import ConfigError
 from interlingua.memory import memory_for
@@ -83,6 +84,13 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
         init_from = resume_from
     given_vocabs = init_from.load_vocabs() if init_from is not None else None
     data = data or dist.in_turn(lambda: prepare(cfg, vocabs=given_vocabs))
+    if resume_from is not None and given_vocabs is None:
+        stored = resume_from.load_vocabs()
+        differ = _other_vocabularies(data.vocabs, stored)
+        if differ:  # the corpus prepared again since (its files changed): ids would no longer mean the same
+            log.warning("the prepared vocabularies of %s differ from those last.pt was trained with; encoding the "
+                        "corpus again with the checkpoint's", ", ".join(differ))
+            data = dist.in_turn(lambda: prepare(cfg, vocabs=stored))
     check_same_vocabs(data, dist, Path(cfg.work_dir))
     check_dev_files(data, cfg.corpus)
 
@@ -139,3 +147,11 @@ def _build(cfg: ExperimentConfig, resume: bool, init: str | Path | None, data: P
         run.compiled = compiled_forward(cfg, dist, network, run.trained, next(iter(batches.values())), runtime,
                                         run.loss_terms(), {lang: len(v) for lang, v in data.vocabs.items()})
     return run
+
+
+def _other_vocabularies(prepared: dict[str, Vocab], stored: dict[str, Vocab]) -> list[str]:
+    """The languages whose prepared vocabulary is not the one a checkpoint stores (its sentencepiece model or the
+    offset of its ids): a run resumed on them would read every id as another subword."""
+    return sorted(lang for lang in set(prepared) | set(stored)
+                  if lang not in prepared or lang not in stored or prepared[lang].proto != stored[lang].proto
+                  or prepared[lang].offset != stored[lang].offset)
