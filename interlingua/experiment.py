@@ -22,8 +22,9 @@ from typing import Any, cast
 
 import torch
 
-from interlingua.atomic_files import write_text_atomic
+from interlingua.atomic_files import check_writable, write_text_atomic
 from interlingua.config import TrainConfig, load_config
+from interlingua.data.corpus import load_corpus
 from interlingua.errors import DataError
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
 from interlingua.evaluation.dev_curves import dev_curve, offset_from_curve
@@ -62,6 +63,9 @@ def finished(work: Path, tc: TrainConfig) -> bool:
     max_steps = tc.max_steps if tc.epochs is None or st.max_steps is None else st.max_steps
     return budget_spent(tc, max_steps, st.step, st.elapsed) or patience_spent(st.history, tc.patience)
 
+
+TEST_SPLIT = "test_2016_flickr"
+"""The split every run is scored on (the papers' Multi30k test set)."""
 
 CHECKPOINTS = ("selected", "last", "best", "averaged")
 """What `interlingua experiment --checkpoint` scores: the selected one (`selected_checkpoint`), or a named file."""
@@ -133,13 +137,13 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     state = last.training or TrainingState()
     t0 = time.perf_counter()
     model = load(best, cfg.train.device)
-    matrix = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test, progress=False,
+    matrix = bleu_matrix(model, cfg.corpus, TEST_SPLIT, beam_size=beam, max_sentences=max_test, progress=False,
                          no_repeat_ngram=no_repeat_ngram)
     named = ("" if checkpoint == "selected" else f"_{best.stem}") + blocking
     write_matrix(matrix, work / "eval", f"bleu_test_2016_flickr_beam{beam}{named}", title=recipe.stem)
     pivoted = None
     if pivot and matrix.zero_shot and pivot in model.languages.sources and pivot in model.languages.targets:
-        pivoted = bleu_matrix(model, cfg.corpus, "test_2016_flickr", beam_size=beam, max_sentences=max_test,
+        pivoted = bleu_matrix(model, cfg.corpus, TEST_SPLIT, beam_size=beam, max_sentences=max_test,
                               progress=False, pivot=pivot, pairs=matrix.zero_shot, no_repeat_ngram=no_repeat_ngram)
         write_matrix(pivoted, work / "eval", f"bleu_test_2016_flickr_beam{beam}{named}_pivot-{pivot}",
                      title=f"{recipe.stem}, pivot {pivot}")
@@ -393,6 +397,14 @@ def _run_one_thread(recipe: Path, overrides: list[str], beam: int, max_test: int
     return run_recipe(recipe, overrides, beam, max_test, pivot, checkpoint, no_repeat_ngram)
 
 
+def check_recipes(recipes: list[Path], overrides: list[str], out: Path) -> None:
+    """What would stop the runner after hours of training, checked before the first step: every recipe's config,
+    its corpus and the split it is scored on (`TEST_SPLIT`), and a table that can be written."""
+    for recipe in recipes:
+        load_corpus(load_config(recipe, overrides).corpus).groups(TEST_SPLIT)
+    check_writable(out)
+
+
 def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: int = 1,
                     max_test: int | None = None, jobs: int = 1, notes: Path | None = None,
                     pivot: str | None = None, checkpoint: str = "selected",
@@ -404,6 +416,7 @@ def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: 
     zero-shot directions through that language; `checkpoint` is what is scored (`CHECKPOINTS`); `no_repeat_ngram`
     as in `Model.translate`."""
     recipes = [Path(r) for r in recipes]
+    check_recipes(recipes, overrides, out)
     done: dict[int, dict[str, Any]] = {}
     if jobs <= 1:
         for i, recipe in enumerate(recipes):

@@ -276,3 +276,23 @@ def test_runner_runs_recipes_in_parallel_processes(multi30k_corpus, tmp_path):
                for r in runs)
     text = out.read_text()
     assert text.index("## cpu_bilingual_en_de") < text.index("## cpu_bilingual_de_en")
+
+
+def test_a_recipe_that_could_not_be_scored_stops_the_runner_before_any_training(tmp_path, multi30k_corpus, capsys):
+    """A corpus without the test split the runner scores on, or a broken second recipe, used to surface only after
+    the first recipes had trained (hours, at the studies' budgets): now before the first step."""
+    from conftest import tiny_config, write_multiway_corpus
+
+    from interlingua.cli import main
+    no_test = write_multiway_corpus(tmp_path, "c", {"train": {"en": ["a dog"] * 20, "de": ["ein hund"] * 20},
+                                                    "val": {"en": ["a dog"], "de": ["ein hund"]}})
+    good, bad, broken = tmp_path / "good.yaml", tmp_path / "bad.yaml", tmp_path / "broken.yaml"
+    good.write_text(yaml.safe_dump(tiny_config(multi30k_corpus, tmp_path / "good_run")))
+    bad.write_text(yaml.safe_dump(tiny_config(no_test, tmp_path / "bad_run")))
+    broken.write_text("model: [unclosed\n")
+    for second, needle in ((bad, "has no split 'test_2016_flickr'"), (broken, "is not valid YAML")):
+        code = main(["experiment", str(good), str(second), "--out", str(tmp_path / "table.md")])
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if line.startswith("error")]
+        assert code == 2 and len(errors) == 1 and needle in errors[0] and "Traceback" not in err, err
+        assert not (tmp_path / "good_run").exists()  # nothing trained
