@@ -239,3 +239,20 @@ def test_evaluate_passes_probing_dir_through(tmp_path, capsys, monkeypatch):
     assert code == 0, out.err
     assert seen["suite"] == "probing" and seen["probing_dir"] == tmp_path / "probing" and seen["jobs"] == 3
     assert "suite 12.5 s" in out.out
+
+
+def test_scoring_another_corpus_keeps_the_files_of_the_models_own(trained_model, tmp_path, capsys):
+    """`evaluate bleu --corpus OTHER --split val` wrote bleu_val_beam1.* over the model's own val results."""
+    from conftest import write_multiway_corpus
+    other = write_multiway_corpus(tmp_path, "other corpus", {"train": {"en": ["a dog ."], "de": ["ein hund ."]},
+                                                               "val": {"en": ["a man rides a bike ."],
+                                                                       "de": ["ein mann fährt rad ."]}})
+    out = tmp_path / "ev"
+    assert run(["evaluate", "bleu", "--model", str(trained_model), "--split", "val", "--max-sentences", "5",
+                "--out", str(out)], capsys=capsys)[0] == 0
+    own = (out / "bleu_val_beam1.json").read_bytes()
+    code, captured = run(["evaluate", "bleu", "--model", str(trained_model), "--corpus", str(other), "--split", "val",
+                          "--out", str(out)], capsys=capsys)
+    assert code == 0, captured.err
+    assert (out / "bleu_val_beam1.json").read_bytes() == own
+    assert json.loads((out / "bleu_other-corpus_val_beam1.json").read_text())["split"] == "val"

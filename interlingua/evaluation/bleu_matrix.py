@@ -10,6 +10,7 @@ pivot language are translated directly, the others through it.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,6 +163,14 @@ def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_f
             ceiling[lang] = round(100.0 - language_id.off_target_rate(refs, lang, langs), 2)
     return MatrixResult(split, langs, bleu, chrf, zero_shot, beam_size, pivot, seconds, signature,
                         bleu_cased, off_target, ceiling)
+
+
+def split_label(model_corpus: str | Path, corpus: str | Path, split: str) -> str:
+    """How result files name a split: the split alone on the corpus the model was trained on, `<corpus name>_<split>`
+    on any other, so that scoring another corpus's `val` never replaces the files of the model's own."""
+    if Path(corpus).resolve() == Path(model_corpus).resolve():
+        return split
+    return f"{re.sub(r'[^A-Za-z0-9.-]+', '-', load_corpus(corpus).name).strip('-') or 'corpus'}_{split}"
 
 
 def write_matrix(result: MatrixResult, out_dir: str | Path, stem: str = "bleu", title: str = "") -> list[Path]:

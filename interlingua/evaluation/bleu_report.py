@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from interlingua.atomic_files import write_text_atomic
-from interlingua.evaluation.bleu_matrix import bleu_matrix, write_matrix
+from interlingua.evaluation.bleu_matrix import bleu_matrix, split_label, write_matrix
 from interlingua.evaluation.pivot_comparison import compare_with_pivot
 from interlingua.evaluation.registry import Report
 from interlingua.inference.api import load
@@ -18,15 +18,16 @@ def evaluate_bleu(checkpoint: str | Path, corpus: str | Path | None = None, spli
                   no_repeat_ngram: int = 0) -> Report:
     """`interlingua evaluate bleu`: the checkpoint's matrix on `split` of `corpus` (default: the corpus it
     was trained on), written as `bleu_<split>_beam<N>[_pivot-<L>][_norepeat<N>]` .md/.json/.png under `out_dir`
-    (default: `<checkpoint folder>/eval`); `no_repeat_ngram` as in `Model.translate`."""
+    (default: `<checkpoint folder>/eval`; another corpus's split is named `<corpus name>_<split>`:
+    `bleu_matrix.split_label`); `no_repeat_ngram` as in `Model.translate`."""
     checkpoint = Path(checkpoint)
     model = load(checkpoint, device, precision)
     corpus = corpus or model.config.corpus
     res = bleu_matrix(model, corpus, split=split, beam_size=beam_size,
                       batch_size=batch_size, pivot=pivot, max_sentences=max_sentences, no_repeat_ngram=no_repeat_ngram)
     out = Path(out_dir or checkpoint.parent / "eval")
-    stem = (f"bleu_{split}_beam{beam_size}" + (f"_pivot-{pivot}" if pivot else "")
-            + (f"_norepeat{no_repeat_ngram}" if no_repeat_ngram else ""))
+    stem = (f"bleu_{split_label(model.config.corpus, corpus, split)}_beam{beam_size}"
+            + (f"_pivot-{pivot}" if pivot else "") + (f"_norepeat{no_repeat_ngram}" if no_repeat_ngram else ""))
     title = f"{checkpoint.name} on {split}" + (f", no {no_repeat_ngram}-gram twice" if no_repeat_ngram else "")
     files = write_matrix(res, out, stem, title=title)
     markdown, data = res.to_markdown(title), res.to_json()

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from interlingua.atomic_files import write_text_atomic
 from interlingua.errors import DataError, LanguageError
-from interlingua.evaluation.bleu_matrix import load_split_texts
+from interlingua.evaluation.bleu_matrix import load_split_texts, split_label
 from interlingua.evaluation.crosslingual_markdown import markdown, plot_heat_maps
 from interlingua.evaluation.crosslingual_record import CrosslingualReport
 from interlingua.evaluation.crosslingual_scores import MIN_SENTENCES, RETRIEVAL_KEYS, language_probe, pair_vector_scores
@@ -191,8 +191,10 @@ def report_crosslingual(model: str, corpus: str | None, split: str, beam: int, p
                         precision: str) -> Report:
     """`interlingua evaluate crosslingual` (`registry.EVALUATIONS`): the report of `model`, written under `out`
     (default: <model folder>/eval); the pivot defaults to en."""
-    report = evaluate_crosslingual(model, corpus=corpus, split=split, beam=beam, pivot=pivot or "en",
-                                   limit=max_sentences, bleu=not no_bleu, batch_size=batch_size, device=device,
-                                   precision=precision, no_repeat_ngram=no_repeat_ngram)
-    files = write_crosslingual(report, out or Path(model).parent / "eval")
+    loaded = load(model, device, precision)
+    report = evaluate_crosslingual(loaded, corpus=corpus, split=split, beam=beam, pivot=pivot or "en",
+                                   limit=max_sentences, bleu=not no_bleu, batch_size=batch_size,
+                                   no_repeat_ngram=no_repeat_ngram, name=model)
+    files = write_crosslingual(report, out or Path(model).parent / "eval",
+                               f"crosslingual_report_{split_label(loaded.config.corpus, report.corpus, split)}")
     return Report(markdown(report), report.to_json(), files, result=report)
