@@ -119,13 +119,12 @@ mount --bind {folder} {folder} && mount -o remount,bind,ro {folder}
     assert done.stdout.split() == ["exit", "1", "exit", "1"], done.stdout
 
 
-def test_an_output_under_a_file_names_the_path_without_python_notation(tmp_path):
+def test_an_output_under_a_file_names_the_path_without_python_notation(tmp_path, capsys):
     model = random_checkpoint(tmp_path / "model.pt")
     (tmp_path / "a_file").write_text("x", encoding="utf-8")
     source = tmp_path / "in.en"
     source.write_text("a man rides a bike .\n", encoding="utf-8")
     out = tmp_path / "a_file" / "out.de"
-    done = subprocess.run([sys.executable, "-m", "interlingua.cli", "translate", "--model", str(model), "--src", "en",
-                           "--tgt", "de", "-i", str(source), "-o", str(out)], capture_output=True, text=True, cwd=REPO)
-    assert done.returncode == 1
-    assert _one_error(done.stderr) == f"error: {out}: Not a directory", done.stderr
+    assert main(["translate", "--model", str(model), "--src", "en", "--tgt", "de", "-i", str(source),
+                 "-o", str(out)]) == 1
+    assert _one_error(capsys.readouterr().err) == f"error: {out}: Not a directory"
