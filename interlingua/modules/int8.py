@@ -61,6 +61,7 @@ from torch import nn
 
 from interlingua.errors import ConfigError
 from interlingua.modules import kernel_timing
+from interlingua.modules.activations import tanh_by_sigmoid
 from interlingua.modules.kernel_timing import (
     KernelTimes,
     cached_times,
@@ -419,11 +420,12 @@ class Int8Linear(nn.Module):
 
 
 def _lstm_cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """nn.LSTM's cell update from its four gates (batch, 4H), in its order i, f, g, o."""
+    """nn.LSTM's cell update from its four gates (batch, 4H), in its order i, f, g, o (inference only: its tanh is
+    `tanh_by_sigmoid`)."""
     h = c.size(-1)
     s = torch.sigmoid(gates)
-    c = torch.addcmul(s[:, h:2 * h] * c, s[:, :h], torch.tanh(gates[:, 2 * h:3 * h]))
-    return s[:, 3 * h:] * torch.tanh(c), c
+    c = torch.addcmul(s[:, h:2 * h] * c, s[:, :h], tanh_by_sigmoid(gates[:, 2 * h:3 * h]))
+    return s[:, 3 * h:] * tanh_by_sigmoid(c), c
 
 
 class LinearLSTM(nn.Module):
