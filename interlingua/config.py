@@ -68,7 +68,8 @@ class PreprocessConfig(_Strict):
     """Use only the first N validation lines for dev BLEU during training."""
     vocab_sample: int = Field(1_000_000, ge=1000)
     """Sentencepiece learns each vocabulary from at most this many training lines, drawn at
-    random (its `input_sentence_size` with shuffling): memory stays flat in corpus size."""
+    random the same way every time (`vocab.reservoir_sample`): memory stays flat in corpus size, and
+    the same corpus gives the same vocabulary."""
     workers: int | None = Field(None, ge=1)
     """Threads that encode each chunk of lines; default: every core of the machine."""
     clean: CleanConfig = Field(default_factory=CleanConfig)
