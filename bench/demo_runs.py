@@ -51,7 +51,7 @@ def summary(tag: str, start: float, record: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--work", required=True)
+    ap.add_argument("--work", default=None, help="the runs' folders go under it (required)")
     ap.add_argument("--starts", default="0.5", help="values of SYNTHETIC_START, alternated within each round")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--minutes", type=float, default=8.0)
@@ -61,9 +61,11 @@ def main() -> None:
                     help="also write the lines of runs finished before this call (their result.json)")
     ap.add_argument("--one", nargs=2, metavar=("FOLDER", "START"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.one:
+    if args.one:  # the script calling itself, once per run (`--work` is not needed there)
         run_one(Path(args.one[0]), float(args.one[1]), args.minutes, args.precision)
         return
+    if args.work is None:
+        ap.error("the following arguments are required: --work")
     starts = [float(s) for s in args.starts.split(",")]
     for r in range(1, args.rounds + 1):
         for start in starts:
