@@ -351,6 +351,15 @@ def test_synthesize_refuses_what_it_cannot_make(english_centred_model, tmp_path,
     assert "through the pivot 'en'" in capsys.readouterr().err
     assert main(["synthesize", str(english_centred_model), "--out", str(tmp_path / "b"), "--pivot", "cs"]) == 2
     assert "pivot 'cs'" in capsys.readouterr().err
+    # a corpus without French: refused before any sentence is translated (de->fr's pairs were made first, then
+    # fr->de found no French), and no output folder is left behind
+    from conftest import write_multiway_corpus
+    no_french = write_multiway_corpus(tmp_path, "en-de", {"train": {"en": ["a dog ."] * 3, "de": ["ein hund ."] * 3}})
+    assert main(["synthesize", str(english_centred_model), "--out", str(tmp_path / "c"),
+                 "--corpus", str(no_french)]) == 2
+    captured = capsys.readouterr()
+    assert "has no file of fr beside one of en" in captured.err and "sent/s" not in captured.err, captured.err
+    assert not (tmp_path / "c").exists()
 
 
 def test_the_service_answers_zero_shot_and_pivot_side_by_side(english_centred_model):

@@ -57,9 +57,13 @@ def synthesize(model: Model, corpus: str | Path, out: str | Path, pivot: str = "
     source = load_corpus(corpus)
     if source.source is None:
         raise DataError(f"corpus {corpus} has no file")
+    groups = [g for g in source.groups(split) if pivot in g.files]
+    for x, _ in directions:  # before any translating: a missing side surfaced only after the directions before it
+        if not any(x in g.files for g in groups):
+            raise DataError(f"split '{split}' of {source.source} has no file of {x} beside one of {pivot}, so no "
+                            f"{x} sentence to pair with a made translation")
     dest = Path(out)
     dest.mkdir(parents=True, exist_ok=True)
-    groups = [g for g in source.groups(split) if pivot in g.files]
     counts: dict[str, int] = {}
     made_pairs: dict[str, dict[str, str]] = {}
     for x, y in directions:
