@@ -502,6 +502,24 @@ def test_the_check_measures_both_dev_bleus_and_records_them_beside_the_model(tra
         int8_probe.Int8Check.read(tmp_path / "model.int8.json").holds
 
 
+def test_a_check_on_a_handful_of_dev_sentences_says_it_says_little(trained, synthetic_corpus, tmp_path, caplog):
+    """A corpus whose val split holds 4 pairs of the model's directions: the check is made and recorded, with a
+    warning (it used to say "int8 holds" from 4 sentences without a word)."""
+    from conftest import write_multiway_corpus
+
+    from interlingua.data.corpus import load_corpus, read_group
+    path = copied(trained, tmp_path)
+    lines = {lang: text[:4] for lang, text in read_group(load_corpus(synthetic_corpus).groups("val")[0]).items()}
+    small = write_multiway_corpus(tmp_path, "small", {"train": lines, "val": lines})
+    with caplog.at_level("WARNING", logger="interlingua.inference.int8_probe"):
+        check = int8_probe.check_int8(path, corpus=small)
+    assert check.dev_sentences == 4 and "only 4 dev sentence pair(s)" in caplog.text and "says little" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="interlingua.inference.int8_probe"):
+        int8_probe.check_int8(path, limit=4)  # as few as asked for: no warning
+    assert "says little" not in caplog.text
+
+
 def test_the_check_without_a_dev_set_is_one_error_and_records_nothing(trained, tmp_path, capsys):
     path = copied(trained, tmp_path)
     gone = tmp_path / "gone" / "corpus.yaml"

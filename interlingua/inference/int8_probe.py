@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 
 DEV_SENTENCES = 200
 """Dev sentence pairs the check translates by default (in total, over the trained directions)."""
+FEW_DEV_SENTENCES = 50
+"""Fewer dev pairs than this (where more were asked for) get a warning: the check is made, but it says little."""
 MAX_BLEU_DROP = 0.3
 """int8's dev BLEU may be at most this much below fp32's."""
 MIN_INT8_SPEEDUP = 1.1
@@ -186,6 +188,10 @@ def check_int8(checkpoint: str | Path, corpus: str | Path | None = None, limit: 
     quantized = copy.deepcopy(loaded.network)
     quantize_network(quantized)  # refused in one line where int8 cannot run (too small, no kernel pays here)
     sentences = sum(len(d[2]) for d in dev)
+    if sentences < min(limit, FEW_DEV_SENTENCES):
+        log.warning("only %d dev sentence pair(s) of the model's directions in %s (asked for %d): a BLEU over so few "
+                    "moves by points with one sentence, so this check says little; give --corpus with a larger "
+                    "'val' split", sentences, corpus or loaded.config.corpus, limit)
     log.info("translating %d dev sentences in fp32 and in int8", sentences)
     fp32_bleu, int8_bleu = dev_bleu(loaded.network, loaded, dev), dev_bleu(quantized, loaded, dev)
     check = Int8Check(holds=math.isfinite(int8_bleu) and int8_bleu >= fp32_bleu - MAX_BLEU_DROP,
