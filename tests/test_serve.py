@@ -72,6 +72,22 @@ def test_translate_answers_what_the_library_does(client, model, beam):
     assert body["translations"][-1] == ""  # an empty line stays empty, as in the library
 
 
+def test_a_text_longer_than_the_model_reads_is_named_in_the_answer(client, model):
+    """The model reads `max_len` subwords of a text; the rest used to be dropped with a line in the server's log
+    only, so a client sending a paragraph got the translation of its first sentence without a word."""
+    long = " ".join(EN * 6)  # under the service's 2,000 characters, over the model's 40 subwords
+    texts = [EN[0], long, EN[1]]
+    assert model.truncated(texts, "en") == [1] and model.truncated(EN, "en") == []
+    status, body = post(client, "/translate", {"texts": texts, "src": "en", "tgt": "de"})
+    assert status == 200 and body["truncated"] == [1] and body["translations"] == model.translate(texts, "en", "de")
+    status, body = post(client, "/translate", {"texts": texts, "src": "en", "tgts": ["de", "en"]})
+    assert status == 200 and [r["truncated"] for r in body["results"]] == [[1], [1]]
+    status, body = post(client, "/embed", {"texts": texts, "lang": "en"})
+    assert status == 200 and body["truncated"] == [1] and len(body["vectors"]) == 3
+    status, body = post(client, "/embed", {"texts": EN, "lang": "en"})
+    assert status == 200 and "truncated" not in body  # only where something was cut
+
+
 def test_translate_with_the_top_beam_stop_rule(client, model):
     texts = ["A dog runs on the grass .", "Two men are talking ."]
     status, body = post(client, "/translate", {"texts": texts, "src": "en", "tgt": "de", "beam": 3, "beam_stop": "top"})

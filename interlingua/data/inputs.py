@@ -63,6 +63,13 @@ def tokenize_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfi
     return [np.asarray(x[:pre.max_len], dtype=np.int64) for x in ids]
 
 
+def overlong_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig) -> list[int]:
+    """The indices of `sentences` longer than `pre.max_len` subwords, which `tokenize_inputs` cuts to it."""
+    check_input_texts(sentences)
+    ids = vocab.tokenize_batch([normalize_line(s, pre.lowercase, pre.normalize) for s in sentences])
+    return [i for i, x in enumerate(ids) if len(x) > pre.max_len]
+
+
 def length_sorted_batches(seqs: list[np.ndarray], batch_size: int, prefix: int | None = None,
                           max_tokens: int | None = None) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
     """Yield (original indices, padded ids, lengths) over the non-empty sequences, longest first:

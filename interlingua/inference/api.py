@@ -42,7 +42,7 @@ from interlingua.arguments import (
 )
 from interlingua.config import ExperimentConfig, PreprocessConfig
 from interlingua.data.directions import Direction, synthetic_directions
-from interlingua.data.inputs import length_sorted_batches, tokenize_inputs
+from interlingua.data.inputs import length_sorted_batches, overlong_inputs, tokenize_inputs
 from interlingua.data.shortlist import DirectionTable, Shortlist
 from interlingua.data.vocab import Vocab, source_prefix
 from interlingua.errors import ArgumentTypeError, ConfigError, InterlinguaError, LanguageError
@@ -617,6 +617,13 @@ class Model:
         return out
 
     # --- inside the encoder ------------------------------------------------------------------
+
+    def truncated(self, texts: Sequence[str], lang: str) -> list[int]:
+        """The indices of `texts` longer than the model reads (`preprocess.max_len` subwords): `translate`,
+        `represent` and `encode` take only their first `max_len` subwords (and log it); split such texts into
+        sentences first. For callers that must tell their own users (the service's `truncated`)."""
+        self.check_source(lang)
+        return overlong_inputs(texts, self._vocabs[lang], self._pre)
 
     def token_ids(self, texts: Sequence[str], lang: str) -> list[np.ndarray]:
         """The subword ids each text becomes (normalised and truncated as in training), without the

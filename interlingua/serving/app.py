@@ -252,11 +252,15 @@ async def _encode_each(request: Request, texts: list[str], langs: list[str], cou
     return encoded  # type: ignore[return-value]  # every index belongs to one group
 
 
-def _translated(call: TranslateCall, translations: list[str], check: _LanguageCheck) -> TranslateResponse:
-    """One target's answer: what a request with that `tgt` gets."""
+def _translated(call: TranslateCall, translations: list[str], check: _LanguageCheck,
+                truncated: list[int]) -> TranslateResponse:
+    """One target's answer: what a request with that `tgt` gets (`truncated` only where some text was cut)."""
     route = check.route(call)
-    return TranslateResponse(translations=translations, src=call.src, tgt=call.tgt, pivot=call.pivot,
-                             route=route, direction=route)
+    answer = TranslateResponse(translations=translations, src=call.src, tgt=call.tgt, pivot=call.pivot,
+                               route=route, direction=route)
+    if truncated:
+        answer.truncated = truncated
+    return answer
 
 
 def _base64_float32(vector: np.ndarray) -> str:
@@ -324,11 +328,12 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
         if body.compare_pivot and (body.tgts is not None or body.pivot is not None):
             raise RequestFieldError("body.compare_pivot", "compare_pivot compares one target's direct translation "
                                     "with the model's pivot: send it with `tgt` and without `pivot`")
+        cut = model.truncated(body.texts, body.src)  # said in the answer: the client sees no server log
         if body.tgts is None:
             through = model.languages.pivot(body.src, calls[0].tgt) if (
                 body.compare_pivot and check.route(calls[0]) == "zero-shot") else None
             if through is None:
-                answer = _translated(calls[0], await _submit(request, calls[0], body.texts), check)
+                answer = _translated(calls[0], await _submit(request, calls[0], body.texts), check, cut)
                 if body.compare_pivot:
                     answer.through_pivot = None  # asked for: said to be none
                 return answer
@@ -336,16 +341,16 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
                                            body.no_repeat_ngram)
             direct, pivoted = await asyncio.gather(_submit(request, calls[0], body.texts),
                                                    _submit(request, via, body.texts))
-            answer = _translated(calls[0], direct, check)
+            answer = _translated(calls[0], direct, check, cut)
             answer.through_pivot = PivotTranslations(pivot=through, translations=pivoted)
             return answer
         many = TranslateTargetsCall.normalised(body.src, tuple(tgts), body.beam, body.pivot, body.beam_stop,
                                                body.no_repeat_ngram)
         rows: list[tuple[str, ...]] = await _submit(request, many, body.texts)
         return TranslateTargetsResponse(src=body.src, results=[
-            _translated(call, [row[j] for row in rows], check) for j, call in enumerate(calls)])
+            _translated(call, [row[j] for row in rows], check, cut) for j, call in enumerate(calls)])
 
-    @app.post("/embed", response_model=EmbedResponse, **post)
+    @app.post("/embed", response_model=EmbedResponse, response_model_exclude_unset=True, **post)
     async def embed(body: EmbedRequest, request: Request) -> EmbedResponse:
         """Sentence vectors of `texts` in `lang`: mean pooling (dim,) or one vector per bridge head (heads, dim)."""
         check_texts(body.texts, "body.texts", limits)
@@ -354,7 +359,11 @@ def build_app(model: Model, limits: ServiceLimits | None = None, model_name: str
             raise RequestFieldError("body.pooling", "pooling 'heads' needs an attention-bridge model; this one has "
                                                     "none (use 'mean')")
         encoded: list[EncodedText] = await _submit(request, EncodeCall(body.lang, body.pooling), body.texts)
-        return EmbedResponse(vectors=np.stack([e.vector for e in encoded]).tolist(), dim=model.dim)
+        answer = EmbedResponse(vectors=np.stack([e.vector for e in encoded]).tolist(), dim=model.dim)
+        cut = model.truncated(body.texts, body.lang)
+        if cut:
+            answer.truncated = cut
+        return answer
 
     @app.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, **post)
     async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> OpenAIEmbeddingResponse:
