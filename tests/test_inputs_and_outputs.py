@@ -59,6 +59,15 @@ def test_items_that_are_not_strings_are_type_errors_naming_the_item(model, bad, 
         model.translate(bad, "en", "de")
 
 
+def test_a_cut_line_is_named_by_its_number(model, caplog):
+    long = " ".join(["a man rides a bike ."] * 60)
+    texts = ["a dog .", long, "two men .", long]
+    with caplog.at_level("WARNING", logger="interlingua.data.inputs"):
+        model.translate(texts, "en", "de")
+    assert "2 input line(s) longer than max_len=" in caplog.text and "truncated (lines 2, 4)" in caplog.text
+    assert model.truncated(texts, "en") == [1, 3]
+
+
 def test_valid_texts_pass_unchanged():
     texts = ("a dog", "", "emoji \U0001F600", "ünïcödé")
     assert check_input_texts(texts) is texts

@@ -54,9 +54,11 @@ def tokenize_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfi
     check_input_texts(sentences)
     texts = [normalize_line(s, pre.lowercase, pre.normalize) for s in sentences]
     ids = vocab.tokenize_batch(texts)
-    too_long = sum(len(x) > pre.max_len for x in ids)
+    too_long = [i + 1 for i, x in enumerate(ids) if len(x) > pre.max_len]
     if too_long:
-        log.warning("%d input line(s) longer than max_len=%d subwords were truncated", too_long, pre.max_len)
+        shown = ", ".join(map(str, too_long[:5])) + (", ..." if len(too_long) > 5 else "")
+        log.warning("%d input line(s) longer than max_len=%d subwords were truncated (%s %s)", len(too_long),
+                    pre.max_len, "line" if len(too_long) == 1 else "lines", shown)
     empty = sum(len(x) == 0 for x in ids)
     if empty:
         log.warning("%d empty input line(s): %s", empty, empty_output)
