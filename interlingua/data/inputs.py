@@ -51,10 +51,8 @@ def tokenize_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfi
     """Normalise and tokenise; over-long inputs are truncated to `max_len` with one warning, and
     empty ones (nothing left after normalisation) are counted in one warning that ends with
     `empty_output`, what the caller gives them. Invalid texts raise (`check_input_texts`)."""
-    check_input_texts(sentences)
-    texts = [normalize_line(s, pre.lowercase, pre.normalize) for s in sentences]
-    ids = vocab.tokenize_batch(texts)
-    too_long = [i + 1 for i, x in enumerate(ids) if len(x) > pre.max_len]
+    ids = _subwords(sentences, vocab, pre)
+    too_long = [i + 1 for i in _overlong(ids, pre.max_len)]  # line numbers
     if too_long:
         shown = ", ".join(map(str, too_long[:5])) + (", ..." if len(too_long) > 5 else "")
         log.warning("%d input line(s) longer than max_len=%d subwords were truncated (%s %s)", len(too_long),
@@ -67,9 +65,17 @@ def tokenize_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfi
 
 def overlong_inputs(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig) -> list[int]:
     """The indices of `sentences` longer than `pre.max_len` subwords, which `tokenize_inputs` cuts to it."""
+    return _overlong(_subwords(sentences, vocab, pre), pre.max_len)
+
+
+def _subwords(sentences: Sequence[str], vocab: Vocab, pre: PreprocessConfig) -> list[list[int]]:
+    """The ids of each sentence, normalised as in training and not yet cut (invalid texts raise)."""
     check_input_texts(sentences)
-    ids = vocab.tokenize_batch([normalize_line(s, pre.lowercase, pre.normalize) for s in sentences])
-    return [i for i, x in enumerate(ids) if len(x) > pre.max_len]
+    return vocab.tokenize_batch([normalize_line(s, pre.lowercase, pre.normalize) for s in sentences])
+
+
+def _overlong(ids: Sequence[Sequence[int]], max_len: int) -> list[int]:
+    return [i for i, x in enumerate(ids) if len(x) > max_len]
 
 
 def length_sorted_batches(seqs: list[np.ndarray], batch_size: int, prefix: int | None = None,
