@@ -305,31 +305,29 @@ def pack_output_layers(network: nn.Module, kernel: str = "auto") -> int:
     if not owners or not packed_kernel_works():
         return 0
     done: dict[int, PackedLinear | None] = {}  # a layer under several decoders is packed once
+    plans: dict[tuple[int, int], PackedPlan] = {}  # one decoder per language: each shape's plan read and said once
     for owner, layer in owners:
         if id(layer) not in done:
-            done[id(layer)] = _packed_layer(layer, kernel)
+            done[id(layer)] = _packed_layer(layer, kernel, plans)
         packed = done[id(layer)]
         if packed is not None:
             owner.generator = packed
     return sum(p is not None for p in done.values())
 
 
-_SAID: set[str] = set()
-"""The plans already logged by this process."""
-
-
-def _packed_layer(layer: nn.Linear, kernel: str) -> PackedLinear | None:
-    """`layer` packed as `kernel` (auto or packed) says, or None where it stays as it is."""
+def _packed_layer(layer: nn.Linear, kernel: str, plans: dict[tuple[int, int], PackedPlan]) -> PackedLinear | None:
+    """`layer` packed as `kernel` (auto or packed) says, or None where it stays as it is; `plans`: the plans of the
+    shapes met so far in this network (measured or read from the cache, and logged, once a shape)."""
     if kernel == "packed":
         plan = PackedPlan.always()
     elif layer.in_features * layer.out_features < MIN_PACKED_WEIGHTS:
         return None
     else:
-        plan = packed_plan(layer.in_features, layer.out_features)
-        said = f"output layer {shape_label(layer.in_features, layer.out_features)}: {plan.describe()} here"
-        if said not in _SAID:  # once per process: one decoder per language would repeat it for every language
-            _SAID.add(said)
-            log.info(said)
+        shape = (layer.in_features, layer.out_features)
+        if shape not in plans:
+            plans[shape] = packed_plan(*shape)
+            log.info("output layer %s: %s here", shape_label(*shape), plans[shape].describe())
+        plan = plans[shape]
         if not plan.pays:
             return None
     packed = PackedLinear(layer, plan)
