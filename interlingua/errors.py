@@ -48,3 +48,9 @@ class ArgumentTypeError(ArgumentError, TypeError):
 class RecordError(InterlinguaError, ValueError):
     """A record of a run's dev validations (a metrics.jsonl line, an entry of a checkpoint's training history)
     is malformed."""
+
+
+def one_line(err: BaseException, limit: int = 300) -> str:
+    """`err`'s message on one line, cut at `limit` characters, for quoting inside one of the toolkit's own
+    messages (libraries' messages run over several lines; some carry none, then its type names it)."""
+    return " ".join(str(err).split())[:limit] or type(err).__name__

@@ -30,7 +30,7 @@ from interlingua.data.cleaning import LineFilter
 from interlingua.data.corpus import Corpus, ParallelGroup, load_corpus, normalize_line, read_group, stream_group
 from interlingua.data.token_store import DamagedCache, TokenFileWriter, TokenSequences, id_dtype
 from interlingua.data.vocab import Vocab, language_tag
-from interlingua.errors import DataError, LanguageError
+from interlingua.errors import DataError, LanguageError, one_line
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 2
@@ -311,7 +311,7 @@ def _cached(cache_dir: Path, fp: str, given: dict[str, Vocab] | None) -> Prepare
     except (DamagedCache, FileNotFoundError, ValueError, KeyError, TypeError, RuntimeError) as err:
         # RuntimeError: sentencepiece's on a garbled model; ValueError: JSON, UTF-8 and numpy's
         log.warning("the prepared data in %s is damaged (%s): preparing it again", cache_dir,
-                    " ".join(str(err).split())[:200] or type(err).__name__)
+                    one_line(err, 200))
         return None
 
 

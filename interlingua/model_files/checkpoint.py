@@ -25,7 +25,7 @@ import torch
 from interlingua.atomic_files import atomic_output, check_writable, output_target
 from interlingua.config import ExperimentConfig, parse_config
 from interlingua.data.vocab import Vocab, vocab_offsets, vocabs_from_protos
-from interlingua.errors import CheckpointError, InterlinguaError, RecordError
+from interlingua.errors import CheckpointError, InterlinguaError, RecordError, one_line
 from interlingua.memory import memory_for
 from interlingua.model_files.loaded import AddedLanguage, LoadedModel, Provenance
 from interlingua.modules.model import TranslationNetwork
@@ -177,9 +177,8 @@ class Checkpoint:
                        extended=[AddedLanguage.from_json(e) for e in extended] if extended is not None else None,
                        averaged_from=payload.get("averaged_from"), path=Path(path))
         except (KeyError, TypeError, ValueError) as err:
-            detail = " ".join(str(err).split())[:300]
             raise CheckpointError(f"{path} is incomplete (corrupt checkpoint?): missing or malformed "
-                                  f"{detail}") from None
+                                  f"{one_line(err)}") from None
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -251,8 +250,7 @@ def _unreadable_because(path: Path, err: Exception) -> str:
     if "weights only load failed" in str(err).lower():
         return ("it holds Python objects besides tensors and plain data, which interlingua does not unpickle "
                 "(not written by interlingua)")
-    first = " ".join(str(err).split()).split(". ")[0]  # torch's first sentence; some errors carry no message
-    return first[:200] or type(err).__name__
+    return one_line(err, limit=10_000).split(". ")[0][:200]  # torch's first sentence
 
 
 def check_format_version(version: object, newest: int, kind: str, path: str | Path) -> None:
@@ -297,8 +295,8 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
         ckpt.weights = {}
         network.restrict_to_vocabs(vocabs)
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
-        detail = " ".join(str(err).split())[:300]  # load_state_dict's first line names no tensor
-        raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {detail}") from None
+        # load_state_dict's first line names no tensor: all of it, on one line
+        raise CheckpointError(f"{path} does not match its own config (corrupt checkpoint?): {one_line(err)}") from None
     with memory_for(f"the model of {path}", device):
         network.to(device).eval()
     provenance = Provenance("checkpoint", Path(path), int(step) if isinstance(step, int) else None, summary,

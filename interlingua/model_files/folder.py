@@ -42,7 +42,7 @@ from safetensors.torch import load_file, save_file
 from interlingua.atomic_files import atomic_folder, check_replaceable
 from interlingua.config import parse_config
 from interlingua.data.vocab import EOS, Vocab, vocab_offsets, vocabs_from_protos
-from interlingua.errors import CheckpointError
+from interlingua.errors import CheckpointError, one_line
 from interlingua.model_files.card import render_card
 from interlingua.model_files.checkpoint import check_finite, check_format_version, finite_json
 from interlingua.model_files.loaded import AddedLanguage, LoadedModel, Provenance, RecordedResults
@@ -366,8 +366,8 @@ def read_weights(network: TranslationNetwork, path: Path, recorded: dict[str, st
     try:
         tensors = load_file(path)
     except Exception as err:  # safetensors raises its own error type, and others for odd files
-        detail = " ".join(str(err).split())[:200] or type(err).__name__
-        raise CheckpointError(f"{path} is not a readable safetensors file (truncated or corrupt?): {detail}") from None
+        raise CheckpointError(f"{path} is not a readable safetensors file (truncated or corrupt?): "
+                              f"{one_line(err, 200)}") from None
     state = network.state_dict()
     unexpected = [k for k in tensors if k not in state]
     stored = {state[k].untyped_storage().data_ptr() for k in tensors if k in state and state[k].numel()}
@@ -390,8 +390,7 @@ def read_weights(network: TranslationNetwork, path: Path, recorded: dict[str, st
     try:
         network.load_state_dict(tensors, strict=False)
     except RuntimeError as err:
-        detail = " ".join(str(err).split())[:300]
-        raise CheckpointError(f"{path} does not match config.json and the tokenizers: {detail}") from None
+        raise CheckpointError(f"{path} does not match config.json and the tokenizers: {one_line(err)}") from None
 
 
 def _described(tensor: torch.Tensor) -> str:

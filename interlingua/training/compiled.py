@@ -110,7 +110,7 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def one_line(err: BaseException) -> str:
+def compiler_failure(err: BaseException) -> str:
     """An exception as one short line (a compiler's errors run over many)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     text = next((line for line in lines if not line.startswith("backend=")), lines[0] if lines else "")
@@ -164,7 +164,7 @@ class CompiledForward:
                 with compile_settings():
                     return self._compiled(batch, **self._steady_terms(terms))
             except compile_errors() as err:
-                self.failure = one_line(err)
+                self.failure = compiler_failure(err)
                 log.warning("train.compile: compiling the training step failed (%s); training on without "
                             "compiling", self.failure)
         return self.module(batch, **terms)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from interlingua.config import ExperimentConfig
 from interlingua.data.directions import direction_name
-from interlingua.errors import CheckpointError, ConfigError
+from interlingua.errors import CheckpointError, ConfigError, one_line
 from interlingua.model_files.checkpoint import Checkpoint, TrainingState
 from interlingua.modules.model import TranslationNetwork
 from interlingua.records import Validation
@@ -87,7 +87,7 @@ def resume_run(run: Run, ckpt: Checkpoint) -> Progress:
             run.scaler.load_state_dict(st.grad_scaler)
     except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as err:
         raise CheckpointError(f"cannot resume {path}: its training state does not fit this run "
-                              f"(corrupt checkpoint?): {_one_line(err)}") from None
+                              f"(corrupt checkpoint?): {one_line(err)}") from None
     history, best_bleu = rescored_history(run, st.history, st.best_bleu)
     progress = Progress(st.step, st.elapsed, best_bleu, history, {**empty_window(), **st.log_window})
     if run.dist.is_main:
@@ -149,9 +149,6 @@ def load_init_weights(network: TranslationNetwork, ckpt: Checkpoint, trainable: 
         network.load_state_dict(weights)
     except (KeyError, RuntimeError) as err:
         raise CheckpointError(f"cannot start from {path}: its weights do not fit this run's model "
-                              f"(directions or languages?): {_one_line(err)}") from None
+                              f"(directions or languages?): {one_line(err)}") from None
     log.info("starting from the weights of %s", path)
 
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())[:300]
