@@ -6,9 +6,11 @@ Run: python bench/int8_linear.py [--sections linear,lstm_decoder,lstm_encoder,pl
 Sections:
   linear        nn.Linear (fp32) against `Int8Linear` with each int8 kernel that works here (oneDNN's
                 qlinear, torch._int_mm), per call, over (rows, in, out) shapes of the models here:
-                the numbers behind `interlingua.modules.int8.MIN_INT8_WEIGHTS`.
+                the numbers behind `interlingua.modules.int8.MIN_INT8_WEIGHTS`; and `peer_dynamic`,
+                the layer as OpenNMT-py's `-int8` runs it (PyTorch's dynamic quantization, fbgemm).
   lstm_decoder  one search step of the LSTM decoder's recurrence for a batch: nn.LSTM on (batch, 1, E),
-                its `LinearLSTM` form in fp32, and that form with int8 gates (one product over [x, h]).
+                its `LinearLSTM` form in fp32, and that form with int8 gates (one product over [x, h]);
+                `peer_dynamic`: nn.LSTM dynamically quantized, as OpenNMT-py's `-int8` runs it.
   lstm_encoder  one direction of the BiLSTM encoder over a (batch, T, in) batch: nn.LSTM's fused fp32
                 kernel against the split `LinearLSTM` (all time steps' input projections in one product,
                 then a recurrent loop), fp32 and int8: `ENCODER_LSTM_INT8`.
@@ -36,6 +38,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -61,9 +64,9 @@ from interlingua.precision import cpu_flags, cpu_model  # noqa: E402
 LINEAR_SHAPES = [  # rows x in x out: decoder steps (64 greedy, 320 = 64 x beam 5), encoders (1280 = 64 x 20)
     (5, 128, 512), (64, 128, 128), (64, 128, 256), (64, 128, 512), (64, 512, 128), (64, 256, 256),
     (64, 256, 512), (64, 512, 256), (64, 256, 1024), (64, 512, 1024), (64, 256, 2000), (64, 128, 8000),
-    (64, 512, 2048), (64, 512, 8000),
+    (64, 512, 2048), (64, 512, 8000), (64, 1024, 512), (64, 1024, 2048),
     (320, 128, 128), (320, 128, 512), (320, 512, 128), (320, 256, 512), (320, 512, 256), (320, 512, 1024),
-    (320, 256, 2000), (320, 128, 8000),
+    (320, 256, 2000), (320, 128, 8000), (320, 512, 2048), (320, 512, 8000), (320, 1024, 512), (320, 1024, 2048),
     (1280, 128, 128), (1280, 128, 512), (1280, 512, 128), (1280, 256, 512), (1280, 256, 1024),
 ]
 DECODER_SIZES = [(64, 256, 256, 1), (320, 256, 256, 1), (64, 256, 256, 2), (320, 256, 256, 2), (64, 512, 512, 2),
@@ -118,6 +121,15 @@ def kernels() -> list[str]:
     return [k for k in KERNELS if kernel_works(k)]
 
 
+def peer_dynamic(module: torch.nn.Module) -> torch.nn.Module:
+    """`module` as OpenNMT-py's `-int8` runs it: PyTorch's dynamic quantization (fbgemm's int8 products with
+    prepacked per-tensor weights, activations quantized per call; for an LSTM the fused quantized LSTM op)."""
+    with warnings.catch_warnings():  # torch 2.13 warns that its quantized tensors are deprecated
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(module), {type(module)},
+                                                      dtype=torch.qint8)[0]
+
+
 def bench_linear(args: argparse.Namespace, record: Callable[[dict], None]) -> None:
     for rows, n_in, n_out in LINEAR_SHAPES:
         torch.manual_seed(0)
@@ -127,6 +139,7 @@ def bench_linear(args: argparse.Namespace, record: Callable[[dict], None]) -> No
         for k in kernels():
             q = Int8Linear.from_linear(lin, k)
             variants[f"int8_{k}"] = partial(q, x)
+        variants["peer_dynamic"] = partial(peer_dynamic(lin), x)
         result = timed(variants, args.reps, max(3, int(20000 / (30 + rows * n_in * n_out / 1e4))))  # ~20 ms blocks
         record({"section": "linear", "rows": rows, "in": n_in, "out": n_out, "weights": n_in * n_out,
                 "times": result, "speedup_vs_fp32": speedups(result, "fp32")})
@@ -153,6 +166,7 @@ def bench_lstm_decoder(args: argparse.Namespace, record: Callable[[dict], None])
                 for i, g in enumerate(stack):
                     stack[i] = Int8Linear.from_linear(g, k)  # type: ignore[arg-type]
             variants[f"split_int8_{k}"] = partial(s, x, state)
+        variants["peer_dynamic"] = partial(peer_dynamic(lstm), x, state)
         result = timed(variants, args.reps, 50)
         with torch.inference_mode():
             ref, _ = lstm(x, state)
