@@ -142,6 +142,9 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypat
     # zero-shot beside pivot, per direction, with the verdict
     assert "de->fr:" in text and "through en" in text and "verdict: zero-shot is" in text
     assert set(out["zero_shot_vs_pivot"]["directions"]) == {"de-fr", "fr-de"}
+    # each difference with its paired bootstrap test (an untrained model's outputs: no difference beyond chance)
+    assert all(0 < d["p_value"] <= 1 for d in out["zero_shot_vs_pivot"]["directions"].values())
+    assert "chance)" in text and "beyond chance (paired bootstrap, p < 0.05)" in text
     assert "unrelated caption" in text
     # the demo trains cased and prints the BLEU that matches: cased, and no lowercased table beside it
     assert out["cased"] and "BLEU (cased)" in text and "BLEU (lowercased)" not in text

@@ -21,6 +21,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from interlingua.atomic_files import write_text_atomic
 from interlingua.data import language_id
 from interlingua.data.corpus import load_corpus, read_group
+from interlingua.data.directions import Direction
 from interlingua.errors import DataError
 from interlingua.evaluation.plots import plot_score_matrix
 from interlingua.inference.api import Model
@@ -44,6 +45,11 @@ class MatrixResult:
     """Percent of outputs of each direction not identified as the target language."""
     lid_ceiling: dict[str, float] = field(default_factory=dict)
     """Percent of each language's reference sentences the identifier gets right."""
+    outputs: dict[Direction, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    """Each direction's translations, in the order of `references` (kept in memory for paired tests between
+    two results on the same split: `pivot_comparison`; not written to the JSON)."""
+    references: dict[Direction, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    """Each direction's reference translations (the non-blank aligned lines of the split)."""
 
     def to_json(self) -> dict:
         return {"split": self.split, "languages": self.languages, "bleu": self.bleu, "chrf": self.chrf,
@@ -131,6 +137,8 @@ def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_f
     identify = language_id.supported(langs)
     wanted = set(pairs) if pairs is not None else None
     signature = ""
+    outputs: dict[Direction, list[str]] = {}
+    references: dict[Direction, list[str]] = {}
     for s in langs:
         for t in langs:
             if s == t or s not in sources or t not in targets or (wanted is not None and (s, t) not in wanted):
@@ -145,6 +153,7 @@ def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_f
                                    pivot=pivot if pivot not in (s, t) else None, progress=progress,
                                    no_repeat_ngram=no_repeat_ngram)
             seconds[f"{s}-{t}"] = round(time.perf_counter() - t0, 2)
+            outputs[s, t], references[s, t] = hyps, refs
             b = bleu_metric.corpus_score(hyps, [refs])
             signature = str(bleu_metric.get_signature())
             bleu.setdefault(s, {})[t] = round(b.score, 2)
@@ -162,7 +171,7 @@ def bleu_matrix(model: Model, corpus_path: str | Path, split: str = "test_2016_f
             refs = [line for g in groups if lang in g for line in g[lang] if line.strip()]
             ceiling[lang] = round(100.0 - language_id.off_target_rate(refs, lang, langs), 2)
     return MatrixResult(split, langs, bleu, chrf, zero_shot, beam_size, pivot, seconds, signature,
-                        bleu_cased, off_target, ceiling)
+                        bleu_cased, off_target, ceiling, outputs, references)
 
 
 def split_label(model_corpus: str | Path, corpus: str | Path, split: str) -> str:

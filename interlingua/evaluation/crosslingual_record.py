@@ -38,7 +38,7 @@ class CrosslingualReport:
     def pivot_comparison(self) -> PivotComparison:
         """Each zero-shot direction that was also translated through a pivot: direct, pivot, difference."""
         key = "bleu_cased" if self.cased else "bleu"
-        rows = tuple(DirectVsPivot(r["src"], r["tgt"], r[key], r[f"pivot_{key}"], r["pivot"])
+        rows = tuple(DirectVsPivot(r["src"], r["tgt"], r[key], r[f"pivot_{key}"], r["pivot"], r.get("pivot_p_value"))
                      for r in self.pairs.values()
                      if r["route"] == "zero-shot" and r[key] is not None and r[f"pivot_{key}"] is not None)
         return PivotComparison(rows, "BLEU (cased)" if self.cased else "BLEU (lowercased)")

@@ -33,7 +33,7 @@ from interlingua.inference.api import Languages, Model, load
 
 GAP_KEYS = ("margin", "margin_centered", "cos_translation", "cos_unrelated", "cos_nearest_unrelated")
 PAIR_KEYS = ("src", "tgt", "route", *RETRIEVAL_KEYS.values(), *GAP_KEYS, *SCORES,
-             "pivot", *(f"pivot_{s}" for s in SCORES))
+             "pivot", *(f"pivot_{s}" for s in SCORES), "pivot_p_value")
 """Every per-pair dict has these keys, in this order (None where a score was not measured)."""
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from interlingua.data.directions import Direction
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix
+from interlingua.evaluation.pivot_comparison import compare_with_pivot
 from interlingua.inference.api import Languages, Model
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,9 @@ def _cells(result: MatrixResult, src: str, tgt: str, prefix: str = "") -> dict[s
 def translation_scores(model: Model, corpus: str | Path, split: str, *, beam: int = 1, pivot: str | None = "en",
                        max_sentences: int | None = None, batch_size: int = 64, progress: bool = True,
                        no_repeat_ngram: int = 0) -> tuple[dict[Direction, dict], dict[str, float]]:
-    """{(src, tgt): route, bleu, bleu_cased, chrf, off_target, pivot, pivot_bleu, ...} for every translated
-    direction (pivot fields None for supervised ones and where no pivot has two trained legs), and the
+    """{(src, tgt): route, bleu, bleu_cased, chrf, off_target, pivot, pivot_bleu, ..., pivot_p_value} for every
+    translated direction (pivot fields None for supervised ones and where no pivot has two trained legs;
+    `pivot_p_value`: the paired bootstrap test of direct against pivot in the BLEU the model is read in), and the
     language identifier's accuracy on each target language's references (the off-target rates' ceiling)."""
     languages = model.languages
     directions = translated_directions(languages)
@@ -62,12 +64,14 @@ def translation_scores(model: Model, corpus: str | Path, split: str, *, beam: in
     settings: dict[str, Any] = dict(beam_size=beam, batch_size=batch_size, max_sentences=max_sentences,
                                     progress=progress, no_repeat_ngram=no_repeat_ngram)
     direct = bleu_matrix(model, corpus, split, pairs=directions, **settings)
-    no_pivot = {"pivot": None, **dict.fromkeys(f"pivot_{name}" for name in SCORES)}
+    no_pivot = {"pivot": None, **dict.fromkeys(f"pivot_{name}" for name in SCORES), "pivot_p_value": None}
+    cased = not model.config.preprocess.lowercase
     rows = {d: {"route": languages.route(*d), **_cells(direct, *d), **no_pivot} for d in directions}
     routes = pivot_routes(languages, pivot)
     for via in sorted({p for p in routes.values() if p}):
         pairs = [d for d, p in routes.items() if p == via]
         result = bleu_matrix(model, corpus, split, pivot=via, pairs=pairs, **settings)
+        tested = {(r.src, r.tgt): r.p_value for r in compare_with_pivot(direct, result, cased).rows}
         for d in pairs:
-            rows[d].update(pivot=via, **_cells(result, *d, prefix="pivot_"))
+            rows[d].update(pivot=via, **_cells(result, *d, prefix="pivot_"), pivot_p_value=tested.get(d))
     return rows, direct.lid_ceiling
