@@ -19,20 +19,9 @@ from types import FrameType
 from interlingua import arguments
 from interlingua.allocator import tune_allocator
 from interlingua.errors import InterlinguaError
-from interlingua.textio import decode_lines
+from interlingua.textio import read_input_lines
 
 log = logging.getLogger("interlingua")
-
-
-def _read_lines(path: str | None) -> list[str]:
-    """Input lines from a file or stdin, split and decoded alike (`textio.decode_lines`), so that
-    every command gives one output line (or vector) per input line whichever way the text came in."""
-    if path in (None, "-"):
-        return decode_lines(sys.stdin.buffer.read(), "stdin")
-    p = Path(path)
-    if not p.is_file():
-        raise InterlinguaError(f"input file not found: {p}")
-    return decode_lines(p.read_bytes(), str(p))
 
 
 EXPORT_QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
@@ -237,10 +226,11 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.output:
         check_output(args.output, [args.model, args.input, args.shortlist], force=args.force, flag="-o")
     _use_threads(args.threads)
+    lines = read_input_lines(args.input)  # a wrong path fails before the model loads
     model = load(args.model, args.device, args.precision, args.engine)
     if args.shortlist:
         model.use_shortlist(args.shortlist)
-    out = model.translate(_read_lines(args.input), args.src, args.tgt, beam=args.beam, pivot=args.pivot,
+    out = model.translate(lines, args.src, args.tgt, beam=args.beam, pivot=args.pivot,
                           length_penalty=args.length_penalty, max_len=args.max_len, batch_size=args.batch_size,
                           progress=True, beam_stop=args.beam_stop, workers=args.workers,
                           no_repeat_ngram=args.no_repeat_ngram)
@@ -311,10 +301,11 @@ def cmd_embed(args: argparse.Namespace) -> None:
     if args.output:
         from interlingua.model_files.checkpoint import check_output
         check_output(args.output, [args.model, args.input], force=args.force, flag="-o")
+    lines = read_input_lines(args.input)  # a wrong path fails before the model loads
     model = load(args.model, args.device, args.precision)
     if args.documents:
         from interlingua.inference.documents import embed_documents
-        docs = embed_documents(model, _read_lines(args.input), args.lang, unit=args.unit, other=args.other,
+        docs = embed_documents(model, lines, args.lang, unit=args.unit, other=args.other,
                                batch_size=args.batch_size, progress=True)
         if args.other:
             with atomic_output(args.output) as f:  # a file object: numpy adds no `.npz` to the name
@@ -324,7 +315,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
             return
         vecs = docs.vectors[args.lang]
     else:
-        vecs = model.encode(_read_lines(args.input), args.lang, pooling=args.pooling, batch_size=args.batch_size)
+        vecs = model.encode(lines, args.lang, pooling=args.pooling, batch_size=args.batch_size)
     if args.output:
         with atomic_output(args.output) as f:  # a file object: numpy adds no `.npy` to the name
             np.save(f, vecs)

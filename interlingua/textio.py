@@ -22,6 +22,20 @@ class TextDecodeError(InterlinguaError):
     """Input that is not UTF-8 text; the message names the source and the line."""
 
 
+def read_input_lines(path: str | Path | None) -> list[str]:
+    """The lines of a file, or of stdin for None or "-", decoded as every command decodes its input
+    (`decode_lines`), so that each input line gives one output line or vector whichever way it came in."""
+    if path is None or str(path) == "-":
+        import sys
+        return decode_lines(sys.stdin.buffer.read(), "stdin")
+    file = Path(path)
+    if file.is_dir():
+        raise InterlinguaError(f"{file} is a folder: give the input file (one sentence per line)")
+    if not file.is_file():
+        raise InterlinguaError(f"input file not found: {file}")
+    return decode_lines(file.read_bytes(), str(file))
+
+
 def decode_lines(raw: bytes, source: str) -> list[str]:
     """UTF-8 `raw` bytes as lines without their breaks; a final break ends the last line."""
     if not raw:

@@ -172,3 +172,12 @@ def test_a_full_disk_wrapped_by_torch_is_named(tmp_path):
 def test_a_folder_is_not_overwritten(tmp_path):
     with pytest.raises(IsADirectoryError):
         write_text_atomic(tmp_path, "text")
+
+
+@pytest.mark.parametrize("command", [["translate", "--src", "en", "--tgt", "de"], ["embed", "--lang", "en"]])
+def test_a_missing_input_or_a_folder_given_as_input_is_one_line_before_the_model_loads(tmp_path, capsys, command):
+    never_loaded = tmp_path / "no-model.pt"  # were the model loaded first, its absence would be the error
+    for given, says in ((tmp_path, f"{tmp_path} is a folder: give the input file (one sentence per line)"),
+                        (tmp_path / "absent.txt", f"input file not found: {tmp_path / 'absent.txt'}")):
+        assert main([command[0], "--model", str(never_loaded), *command[1:], "-i", str(given)]) != 0
+        assert capsys.readouterr().err.strip() == f"error: {says}"

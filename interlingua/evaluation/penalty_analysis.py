@@ -8,7 +8,6 @@ nats). One example sentence's attention is drawn per head for every model.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ from interlingua.errors import InterlinguaError
 from interlingua.evaluation.registry import Report, named_checkpoints
 from interlingua.evaluation.sentence.heads import head_entropy_stats, plot_head_heatmap, plot_head_heatmaps
 from interlingua.inference.api import Model, load
-from interlingua.textio import decode_lines
+from interlingua.textio import read_input_lines
 
 # Journal Table 13: EN-DE, k = 50, 10k NewsCrawl sentences of <= 40 tokens; (with, without) penalty.
 PAPER_TABLE13 = {"all_heads": (1.20, 0.63), "up_to_length": (0.49, 0.43), "beyond_length": (1.73, 0.82)}
@@ -106,23 +105,13 @@ def evaluate_heads(checkpoints: dict[str, Path], lang: str, out_dir: Path, sente
     return penalty_analysis(models, sentences, lang, example or sentences[0], out_dir)
 
 
-def _read_lines(path: str) -> list[str]:
-    """The lines of a file, or of stdin for "-", decoded as every command decodes its input."""
-    if path == "-":
-        return decode_lines(sys.stdin.buffer.read(), "stdin")
-    file = Path(path)
-    if not file.is_file():
-        raise InterlinguaError(f"input file not found: {file}")
-    return decode_lines(file.read_bytes(), str(file))
-
-
 def report_heads(model: list[str] | None, lang: str, split: str, corpus: str | None, input: str | None,
                  sentence: str | None, out: str | None, device: str) -> Report:
     """`interlingua analyze heads` (`registry.EVALUATIONS`): written under `out` (default: <first model
     folder>/analysis)."""
     models = named_checkpoints(model, "heads")
     out_dir = Path(out or next(iter(models.values())).parent / "analysis")
-    sentences = _read_lines(input) if input else None
+    sentences = read_input_lines(input) if input else None
     result = evaluate_heads(models, lang, out_dir, sentences=sentences, example=sentence, corpus=corpus, split=split,
                             device=device, sentences_name=str(input))
     md, js = out_dir / "heads.md", out_dir / "heads.json"
