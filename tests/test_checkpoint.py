@@ -183,6 +183,22 @@ def test_resume_from_a_corrupt_last_checkpoint(multi30k_corpus, trained_model, t
     assert not (work / "data").exists()  # refused before any data preparation
 
 
+def test_a_damaged_last_checkpoint_names_best_as_the_way_on(multi30k_corpus, tmp_path, capsys, monkeypatch):
+    import yaml
+    work = tmp_path / "run"
+    cfg = tiny_config(multi30k_corpus, work, train={"max_steps": 4, "valid_every": 2})
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(cfg))
+    train(parse_config(cfg))
+    best_step = Checkpoint.read(work / "best.pt").training.step
+    (work / "last.pt").write_bytes((work / "last.pt").read_bytes()[:5000])  # cut short, as by a failing disk
+    capsys.readouterr()  # the first run's progress bars
+    code, lines = _cli(["train", str(tmp_path / "exp.yaml"), "--resume"], capsys, monkeypatch)
+    _one_error_line(code, lines, work / "last.pt", f"{work / 'best.pt'} holds the training state of step {best_step}: "
+                                                   "copy it over last.pt to resume from that step")
+    shutil.copy(work / "best.pt", work / "last.pt")  # the way on it names
+    assert train(parse_config(cfg), resume=True).steps == 4
+
+
 def test_resume_needs_a_checkpoint_with_training_state(multi30k_corpus, trained_model, tmp_path, capsys, monkeypatch):
     work, cfg_path = _run_config(multi30k_corpus, tmp_path)
     code, lines = _cli(["train", str(cfg_path), "--resume"], capsys, monkeypatch)

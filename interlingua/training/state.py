@@ -53,10 +53,27 @@ def read_resume_checkpoint(work_dir: Path) -> Checkpoint:
     path = work_dir / "last.pt"
     if not path.exists():
         raise CheckpointError(f"nothing to resume: {path} does not exist (start the run without --resume)")
-    ckpt = Checkpoint.read(path)
+    try:
+        ckpt = Checkpoint.read(path)
+    except CheckpointError as err:
+        raise CheckpointError(f"{err}{_earlier_state(work_dir)}") from None
     if ckpt.training is None:
         raise CheckpointError(f"{path} holds no training state to resume from (a checkpoint for translation only?)")
     return ckpt
+
+
+def _earlier_state(work_dir: Path) -> str:
+    """Where a run whose last.pt is damaged can go on from: best.pt, when it is readable and holds a training state
+    (said, not done: going back to an earlier step is the user's choice)."""
+    best = work_dir / "best.pt"
+    try:
+        state = Checkpoint.read(best).training if best.is_file() else None
+    except CheckpointError:
+        return ""
+    if state is None:
+        return ""
+    return (f"; {best} holds the training state of step {state.step}: copy it over last.pt to resume from that step "
+            f"(`cp {best} {work_dir / 'last.pt'}`)")
 
 
 def resume_run(run: Run, ckpt: Checkpoint) -> Progress:
