@@ -19,7 +19,7 @@ from types import FrameType
 from interlingua import arguments
 from interlingua.allocator import tune_allocator
 from interlingua.errors import InterlinguaError
-from interlingua.textio import read_input_lines
+from interlingua.textio import check_input_path, read_input_lines
 
 log = logging.getLogger("interlingua")
 
@@ -226,11 +226,11 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.output:
         check_output(args.output, [args.model, args.input, args.shortlist], force=args.force, flag="-o")
     _use_threads(args.threads)
-    lines = read_input_lines(args.input)  # a wrong path fails before the model loads
+    check_input_path(args.input)  # a wrong path fails before the model loads; stdin is read after it
     model = load(args.model, args.device, args.precision, args.engine)
     if args.shortlist:
         model.use_shortlist(args.shortlist)
-    out = model.translate(lines, args.src, args.tgt, beam=args.beam, pivot=args.pivot,
+    out = model.translate(read_input_lines(args.input), args.src, args.tgt, beam=args.beam, pivot=args.pivot,
                           length_penalty=args.length_penalty, max_len=args.max_len, batch_size=args.batch_size,
                           progress=True, beam_stop=args.beam_stop, workers=args.workers,
                           no_repeat_ngram=args.no_repeat_ngram)
@@ -301,8 +301,9 @@ def cmd_embed(args: argparse.Namespace) -> None:
     if args.output:
         from interlingua.model_files.checkpoint import check_output
         check_output(args.output, [args.model, args.input], force=args.force, flag="-o")
-    lines = read_input_lines(args.input)  # a wrong path fails before the model loads
+    check_input_path(args.input)  # a wrong path fails before the model loads; stdin is read after it
     model = load(args.model, args.device, args.precision)
+    lines = read_input_lines(args.input)
     if args.documents:
         from interlingua.inference.documents import embed_documents
         docs = embed_documents(model, lines, args.lang, unit=args.unit, other=args.other,

@@ -22,18 +22,28 @@ class TextDecodeError(InterlinguaError):
     """Input that is not UTF-8 text; the message names the source and the line."""
 
 
-def read_input_lines(path: str | Path | None) -> list[str]:
-    """The lines of a file, or of stdin for None or "-", decoded as every command decodes its input
-    (`decode_lines`), so that each input line gives one output line or vector whichever way it came in."""
+def check_input_path(path: str | Path | None) -> None:
+    """Refuse an input path that is missing or a folder, before a command does slower work (loading a model);
+    None or "-" (stdin) is read when the command gets to it. Pipes and devices (`<(zcat f.gz)`, /dev/null) are
+    inputs like files."""
     if path is None or str(path) == "-":
-        import sys
-        return decode_lines(sys.stdin.buffer.read(), "stdin")
+        return
     file = Path(path)
     if file.is_dir():
         raise InterlinguaError(f"{file} is a folder: give the input file (one sentence per line)")
-    if not file.is_file():
+    if not file.exists():
         raise InterlinguaError(f"input file not found: {file}")
-    return decode_lines(file.read_bytes(), str(file))
+
+
+def read_input_lines(path: str | Path | None) -> list[str]:
+    """The lines of a file, or of stdin for None or "-", decoded as every command decodes its input
+    (`decode_lines`), so that each input line gives one output line or vector whichever way it came in."""
+    check_input_path(path)
+    if path is None or str(path) == "-":
+        import sys
+        return decode_lines(sys.stdin.buffer.read(), "stdin")
+    with open(path, "rb") as f:  # not Path.read_bytes's size hint: a pipe has none
+        return decode_lines(f.read(), str(path))
 
 
 def decode_lines(raw: bytes, source: str) -> list[str]:

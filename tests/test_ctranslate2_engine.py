@@ -5,6 +5,7 @@ beside the model once and again when the weights change; a model CTranslate2 can
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def test_a_model_ctranslate2_cannot_run_is_one_error_or_stays_native(trained_mod
     with pytest.raises(ConfigError, match="engine ctranslate2: CTranslate2 cannot compute"):
         interlingua.load(trained_model, "cpu", engine="ctranslate2")
     assert main(["translate", "--model", str(trained_model), "--src", "en", "--tgt", "de", "--device", "cpu",
-                 "--engine", "ctranslate2", "-i", str(tmp_path / "absent.txt")]) == 2
+                 "--engine", "ctranslate2", "-i", os.devnull]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: engine ctranslate2: CTranslate2 cannot compute") and "Traceback" not in err
     assert interlingua.load(trained_model, "cpu", engine="auto").engine == "native"

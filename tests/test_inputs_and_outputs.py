@@ -181,3 +181,20 @@ def test_a_missing_input_or_a_folder_given_as_input_is_one_line_before_the_model
                         (tmp_path / "absent.txt", f"input file not found: {tmp_path / 'absent.txt'}")):
         assert main([command[0], "--model", str(never_loaded), *command[1:], "-i", str(given)]) != 0
         assert capsys.readouterr().err.strip() == f"error: {says}"
+
+
+def test_a_pipe_or_a_device_reads_as_a_file(checkpoint, tmp_path, capsys):
+    """`-i <(zcat in.gz)` names a pipe (/dev/fd/N), `-i /dev/null` a device: inputs like files."""
+    (tmp_path / "in.txt").write_text("a dog .\ntwo men .\n", encoding="utf-8")
+    argv = ["translate", "--model", str(checkpoint), "--src", "en", "--tgt", "de", "-i"]
+    assert main(argv + [str(tmp_path / "in.txt")]) == 0
+    from_file = capsys.readouterr().out
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    import threading
+    writer = threading.Thread(target=lambda: fifo.write_text("a dog .\ntwo men .\n", encoding="utf-8"))
+    writer.start()
+    assert main(argv + [str(fifo)]) == 0
+    writer.join()
+    assert capsys.readouterr().out == from_file and from_file.count("\n") == 2
+    assert main(argv + [os.devnull]) == 0 and capsys.readouterr().out == ""
