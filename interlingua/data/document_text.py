@@ -14,7 +14,7 @@ from interlingua.config import PreprocessConfig
 from interlingua.data.corpus import normalize_line
 from interlingua.data.vocab import Vocab
 from interlingua.errors import DataError
-from interlingua.textio import decode_lines
+from interlingua.textio import read_input_lines
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,4 @@ def read_labelled_documents(docs_path: Path, labels_path: Path, label_names: Seq
 
 
 def _lines(path: Path) -> list[str]:
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"file not found: {path}")
-    return decode_lines(path.read_bytes(), str(path))
+    return read_input_lines(Path(path))  # a file, a pipe or a device; a folder or a missing file named
