@@ -41,6 +41,8 @@ def row(run: dict[str, Any], runs_root: Path, retrieval: bool) -> dict[str, Any]
             direct, through = matrix[table][s][t], (pivot.get(table) or {}).get(s, {}).get(t)
             out[f"{s}-{t}_{table}"] = {"direct": direct, "pivot": through,
                                        "difference": None if through is None else round(direct - through, 2)}
+    tested = (run.get("zero_shot_vs_pivot") or {}).get("directions", {})
+    out["p_value_vs_pivot"] = {d: r.get("p_value") for d, r in sorted(tested.items())}  # the trained-for BLEU's
     out["off_target_zero_shot"] = {f"{s}-{t}": matrix["off_target"][s][t] for s, t in sorted(zero_shot)}
     config = json.loads((runs_root / run["recipe"] / "config.json").read_text())
     out["cased"] = not config["preprocess"]["lowercase"]

@@ -29,6 +29,7 @@ from interlingua.errors import DataError
 from interlingua.evaluation.bleu_matrix import MatrixResult, bleu_matrix, write_matrix
 from interlingua.evaluation.dev_curves import dev_curve, offset_from_curve
 from interlingua.evaluation.paper_bleu import paper_bleu
+from interlingua.evaluation.pivot_comparison import compare_with_pivot
 from interlingua.evaluation.plots import plot_dev_bleu_against_loss
 from interlingua.inference.api import load
 from interlingua.model_files.checkpoint import Checkpoint, TrainingState
@@ -154,6 +155,8 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
         "matrix": matrix.to_json(),
         "dev_curve": dev_curve(state.history),
         "pivot_matrix": pivoted.to_json() if pivoted else None,
+        "zero_shot_vs_pivot": compare_with_pivot(matrix, pivoted, not cfg.preprocess.lowercase).to_json()
+        if pivoted else None,
         "compute": {"tokens_per_s": mean_tokens_per_second(work), "train_minutes": round(state.elapsed / 60, 1),
                     "steps": state.step, "directions": len(last.directions),
                     "best_dev_bleu": state.best_bleu, "validations": len(state.history),
@@ -290,13 +293,17 @@ def zero_shot_study_markdown(runs: list[dict[str, Any]]) -> list[str]:
                      f"{_fmt(m.mean('off_target', False))} |")
         ceilings.update(m.lid_ceiling)
         cells = []
+        tested = (run.get("zero_shot_vs_pivot") or {}).get("directions", {})
         for s_, t in m.zero_shot:
             pv = p.bleu_cased.get(s_, {}).get(t) if p else None
+            p_value = tested.get(f"{s_}-{t}", {}).get("p_value")
             cells.append(f"{s_}-{t} {_fmt(m.bleu_cased[s_][t])}"
-                         + (f" (pivot {_fmt(pv)})" if pv is not None else "")
+                         + (f" (pivot {_fmt(pv)}" + (f", p {p_value:.2f}" if p_value is not None else "") + ")"
+                            if pv is not None else "")
                          + f", off {_fmt(m.off_target.get(s_, {}).get(t), 0)}%")
         pair_rows.append(f"| {run['recipe']} | " + "; ".join(cells) + " |")
-    lines += ["", "Per zero-shot direction: cased BLEU (through the pivot), off-target rate.", "",
+    lines += ["", "Per zero-shot direction: cased BLEU (through the pivot; p: the paired bootstrap test of direct "
+              "against pivot in the BLEU the model was trained for), off-target rate.", "",
               "| run | directions |", "|---|---|", *pair_rows, ""]
     if ceilings:
         lines += ["langid.py on the reference sentences, % identified correctly (the ceiling of the off-target "

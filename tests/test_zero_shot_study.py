@@ -164,6 +164,9 @@ def test_experiment_writes_the_zero_shot_study_with_pivot_and_off_target(multi30
     assert f"| {zs_cased:.1f} / " in row  # the zero-shot mean, cased first
     pivot_cased = (pivoted["bleu_cased"]["de"]["fr"] + pivoted["bleu_cased"]["fr"]["de"]) / 2
     assert f"| {pivot_cased:.1f} / " in row  # and the same directions through English
+    tested = run["zero_shot_vs_pivot"]["directions"]  # each direction's paired bootstrap test, in the table too
+    assert set(tested) == {"de-fr", "fr-de"} and all(0 < d["p_value"] <= 1 for d in tested.values())
+    assert f"(pivot {pivoted['bleu_cased']['de']['fr']:.1f}, p {tested['de-fr']['p_value']:.2f})" in text
 
 
 @pytest.mark.parametrize("recipe", ZERO_SHOT_RECIPES, ids=lambda p: p.stem)
