@@ -39,6 +39,10 @@ def test_missing_file_and_unknown_language(tmp_path):
         load_corpus(tmp_path / "d.yaml")
     with pytest.raises(DataError, match="corpus file not found"):
         load_corpus(tmp_path / "none.yaml")
+    (tmp_path / "x.de").mkdir()
+    (tmp_path / "e.yaml").write_text("languages: [de]\nsplits:\n  train: {de: x.de}\n")
+    with pytest.raises(DataError, match="train/multiway/de is a folder, not a file"):
+        load_corpus(tmp_path / "e.yaml")
 
 
 def test_empty_lines_skipped_and_long_lines_truncated_with_warnings(tmp_path, caplog):

@@ -84,8 +84,10 @@ def load_corpus(path: str | Path) -> Corpus:
                 raise DataError(f"corpus {path}: {split}/{group} uses language '{lang}' not in languages {langs}")
             p = Path(f)
             p = p if p.is_absolute() else base / p
-            if not p.is_file():
-                raise DataError(f"corpus {path}: file for {split}/{group}/{lang} not found: {p}")
+            if not p.is_file():  # read more than once (fingerprint, counts, text): a regular file, not a pipe
+                what = "is a folder, not a file" if p.is_dir() else "not found" if not p.exists() else \
+                    "is not a regular file (a corpus file is read more than once)"
+                raise DataError(f"corpus {path}: file for {split}/{group}/{lang} {what}: {p}")
             out[lang] = p
         return ParallelGroup(name=group, files=out)
 
