@@ -294,6 +294,8 @@ def main() -> None:
                         help="comma-separated extra int8 thresholds for --sections model")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "int8_linear.jsonl")
     args = parser.parse_args()
+    from interlingua import tune_allocator
+    tune_allocator()  # as the command line does (INTERLINGUA_ALLOCATOR=default: malloc left as it is)
     torch.set_num_threads(args.threads)
     common = {"cpu": cpu_model(), "int8_flags": sorted(f for f in cpu_flags() if "vnni" in f or f == "amx_int8"),
               "torch": torch.__version__, "torchao": importlib.metadata.version("torchao"), "threads": args.threads,
