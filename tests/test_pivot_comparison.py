@@ -52,3 +52,12 @@ def test_results_without_their_translations_are_compared_untested():
     comparison = compare_with_pivot(direct, bare, cased=True)
     assert comparison.rows[0].p_value is None and "chance" not in comparison.verdict()
     assert comparison.rows[0].difference > 0
+
+
+def test_identical_translations_are_no_difference_and_a_handful_of_sentences_is_not_tested():
+    refs = _sentences(40, seed=6)
+    hyps = _drop_words(refs, 0.2, seed=7)
+    same = compare_with_pivot(_result(hyps, refs, None), _result(list(hyps), refs, "en"), cased=True)
+    assert same.rows[0].difference == 0 and same.rows[0].p_value == 1.0 and not same.rows[0].beyond_chance
+    few = compare_with_pivot(_result(hyps[:5], refs[:5], None), _result(refs[:5], refs[:5], "en"), cased=True)
+    assert few.rows[0].p_value is None and "chance" not in few.lines()[0]

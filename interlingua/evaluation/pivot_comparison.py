@@ -22,6 +22,8 @@ from interlingua.evaluation.bleu_matrix import MatrixResult
 SIGNIFICANCE = 0.05
 """A difference with a paired-bootstrap p-value below this is called beyond chance."""
 BOOTSTRAP_RESAMPLES = 1000
+MIN_TESTED_SENTENCES = 10
+"""Fewer sentences than this are not tested (p None): resampling a handful of sentences says nothing."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,15 @@ class PivotComparison:
 
 
 def paired_p_value(direct: Sequence[str], through_pivot: Sequence[str], references: Sequence[str],
-                   cased: bool) -> float:
+                   cased: bool) -> float | None:
     """sacreBLEU's paired bootstrap test of two translations of the same sentences: the p-value of their BLEU
-    difference (`BOOTSTRAP_RESAMPLES` resamples; sacreBLEU fixes its seed, so the same inputs give the same p)."""
+    difference (`BOOTSTRAP_RESAMPLES` resamples; sacreBLEU fixes its seed, so the same inputs give the same p).
+    None under `MIN_TESTED_SENTENCES`; 1.0 for identical translations (sacreBLEU itself gives its smallest p there,
+    by design: "a zero difference should not be attributed to chance")."""
+    if len(references) < MIN_TESTED_SENTENCES:
+        return None
+    if list(direct) == list(through_pivot):
+        return 1.0
     sacrebleu_log = logging.getLogger("sacrebleu")
     level = sacrebleu_log.level
     sacrebleu_log.setLevel(logging.WARNING)  # it logs every stage of the test at INFO
