@@ -240,6 +240,8 @@ def test_translation_scores_are_the_bleu_matrix_with_pivots(corpus_dir):
     tested = evaluate_crosslingual(path, split="test", limit=12, device="cpu", progress=False)
     assert all(0 < r.p_value <= 1 for r in tested.pivot_comparison().rows)  # the test, in the report's record
     assert all(0 < tested.pair(s, t)["pivot_p_value"] <= 1 for s, t in (("de", "fr"), ("fr", "de")))
+    with pytest.raises(LanguageError, match="pivot 'xx' is not a language of the model"):
+        evaluate_crosslingual(path, split="test", limit=6, device="cpu", progress=False, pivot="xx")
     s = report.summary
     assert (s["supervised_directions"], s["zero_shot_directions"], s["pivot_directions"]) == (4, 2, 2)
     assert s["bleu_supervised_mean"] is not None and s["off_target_zero_shot_mean"] is not None

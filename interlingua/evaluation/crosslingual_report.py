@@ -142,6 +142,9 @@ def evaluate_crosslingual(checkpoint: Model | str | Path, corpus: str | Path | N
     if len(langs) < 2:
         raise LanguageError("a cross-lingual report compares two or more source languages; "
                             f"the model reads only {langs}")
+    known = sorted(set(languages.sources) | set(languages.targets))
+    if bleu and pivot is not None and pivot not in known:  # a typo, not a language some directions lack legs for
+        raise LanguageError(f"pivot '{pivot}' is not a language of the model ({', '.join(known)})")
     targets = [t for _, t in translated_directions(languages)] if bleu else []
     texts = multiway_texts(corpus, split, langs, targets, limit)
     seconds: dict[str, float] = {}
