@@ -404,11 +404,15 @@ def _run_one_thread(recipe: Path, overrides: list[str], beam: int, max_test: int
     return run_recipe(recipe, overrides, beam, max_test, pivot, checkpoint, no_repeat_ngram)
 
 
-def check_recipes(recipes: list[Path], overrides: list[str], out: Path) -> None:
-    """What would stop the runner after hours of training, checked before the first step: every recipe's config,
-    its corpus and the split it is scored on (`TEST_SPLIT`), and a table that can be written."""
+def check_recipes(recipes: list[Path], overrides: list[str], out: Path, pivot: str | None = None) -> None:
+    """What would stop the runner after hours of training, or leave out what was asked for, checked before the first
+    step: every recipe's config, its corpus and the split it is scored on (`TEST_SPLIT`), the pivot a language of each
+    corpus, and a table that can be written."""
     for recipe in recipes:
-        load_corpus(load_config(recipe, overrides).corpus).groups(TEST_SPLIT)
+        corpus = load_corpus(load_config(recipe, overrides).corpus)
+        corpus.groups(TEST_SPLIT)
+        if pivot is not None and pivot not in corpus.languages:
+            raise DataError(f"--pivot {pivot}: not a language of {recipe}'s corpus ({', '.join(corpus.languages)})")
     check_writable(out)
 
 
@@ -423,7 +427,7 @@ def run_experiments(recipes: list[Path], overrides: list[str], out: Path, beam: 
     zero-shot directions through that language; `checkpoint` is what is scored (`CHECKPOINTS`); `no_repeat_ngram`
     as in `Model.translate`."""
     recipes = [Path(r) for r in recipes]
-    check_recipes(recipes, overrides, out)
+    check_recipes(recipes, overrides, out, pivot)
     done: dict[int, dict[str, Any]] = {}
     if jobs <= 1:
         for i, recipe in enumerate(recipes):

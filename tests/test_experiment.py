@@ -296,3 +296,7 @@ def test_a_recipe_that_could_not_be_scored_stops_the_runner_before_any_training(
         errors = [line for line in err.splitlines() if line.startswith("error")]
         assert code == 2 and len(errors) == 1 and needle in errors[0] and "Traceback" not in err, err
         assert not (tmp_path / "good_run").exists()  # nothing trained
+    # a pivot that is no language of the corpus (a typo) would have left the pivot columns out after the training
+    code = main(["experiment", str(good), "--pivot", "xx", "--out", str(tmp_path / "table.md")])
+    assert code == 2 and "--pivot xx: not a language of" in capsys.readouterr().err
+    assert not (tmp_path / "good_run").exists()
