@@ -33,8 +33,9 @@ from interlingua.errors import ConfigError, InterlinguaError
 from interlingua.inference import int8_probe
 from interlingua.inference.representation import weights_fingerprint
 from interlingua.model_files.load import load_model
-from interlingua.modules import int8, kernel_timing
+from interlingua.modules import int8, kernel_timing, packed_linear
 from interlingua.modules.int8 import Int8Linear, LinearLSTM, kernel_works, linear_lstms, quantize_network
+from interlingua.modules.packed_linear import packed_kernel_works
 from interlingua.runtime import Runtime, resolve_device_precision
 
 KINDS = {"lstm": "bilstm-attention-lstm", "transformer": "transformer-none-transformer_tied"}
@@ -307,6 +308,44 @@ def test_layers_where_no_kernel_pays_stay_fp32_and_so_does_their_lstm(lstm_model
     assert others and all(isinstance(m, torch.nn.Linear) for m in others)  # none became an Int8Linear
     sources = split_text(fp32.config.corpus)[0][:20]
     assert len(q.translate(sources, "xa", "xb")) == 20
+
+
+def _packed_product_speedup(monkeypatch, tmp_path, speedup: float) -> None:
+    """oneDNN's packed fp32 output layer `speedup` times as fast as nn.Linear at every row count and size (a stand-in
+    for `packed_linear.time_packed`), measured afresh into a cache of its own."""
+    monkeypatch.setattr(packed_linear, "MIN_PACKED_WEIGHTS", 0)
+    monkeypatch.setattr(kernel_timing, "load_average", lambda: 0.0)
+    monkeypatch.setenv("INTERLINGUA_CACHE_DIR", str(tmp_path / f"cache_{speedup}"))
+    monkeypatch.setattr(packed_linear, "time_packed", lambda n_in, n_out, rows=packed_linear.PACKED_ROWS: (
+        kernel_timing.KernelTimes({packed_linear.rows_label(n_in, n_out, r): {"fp32": 1e-3, packed_linear.PACKED:
+                                                                               1e-3 / speedup} for r in rows})))
+
+
+@pytest.mark.skipif(not packed_kernel_works(), reason="oneDNN's packed fp32 linear is not available here")
+def test_an_output_layer_as_fast_in_fp32_packed_stays_fp32_and_packed(lstm_model, tmp_path, monkeypatch):
+    """int8 is measured against nn.Linear; fp32 decoding runs an output layer as oneDNN's packed product, so that
+    is what int8 has to beat there (the fixture's int8: 2x nn.Linear's speed at every shape)."""
+    _packed_product_speedup(monkeypatch, tmp_path, 4.0)
+    q = interlingua.load(lstm_model, "cpu", precision="int8")
+    network = int8_network(lstm_model, q)
+    generator = network.decoder_for("xb").generator
+    assert isinstance(generator, torch.nn.Linear) and not isinstance(generator, Int8Linear)  # left to fp32 ...
+    assert q.output_kernel == "packed"  # ... which the int8 model runs packed
+    assert any(isinstance(m, Int8Linear) for m in network.modules())  # every other layer that pays: int8
+    _packed_product_speedup(monkeypatch, tmp_path, 1.0)  # packing pays nothing here: int8 as before
+    q = interlingua.load(lstm_model, "cpu", precision="int8")
+    assert isinstance(int8_network(lstm_model, q).decoder_for("xb").generator, Int8Linear)
+    assert q.output_kernel == "default"
+
+
+def test_int8_is_refused_where_it_pays_only_at_an_output_layer_fp32_runs_packed(lstm_model, tmp_path, monkeypatch):
+    generator = load_model(lstm_model).network.decoder_for("xb").generator
+    output_shape = kernel_timing.shape_label(generator.in_features, generator.out_features)
+    monkeypatch.setattr(int8, "time_kernels", fake_times(lambda shape: "int_mm" if shape == output_shape else None))
+    _packed_product_speedup(monkeypatch, tmp_path, 4.0)
+    with pytest.raises(ConfigError, match="the only layers where an int8 kernel pays over nn.Linear are output "
+                                          "layers, and fp32 runs them as oneDNN's packed product"):
+        interlingua.load(lstm_model, "cpu", precision="int8")
 
 
 def test_int8_is_refused_in_one_line_where_no_kernel_pays(trained, tmp_path, monkeypatch, capsys):

@@ -23,7 +23,9 @@ flags, torch version and thread count; one taken while other processes kept the 
 and taken again once the machine is quieter). A layer gets the fastest kernel where it is at least
 `MIN_KERNEL_SPEEDUP` times as fast as fp32 and stays fp32 otherwise; where no layer gets one,
 `precision: int8` is refused with one line naming what was measured, so int8 is never slower than
-fp32. Only layers that are big enough are considered at all (`MIN_INT8_WEIGHTS`): below that size
+fp32. An output layer that fp32 decoding runs as oneDNN's packed product (`packed_linear`) has to beat that
+product, not nn.Linear: where int8 is not `MIN_KERNEL_SPEEDUP` times its speed, the layer stays fp32 and is
+packed as in fp32. Only layers that are big enough are considered at all (`MIN_INT8_WEIGHTS`): below that size
 the per-call cost of quantizing the input and calling the kernel is more than fp32's whole product
 (`bench/int8_linear.py`; measured numbers in docs/results/speed.md). The decoders' output layers
 (`generator`) are quantized like any other layer; where a Transformer decoder ties its output
@@ -71,6 +73,7 @@ from interlingua.modules.kernel_timing import (
     random_linear,
     shape_label,
 )
+from interlingua.modules.packed_linear import fp32_output_gain, restricted_output_layers
 from interlingua.precision import cpu_model, int8_features, machine_key
 
 log = logging.getLogger(__name__)
@@ -532,16 +535,6 @@ def linear_lstms(network: nn.Module, encoder: bool | None = None, min_weights: i
     return len(found)
 
 
-def restricted_output_layers(network: nn.Module) -> set[int]:
-    """ids of output layers whose rows are read one language's slice at a time (`TranslationNetwork.output_rows`,
-    an extended shared model): they need their fp32 weight and stay as they are."""
-    rows = getattr(network, "output_rows", None)
-    decoder_for = getattr(network, "decoder_for", None)
-    if not rows or decoder_for is None:
-        return set()
-    return {id(decoder_for(lang).generator) for lang in rows}
-
-
 def is_quantized(network: nn.Module) -> bool:
     """Whether `network` holds int8 layers (from `quantize_network`)."""
     return any(isinstance(m, Int8Linear) for m in network.modules())
@@ -602,6 +595,27 @@ def _candidates(network: nn.Module, min_weights: int | None, encoder_lstm: bool 
     return _Candidates(linears, lstms, shapes, threshold, keep)
 
 
+def _packed_output_layers_win(network: nn.Module, found: _Candidates, plan: Int8Plan, outputs: set[int]) -> set[int]:
+    """ids of the output layers (`outputs`) that int8 would run but fp32 runs about as fast as oneDNN's packed
+    product (`packed_linear.fp32_output_gain`): the plan timed int8 against nn.Linear, and where fp32 decoding packs
+    an output layer that is not the fp32 it has to beat. Such a layer stays fp32, to be packed as in fp32."""
+    wins = set()
+    for layer in found.linears:
+        if id(layer) not in outputs or layer.weight.dtype != torch.float32:
+            continue
+        kernel = plan.kernel_for(layer.in_features, layer.out_features)
+        row = plan.times.seconds.get(shape_label(layer.in_features, layer.out_features), {})
+        timed, fp32 = row.get(kernel) if kernel else None, row.get("fp32")
+        if not timed or not fp32:
+            continue
+        gain = fp32_output_gain(layer.in_features, layer.out_features, MEASURE_ROWS)
+        if fp32 / timed < MIN_KERNEL_SPEEDUP * gain:
+            log.info("int8: output layer %s left to fp32's packed product (int8 %.2fx nn.Linear's speed here, the "
+                     "packed product %.2fx)", shape_label(layer.in_features, layer.out_features), fp32 / timed, gain)
+            wins.add(id(layer))
+    return wins
+
+
 def layer_shapes(network: nn.Module, *, min_weights: int | None = None, encoder_lstm: bool | None = None
                  ) -> set[tuple[int, int]]:
     """The (in, out) shapes of the layers `quantize_network` (same arguments) would time and quantize."""
@@ -642,6 +656,16 @@ def quantize_network(network: nn.Module, *, min_weights: int | None = None, kern
         if refusal is not None:
             raise ConfigError(refusal)
         chosen = plan.kernel_for
+    outputs = {id(m) for parent in network.modules() for name, m in parent.named_children() if name == "generator"}
+    packed_wins = set() if kernel is not None else _packed_output_layers_win(network, found, plan, outputs)
+    lstm_pays = any(all(chosen(*g) for g in _gate_shapes(getattr(parent, name), fused)
+                        if g[0] * g[1] >= found.threshold) for parent, name, fused in found.lstms)
+    if packed_wins and not lstm_pays and all(
+            id(m) in packed_wins or chosen(m.in_features, m.out_features) is None for m in found.linears):
+        raise ConfigError(f"int8 refused on this CPU ({cpu_model()}, torch {torch.__version__}): the only layers "
+                          f"where an int8 kernel pays over nn.Linear are output layers, and fp32 runs them as "
+                          f"oneDNN's packed product, which is as fast or nearly (int8 under {MIN_KERNEL_SPEEDUP}x its "
+                          "speed); use fp32")
     network.eval()
     for parent, name, fused in found.lstms:
         lstm = getattr(parent, name)
@@ -657,7 +681,7 @@ def quantize_network(network: nn.Module, *, min_weights: int | None = None, kern
                 small.add(id(child))
                 continue
             layer_kernel = chosen(child.in_features, child.out_features)
-            if layer_kernel is None:
+            if layer_kernel is None or id(child) in packed_wins:
                 slow.add(id(child))
                 continue
             if id(child) not in done:  # a layer under two names stays one layer

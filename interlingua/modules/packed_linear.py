@@ -48,7 +48,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from interlingua.errors import ConfigError
-from interlingua.modules.int8 import restricted_output_layers
 from interlingua.modules.kernel_timing import (
     KernelTimes,
     cached_times,
@@ -277,6 +276,37 @@ class PackedLinear(nn.Linear):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {self.plan.describe()}"
+
+
+def restricted_output_layers(network: nn.Module) -> set[int]:
+    """ids of output layers whose rows are read one language's slice at a time (`TranslationNetwork.output_rows`,
+    an extended shared model): they need their fp32 weight and stay as they are."""
+    rows = getattr(network, "output_rows", None)
+    decoder_for = getattr(network, "decoder_for", None)
+    if not rows or decoder_for is None:
+        return set()
+    return {id(decoder_for(lang).generator) for lang in rows}
+
+
+def fp32_output_gain(n_in: int, n_out: int, rows: Sequence[int]) -> float:
+    """How many times faster fp32 decoding runs an (in, out) output layer than nn.Linear over `rows` rows (one call
+    at each count, added up), given how `pack_output_layers` packs it here: 1.0 where it is not packed (the
+    kernel off or not working, a layer under `MIN_PACKED_WEIGHTS`), else from the packed plan's measurement (the
+    cached one, or measured now). What int8 must beat at an output layer is this product, not nn.Linear."""
+    setting = output_kernel_setting()
+    if setting == "default" or n_in * n_out < MIN_PACKED_WEIGHTS and setting == "auto" or not packed_kernel_works():
+        return 1.0
+    plan = packed_plan(n_in, n_out) if setting == "auto" else None
+    times = plan.times if plan is not None else time_packed(n_in, n_out, rows)
+    linear = best = 0.0
+    for r in rows:
+        row = times.seconds.get(rows_label(n_in, n_out, r), {}) if times is not None else {}
+        default, packed = row.get("fp32"), row.get(PACKED)
+        if not default:
+            return 1.0  # not measured at this row count
+        linear += default
+        best += packed if packed and (plan is None or plan.packed_for(r)) else default
+    return linear / best
 
 
 def output_kernel_setting() -> str:
