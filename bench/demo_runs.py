@@ -5,13 +5,13 @@ Run: python bench/demo_runs.py --work /tmp/demo_runs --starts 0.25,0.5 [--rates 
 
 Each round runs `interlingua demo` once per value of --starts (`interlingua.demo.SYNTHETIC_START`: from which share
 of its minutes the de<->fr pairs made through English join training) and of --rates (`SYNTHETIC_PAIRS["rate"]`: the
-share of English batches that make a pair), in that order, each in its own process and folder (`WORK/<start>_r<round>/`,
-`WORK/<start>_rate<rate>_r<round>/` for a rate other than the demo's), nothing else to run beside them: the demo
-trains for wall-clock minutes, so a second job would take its steps. A run whose folder already holds `result.json`
-is not run again (a stopped study continues where it was; its line is written only with --record-existing). One line per run: its steps, the cased
-BLEU of every direction, zero-shot against through English, retrieval by cosine and by the ratio margin, and when
-the run started and ended. Read dev BLEU of the runs' `model/best.pt` with `bench/ngram_blocking.py --split val
---ngrams 4` before reading these test figures.
+share of English batches that make a pair), in that order, each in its own process and folder
+(`WORK/<start>_r<round>/`, `WORK/<start>_rate<rate>_r<round>/` for a rate other than the demo's), nothing else to
+run beside them: the demo trains for wall-clock minutes, so a second job would take its steps. A run whose folder
+already holds `result.json` is not run again (a stopped study continues where it was; its line is written only with
+--record-existing). One line per run: its steps, the cased BLEU of every direction, zero-shot against through
+English, retrieval by cosine and by the ratio margin, and when the run started and ended. Read dev BLEU of the runs'
+`model/best.pt` with `bench/ngram_blocking.py --split val --ngrams 4` before reading these test figures.
 """
 from __future__ import annotations
 
