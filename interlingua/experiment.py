@@ -141,12 +141,12 @@ def run_recipe(recipe: Path, overrides: list[str], beam: int, max_test: int | No
     matrix = bleu_matrix(model, cfg.corpus, TEST_SPLIT, beam_size=beam, max_sentences=max_test, progress=False,
                          no_repeat_ngram=no_repeat_ngram)
     named = ("" if checkpoint == "selected" else f"_{best.stem}") + blocking
-    write_matrix(matrix, work / "eval", f"bleu_test_2016_flickr_beam{beam}{named}", title=recipe.stem)
+    write_matrix(matrix, work / "eval", f"bleu_{TEST_SPLIT}_beam{beam}{named}", title=recipe.stem)
     pivoted = None
     if pivot and matrix.zero_shot and pivot in model.languages.sources and pivot in model.languages.targets:
         pivoted = bleu_matrix(model, cfg.corpus, TEST_SPLIT, beam_size=beam, max_sentences=max_test,
                               progress=False, pivot=pivot, pairs=matrix.zero_shot, no_repeat_ngram=no_repeat_ngram)
-        write_matrix(pivoted, work / "eval", f"bleu_test_2016_flickr_beam{beam}{named}_pivot-{pivot}",
+        write_matrix(pivoted, work / "eval", f"bleu_{TEST_SPLIT}_beam{beam}{named}_pivot-{pivot}",
                      title=f"{recipe.stem}, pivot {pivot}")
     run = {
         "recipe": recipe.stem, "name": cfg.name, "setting": paper_setting(cfg.name),

@@ -8,6 +8,7 @@ form feed) stay inside their line.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -40,10 +41,8 @@ def read_input_lines(path: str | Path | None) -> list[str]:
     (`decode_lines`), so that each input line gives one output line or vector whichever way it came in."""
     check_input_path(path)
     if path is None or str(path) == "-":
-        import sys
         return decode_lines(sys.stdin.buffer.read(), "stdin")
-    with open(path, "rb") as f:  # not Path.read_bytes's size hint: a pipe has none
-        return decode_lines(f.read(), str(path))
+    return decode_lines(Path(path).read_bytes(), str(path))
 
 
 def decode_lines(raw: bytes, source: str) -> list[str]:

@@ -595,10 +595,11 @@ def _candidates(network: nn.Module, min_weights: int | None, encoder_lstm: bool 
     return _Candidates(linears, lstms, shapes, threshold, keep)
 
 
-def _packed_output_layers_win(network: nn.Module, found: _Candidates, plan: Int8Plan, outputs: set[int]) -> set[int]:
-    """ids of the output layers (`outputs`) that int8 would run but fp32 runs about as fast as oneDNN's packed
+def _packed_output_layers_win(network: nn.Module, found: _Candidates, plan: Int8Plan) -> set[int]:
+    """ids of the output layers (`generator`s) that int8 would run but fp32 runs about as fast as oneDNN's packed
     product (`packed_linear.fp32_output_gain`): the plan timed int8 against nn.Linear, and where fp32 decoding packs
     an output layer that is not the fp32 it has to beat. Such a layer stays fp32, to be packed as in fp32."""
+    outputs = {id(m) for parent in network.modules() for name, m in parent.named_children() if name == "generator"}
     wins = set()
     for layer in found.linears:
         if id(layer) not in outputs or layer.weight.dtype != torch.float32:
@@ -656,8 +657,7 @@ def quantize_network(network: nn.Module, *, min_weights: int | None = None, kern
         if refusal is not None:
             raise ConfigError(refusal)
         chosen = plan.kernel_for
-    outputs = {id(m) for parent in network.modules() for name, m in parent.named_children() if name == "generator"}
-    packed_wins = set() if kernel is not None else _packed_output_layers_win(network, found, plan, outputs)
+    packed_wins = set() if kernel is not None else _packed_output_layers_win(network, found, plan)
     lstm_pays = any(all(chosen(*g) for g in _gate_shapes(getattr(parent, name), fused)
                         if g[0] * g[1] >= found.threshold) for parent, name, fused in found.lstms)
     if packed_wins and not lstm_pays and all(

@@ -292,20 +292,21 @@ def fp32_output_gain(n_in: int, n_out: int, rows: Sequence[int]) -> float:
     """How many times faster fp32 decoding runs an (in, out) output layer than nn.Linear over `rows` rows (one call
     at each count, added up), given how `pack_output_layers` packs it here: 1.0 where it is not packed (the
     kernel off or not working, a layer under `MIN_PACKED_WEIGHTS`), else from the packed plan's measurement (the
-    cached one, or measured now). What int8 must beat at an output layer is this product, not nn.Linear."""
+    cached one, or measured now; with the kernel forced, `packed`, packed at every row count). What int8 must beat
+    at an output layer is this product, not nn.Linear."""
     setting = output_kernel_setting()
-    if setting == "default" or n_in * n_out < MIN_PACKED_WEIGHTS and setting == "auto" or not packed_kernel_works():
+    if setting == "default" or not packed_kernel_works() or (setting == "auto" and n_in * n_out < MIN_PACKED_WEIGHTS):
         return 1.0
-    plan = packed_plan(n_in, n_out) if setting == "auto" else None
-    times = plan.times if plan is not None else time_packed(n_in, n_out, rows)
+    plan = packed_plan(n_in, n_out)
+    seconds = plan.times.seconds if plan.times is not None else {}
     linear = best = 0.0
     for r in rows:
-        row = times.seconds.get(rows_label(n_in, n_out, r), {}) if times is not None else {}
+        row = seconds.get(rows_label(n_in, n_out, r), {})
         default, packed = row.get("fp32"), row.get(PACKED)
         if not default:
             return 1.0  # not measured at this row count
         linear += default
-        best += packed if packed and (plan is None or plan.packed_for(r)) else default
+        best += packed if packed and (setting == "packed" or plan.packed_for(r)) else default
     return linear / best
 
 

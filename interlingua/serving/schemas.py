@@ -93,6 +93,11 @@ class TranslateRequest(_Request):
                                                    "/directions) and answer both (`through_pivot`).")
 
 
+TRUNCATED_DESCRIPTION = ("Only where some were: the indices of `texts` longer than the model reads (its `max_len` "
+                         "subwords), of which only the beginning was used; split such texts into sentences.")
+"""`truncated` of the /translate and /embed answers."""
+
+
 class TranslateResponse(BaseModel):
     translations: list[str]
     src: str
@@ -105,10 +110,7 @@ class TranslateResponse(BaseModel):
     through_pivot: PivotTranslations | None = Field(
         None, description="With `compare_pivot`: the same texts through the model's pivot for a zero-shot "
                           "direction (null where the direction is not zero-shot or has no pivot); absent otherwise.")
-    truncated: list[int] = Field(
-        default_factory=list, description="Only where some were: the indices of `texts` longer than the model reads "
-                                          "(its `max_len` subwords), of which only the beginning was used; split "
-                                          "such texts into sentences.")
+    truncated: list[int] = Field(default_factory=list, description=TRUNCATED_DESCRIPTION)
 
 
 class PivotTranslations(BaseModel):
@@ -137,10 +139,7 @@ class EmbedRequest(_Request):
 class EmbedResponse(BaseModel):
     vectors: list[list[float]] | list[list[list[float]]]
     dim: int
-    truncated: list[int] = Field(
-        default_factory=list, description="Only where some were: the indices of `texts` longer than the model reads "
-                                          "(its `max_len` subwords), of which only the beginning was used; split "
-                                          "such texts into sentences.")
+    truncated: list[int] = Field(default_factory=list, description=TRUNCATED_DESCRIPTION)
 
 
 class OpenAIEmbeddingRequest(_Request):
