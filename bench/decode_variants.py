@@ -1,7 +1,7 @@
 """The Transformer decoding step's own changes, each on and off in one process: sentences/s and identical outputs.
 
 Run: python bench/decode_variants.py --model runs/bench_transformer/ours/last.pt [--beam 1] [--rounds 8]
-     [--threads 2] [--sentences 1000] [--max-len N] [--variants before,eval-step,scores,both,tails]
+     [--threads 2] [--sentences 1000] [--max-len N] [--variants before,eval-step,scores,both,tails,fused-groups,groups]
      [--out bench/results/decode_variants.jsonl]
 
 Variants (the library's code with parts of it put back as they were before them):
@@ -10,7 +10,9 @@ Variants (the library's code with parts of it put back as they were before them)
 - `eval-step`: the decoder's eval step (`DecoderLayer.step`: the same products without the module calls);
 - `scores`: greedy search on the step's unnormalised scores (`Decoder.step_scores`, no log_softmax);
 - `both`: the two together, each batch decoded to its end on its own;
-- `tails`: the library as it is: the tails of batches decoded together (`modules.search._merging_tails`).
+- `tails`: the tails of batches decoded together (`modules.search._merging_tails`), a beam's cross-attention by
+  PyTorch's fused kernel (`fused-groups` is the same);
+- `groups`: the library as it is: a beam step's cross-attention spelled out (`modules.transformer.grouped_attention`).
 Passes over test_2016_flickr (en->de by default) alternate between the variants (the order reversed every other
 round), all in one process with the allocator as the command line sets it, so that the machine's drift falls
 on all alike. One JSON line per variant: the pass times, the median sentences/s, its ratio to `before`, and
@@ -33,12 +35,14 @@ from _decoding import decoding_parser  # noqa: E402
 from _results import append_result  # noqa: E402
 
 import interlingua.modules.search as search  # noqa: E402
+import interlingua.modules.transformer as transformer  # noqa: E402
 from interlingua.data.corpus import read_lines  # noqa: E402
 from interlingua.inference.api import load  # noqa: E402
 from interlingua.modules.transformer import DecoderLayer, LayerCache  # noqa: E402
 
 EVAL_STEP = DecoderLayer.step
 SCORES = search._best_token_scores
+GROUPS = transformer.grouped_attention
 
 
 JOINABLE = search.joinable
@@ -60,13 +64,22 @@ def _alone(state: Any) -> bool:
     return False
 
 
-VARIANTS = {"before": (_layers_forward, _log_probabilities, _alone),
-            "eval-step": (EVAL_STEP, _log_probabilities, _alone), "scores": (_layers_forward, SCORES, _alone),
-            "both": (EVAL_STEP, SCORES, _alone), "tails": (EVAL_STEP, SCORES, JOINABLE)}
+def _fused_groups(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A beam step's cross-attention as it was: PyTorch's fused kernel."""
+    return transformer.attention(q, k, v, mask)
+
+
+VARIANTS = {"before": (_layers_forward, _log_probabilities, _alone, _fused_groups),
+            "eval-step": (EVAL_STEP, _log_probabilities, _alone, _fused_groups),
+            "scores": (_layers_forward, SCORES, _alone, _fused_groups),
+            "both": (EVAL_STEP, SCORES, _alone, _fused_groups), "tails": (EVAL_STEP, SCORES, JOINABLE, _fused_groups),
+            "fused-groups": (EVAL_STEP, SCORES, JOINABLE, _fused_groups),
+            "groups": (EVAL_STEP, SCORES, JOINABLE, GROUPS)}
 
 
 def use(variant: str) -> None:
-    DecoderLayer.step, search._best_token_scores, search.joinable = VARIANTS[variant]  # type: ignore[method-assign]
+    (DecoderLayer.step, search._best_token_scores, search.joinable,  # type: ignore[method-assign]
+     transformer.grouped_attention) = VARIANTS[variant]
 
 
 def main() -> None:
@@ -76,7 +89,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sentences", type=int, default=1000)
     ap.add_argument("--max-len", type=int, default=None, help="output limit (default: the library's own)")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default="before,eval-step,scores,both,tails,groups")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "decode_variants.jsonl"))
     args = ap.parse_args()
@@ -95,7 +108,7 @@ def main() -> None:
             start = time.perf_counter()
             outputs[name] = model.translate(texts, src=args.src, tgt=args.tgt, beam=args.beam, max_len=args.max_len)
             times[name].append(time.perf_counter() - start)
-    use("tails")
+    use("groups")
     base = statistics.median(times[names[0]])
     for name in names:
         median = statistics.median(times[name])
