@@ -1,7 +1,8 @@
 """The Transformer decoding step's own changes, each on and off in one process: sentences/s and identical outputs.
 
 Run: python bench/decode_variants.py --model runs/bench_transformer/ours/last.pt [--beam 1] [--rounds 8]
-     [--threads 2] [--sentences 1000] [--max-len N] [--variants before,eval-step,scores,both,tails,fused-groups,groups]
+     [--threads 2] [--sentences 1000] [--max-len N]
+     [--variants before,eval-step,scores,both,tails,fused-beams,beams]
      [--out bench/results/decode_variants.jsonl]
 
 Variants (the library's code with parts of it put back as they were before them):
@@ -10,9 +11,9 @@ Variants (the library's code with parts of it put back as they were before them)
 - `eval-step`: the decoder's eval step (`DecoderLayer.step`: the same products without the module calls);
 - `scores`: greedy search on the step's unnormalised scores (`Decoder.step_scores`, no log_softmax);
 - `both`: the two together, each batch decoded to its end on its own;
-- `tails`: the tails of batches decoded together (`modules.search._merging_tails`), a beam's cross-attention by
-  PyTorch's fused kernel (`fused-groups` is the same);
-- `groups`: the library as it is: a beam step's cross-attention spelled out (`modules.transformer.grouped_attention`).
+- `tails`: the tails of batches decoded together (`modules.search._merging_tails`), a beam step's attention by
+  PyTorch's fused kernel (`fused-beams` is the same);
+- `beams`: the library as it is: a beam step's cross-attention written out (`modules.transformer.beam_step_attention`).
 Passes over test_2016_flickr (en->de by default) alternate between the variants (the order reversed every other
 round), all in one process with the allocator as the command line sets it, so that the machine's drift falls
 on all alike. One JSON line per variant: the pass times, the median sentences/s, its ratio to `before`, and
@@ -42,7 +43,7 @@ from interlingua.modules.transformer import DecoderLayer, LayerCache  # noqa: E4
 
 EVAL_STEP = DecoderLayer.step
 SCORES = search._best_token_scores
-GROUPS = transformer.grouped_attention
+BEAMS = transformer.beam_step_attention
 
 
 JOINABLE = search.joinable
@@ -64,22 +65,22 @@ def _alone(state: Any) -> bool:
     return False
 
 
-def _fused_groups(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """A beam step's cross-attention as it was: PyTorch's fused kernel."""
+def _fused_beams(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A beam step's attention as it was: PyTorch's fused kernel."""
     return transformer.attention(q, k, v, mask)
 
 
-VARIANTS = {"before": (_layers_forward, _log_probabilities, _alone, _fused_groups),
-            "eval-step": (EVAL_STEP, _log_probabilities, _alone, _fused_groups),
-            "scores": (_layers_forward, SCORES, _alone, _fused_groups),
-            "both": (EVAL_STEP, SCORES, _alone, _fused_groups), "tails": (EVAL_STEP, SCORES, JOINABLE, _fused_groups),
-            "fused-groups": (EVAL_STEP, SCORES, JOINABLE, _fused_groups),
-            "groups": (EVAL_STEP, SCORES, JOINABLE, GROUPS)}
+VARIANTS = {"before": (_layers_forward, _log_probabilities, _alone, _fused_beams),
+            "eval-step": (EVAL_STEP, _log_probabilities, _alone, _fused_beams),
+            "scores": (_layers_forward, SCORES, _alone, _fused_beams),
+            "both": (EVAL_STEP, SCORES, _alone, _fused_beams), "tails": (EVAL_STEP, SCORES, JOINABLE, _fused_beams),
+            "fused-beams": (EVAL_STEP, SCORES, JOINABLE, _fused_beams),
+            "beams": (EVAL_STEP, SCORES, JOINABLE, BEAMS)}
 
 
 def use(variant: str) -> None:
     (DecoderLayer.step, search._best_token_scores, search.joinable,  # type: ignore[method-assign]
-     transformer.grouped_attention) = VARIANTS[variant]
+     transformer.beam_step_attention) = VARIANTS[variant]
 
 
 def main() -> None:
@@ -89,7 +90,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sentences", type=int, default=1000)
     ap.add_argument("--max-len", type=int, default=None, help="output limit (default: the library's own)")
-    ap.add_argument("--variants", default="before,eval-step,scores,both,tails,groups")
+    ap.add_argument("--variants", default="before,eval-step,scores,both,tails,beams")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "decode_variants.jsonl"))
     args = ap.parse_args()
@@ -108,7 +109,7 @@ def main() -> None:
             start = time.perf_counter()
             outputs[name] = model.translate(texts, src=args.src, tgt=args.tgt, beam=args.beam, max_len=args.max_len)
             times[name].append(time.perf_counter() - start)
-    use("groups")
+    use("beams")
     base = statistics.median(times[names[0]])
     for name in names:
         median = statistics.median(times[name])

@@ -301,19 +301,19 @@ def test_bf16_attention_trains_in_fp32_and_decodes_in_bf16(causal):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_beam_steps_grouped_attention_is_the_attention(dtype):
-    """A beam step's cross-attention (a sentence's hypotheses as queries over its one memory) is spelled out on the
-    CPU in fp32, where the fused kernel is slow at a handful of queries: the same weights within rounding, padding
+def test_a_beam_steps_attention_is_the_attention(dtype):
+    """A beam step's cross-attention (a sentence's hypotheses as queries over its one memory) is written out on the
+    CPU in fp32, where the fused kernel is slow at a handful of queries: the same output within rounding, padding
     ignored; in other precisions it is the fused kernel's own."""
     g = torch.Generator().manual_seed(0)
     q = torch.randn(3, 4, 5, 8, generator=g).to(dtype)
     k, v = [torch.randn(3, 4, 7, 8, generator=g).to(dtype) for _ in range(2)]
     mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] + [False] * 6])[:, None, None, :]
     with torch.inference_mode():
-        got, want = transformer.grouped_attention(q, k, v, mask), transformer.attention(q, k, v, mask)
+        got, want = transformer.beam_step_attention(q, k, v, mask), transformer.attention(q, k, v, mask)
         if dtype == torch.float32:
             assert torch.allclose(got, want, atol=1e-6, rtol=0) and not torch.equal(got, want)
             v[1, :, 4:] = v[2, :, 1:] = 1e6  # what padding holds never reaches the output
-            assert torch.allclose(transformer.grouped_attention(q, k, v, mask), want, atol=1e-6, rtol=0)
+            assert torch.allclose(transformer.beam_step_attention(q, k, v, mask), want, atol=1e-6, rtol=0)
         else:
             assert torch.equal(got, want)

@@ -150,12 +150,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
 
 
-def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """`attention` of a beam step, whose q holds a sentence's hypotheses (a handful of queries) over its one memory,
-    without dropout. PyTorch's fused CPU kernel is built for long queries: at 5 queries over 8-30 keys it took 3-5x
-    the two products and the softmax spelled out (64 sentences, 4 heads of 32: 395-560 against 80-160 us on an AMD
-    EPYC, docs/results/speed.md), a seventh of a beam-5 pass. Spelled out on the CPU in fp32 (the last bits round
-    differently: the translations of the test set were compared, the same ones), the fused kernel elsewhere."""
+def beam_step_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        mask: torch.Tensor | None) -> torch.Tensor:
+    """`attention` of a beam-search step's cross-attention, without dropout: a sentence's hypotheses as queries over
+    its one memory (5 queries a sentence at beam 5). PyTorch's fused CPU kernel is built for long queries: at these
+    shapes it took 3-5x the two products and the softmax written out (64 sentences, 4 heads of 32, 8-30 keys:
+    395-560 against 80-160 us on an AMD EPYC), and a beam-5 pass ran 1.05-1.06x with them written out
+    (docs/results/speed.md, "The decoding step"). The self-attention's one query a row stays fused: written out it
+    was faster alone but not in the pass. Written out on the CPU in fp32 (the last bits round differently: the 1,000
+    translations of the test set were compared, the same ones), the fused kernel elsewhere."""
     if q.device.type != "cpu" or q.dtype != torch.float32:
         return attention(q, k, v, mask)
     return _attention_weights(q, k, mask) @ v
@@ -241,13 +244,13 @@ class MultiHeadAttention(nn.Module):
         return self._split(k), self._split(v)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-               causal: bool = False, grouped: bool = False) -> torch.Tensor:
-        """`grouped`: q holds several hypotheses' queries of one decoding step per sentence (beams), see
-        `grouped_attention`."""
-        if grouped:
-            out = grouped_attention(q, k, v, mask)
+               causal: bool = False, beam_step: bool = False) -> torch.Tensor:
+        """`beam_step`: q holds the queries of a beam-search step's hypotheses, see `beam_step_attention`."""
+        dropout = self.dropout if self.training else 0.0
+        if beam_step and dropout == 0 and not causal:
+            out = beam_step_attention(q, k, v, mask)
         else:
-            out = attention(q, k, v, mask, causal, self.dropout if self.training else 0.0)  # (batch, h, n, d_k)
+            out = attention(q, k, v, mask, causal, dropout)  # (batch, h, n, d_k)
         b, h, n, dk = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, n, h * dk))
 
@@ -430,6 +433,12 @@ def _padded(x: torch.Tensor, size: int) -> torch.Tensor:
     return x if x.size(2) == size else F.pad(x, (0, 0, 0, size - x.size(2)))
 
 
+def _is_beam_step(h: torch.Tensor, cache: LayerCache) -> bool:
+    """Whether the rows of `h` are beam search's hypotheses, more than the memory's sentences (see
+    `TransformerDecoderState.expand_beams`)."""
+    return h.size(0) != cache.memory_keys.size(0)
+
+
 class DecoderLayer(_Layer):
     """Causal self-attention, cross-attention over the memory, feed-forward."""
 
@@ -471,14 +480,14 @@ class DecoderLayer(_Layer):
 
     def _cross_attention(self, h: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor) -> torch.Tensor:
         sentences = cache.memory_keys.size(0)
-        if h.size(0) == sentences:
+        if not _is_beam_step(h, cache):
             return self.cross_attn.attend(self.cross_attn.queries(h), cache.memory_keys, cache.memory_values,
                                           memory_mask)
         # beams: a sentence's hypotheses are its queries over its one memory (no copy per beam)
         rows, steps, dim = h.shape
         grouped = h.reshape(sentences, rows // sentences * steps, dim)
         out = self.cross_attn.attend(self.cross_attn.queries(grouped), cache.memory_keys, cache.memory_values,
-                                     memory_mask, grouped=True)
+                                     memory_mask, beam_step=True)
         return out.reshape(rows, steps, dim)
 
     def step(self, x: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor,
