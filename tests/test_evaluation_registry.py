@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from interlingua.cli import build_parser, main
+from interlingua.errors import InterlinguaError
 from interlingua.evaluation import registry
 from interlingua.evaluation.registry import (
     DEVICE,
@@ -92,6 +93,31 @@ def test_each_option_reaches_every_analyze_entry_that_declares_it(monkeypatch, c
     assert main(["analyze", "encoder", "c.pt", "--max-sentences", "3", "--languages", "en", "de"]) == 0
     assert seen["encoder"]["checkpoint"] == "c.pt" and seen["encoder"]["languages"] == ["en", "de"]
     assert seen["encoder"]["max_sentences"] == 3
+
+
+@pytest.mark.parametrize("analysis", ["heads", "lengths", "encoder"])
+def test_every_analysis_takes_its_model_as_the_argument_or_as_model(analysis, monkeypatch):
+    seen = _recorders(monkeypatch, "analyze")
+    assert main(["analyze", analysis, "runs/a/best.pt"]) == 0
+    assert seen[analysis]["checkpoint"] == "runs/a/best.pt" and seen[analysis]["model"] is None
+    assert main(["analyze", analysis, "--model", "b=m.pt"]) == 0
+    assert seen[analysis]["checkpoint"] is None and seen[analysis]["model"] == ["b=m.pt"]
+    assert registry.named_checkpoints(["b=m.pt", "m.pt"], analysis, "runs/a/best.pt") == {
+        "a": Path("runs/a/best.pt"), "b": Path("m.pt"), "m": Path("m.pt")}
+    with pytest.raises(InterlinguaError, match="two models named 'a' .*--model NAME=CKPT"):
+        registry.named_checkpoints(["runs/a/last.pt"], analysis, "runs/a/best.pt")  # one would hide the other
+
+
+@pytest.mark.parametrize("analysis", ["heads", "lengths", "encoder"])
+def test_an_analysis_without_a_model_says_both_ways_to_give_one(analysis, capsys):
+    assert main(["analyze", analysis]) == 2
+    error = capsys.readouterr().err
+    assert f"analyze {analysis} needs a model: interlingua analyze {analysis} CKPT, or --model" in error
+
+
+def test_the_encoder_analysis_takes_one_model(tmp_path, capsys):
+    assert main(["analyze", "encoder", str(tmp_path / "a.pt"), "--model", f"b={tmp_path / 'b.pt'}"]) == 2
+    assert "analyze encoder analyses one model (2 given)" in capsys.readouterr().err
 
 
 def test_threads_is_applied_by_the_command_line_not_passed(monkeypatch):

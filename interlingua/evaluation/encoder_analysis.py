@@ -35,7 +35,7 @@ from interlingua.errors import DataError, InterlinguaError, LanguageError
 from interlingua.evaluation.cosine import cosine_matrix
 from interlingua.evaluation.encoder_record import EncoderAnalysis
 from interlingua.evaluation.encoder_report import markdown, plot_confusion, plot_layers
-from interlingua.evaluation.registry import Report
+from interlingua.evaluation.registry import Report, named_checkpoints
 from interlingua.evaluation.representation_similarity import DRAWS, LayerSimilarity, layer_similarity
 from interlingua.evaluation.svcca import SVCCA_K
 from interlingua.inference.api import Model, load
@@ -258,13 +258,15 @@ def evaluate_encoder(checkpoint: str | Path, out_dir: str | Path, corpus: str | 
     return result, write_encoder_analysis(result, out_dir)
 
 
-def report_encoder(checkpoint: str | None, train_split: str, max_sentences: int | None, languages: list[str] | None,
-                   split: str, corpus: str | None, out: str | None, device: str, svcca_k: int | None = None
-                   ) -> Report:
-    """`interlingua analyze encoder` (`registry.EVALUATIONS`): written under `out` (default: <checkpoint
-    folder>/analysis); `svcca_k` None: `SVCCA_K`."""
-    if not checkpoint:
-        raise InterlinguaError("analyze encoder needs a checkpoint: interlingua analyze encoder CHECKPOINT")
+def report_encoder(checkpoint: str | None, model: list[str] | None, train_split: str, max_sentences: int | None,
+                   languages: list[str] | None, split: str, corpus: str | None, out: str | None, device: str,
+                   svcca_k: int | None = None) -> Report:
+    """`interlingua analyze encoder` (`registry.EVALUATIONS`) of one model, given as `checkpoint` or one `--model`:
+    written under `out` (default: <checkpoint folder>/analysis); `svcca_k` None: `SVCCA_K`."""
+    models = named_checkpoints(model, "encoder", checkpoint)
+    if len(models) > 1:
+        raise InterlinguaError(f"analyze encoder analyses one model ({len(models)} given): run it once per model")
+    checkpoint = str(next(iter(models.values())))
     result, files = evaluate_encoder(checkpoint, Path(out or Path(checkpoint).parent / "analysis"), corpus=corpus,
                                      train_split=train_split, split=split, languages=languages,
                                      max_sentences=max_sentences, device=device, svcca_k=svcca_k or SVCCA_K)

@@ -98,11 +98,11 @@ def evaluate_lengths(checkpoints: dict[str, Path], src: str, tgt: str, out_dir: 
     return result, files
 
 
-def report_lengths(model: list[str] | None, src: str, tgt: str, split: str, corpus: str | None, beam: int,
-                   out: str | None, device: str) -> Report:
+def report_lengths(checkpoint: str | None, model: list[str] | None, src: str, tgt: str, split: str,
+                   corpus: str | None, beam: int, out: str | None, device: str) -> Report:
     """`interlingua analyze lengths` (`registry.EVALUATIONS`): written under `out` (default: <first model
     folder>/analysis)."""
-    models = named_checkpoints(model, "lengths")
+    models = named_checkpoints(model, "lengths", checkpoint)
     out_dir = Path(out or next(iter(models.values())).parent / "analysis")
     result, files = evaluate_lengths(models, src, tgt, out_dir, corpus=corpus, split=split, beam_size=beam,
                                      device=device)

@@ -105,11 +105,11 @@ def evaluate_heads(checkpoints: dict[str, Path], lang: str, out_dir: Path, sente
     return penalty_analysis(models, sentences, lang, example or sentences[0], out_dir)
 
 
-def report_heads(model: list[str] | None, lang: str, split: str, corpus: str | None, input: str | None,
-                 sentence: str | None, out: str | None, device: str) -> Report:
+def report_heads(checkpoint: str | None, model: list[str] | None, lang: str, split: str, corpus: str | None,
+                 input: str | None, sentence: str | None, out: str | None, device: str) -> Report:
     """`interlingua analyze heads` (`registry.EVALUATIONS`): written under `out` (default: <first model
     folder>/analysis)."""
-    models = named_checkpoints(model, "heads")
+    models = named_checkpoints(model, "heads", checkpoint)
     out_dir = Path(out or next(iter(models.values())).parent / "analysis")
     sentences = read_input_lines(input) if input else None
     result = evaluate_heads(models, lang, out_dir, sentences=sentences, example=sentence, corpus=corpus, split=split,

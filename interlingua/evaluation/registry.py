@@ -99,15 +99,22 @@ class Evaluation:
         return self.target()(**self.bound, **values)
 
 
-def named_checkpoints(specs: list[str] | None, what: str) -> dict[str, Path]:
-    """`--model NAME=CKPT` or `--model CKPT` (named after its run folder), repeated -> {name: checkpoint};
-    `what` names the analysis in the error when there are none."""
+def named_checkpoints(specs: list[str] | None, what: str, checkpoint: str | None = None) -> dict[str, Path]:
+    """`--model NAME=CKPT` or `--model CKPT` (named after its run folder, or its file), repeated, after the positional
+    `checkpoint` where one is given -> {name: checkpoint}; `what` names the analysis in the error when there are
+    none. Names are the tables' and plots' labels: two alike are refused."""
+    specs = ([checkpoint] if checkpoint else []) + list(specs or [])
     if not specs:
-        raise InterlinguaError(f"analyze {what} needs --model [NAME=]CKPT")
+        raise InterlinguaError(f"analyze {what} needs a model: interlingua analyze {what} CKPT, or --model "
+                               "[NAME=]CKPT")
     out: dict[str, Path] = {}
     for spec in specs:
         name, _, path = spec.rpartition("=")
-        out[name or Path(path).parent.name] = Path(path)
+        name = name or Path(path).parent.name or Path(path).stem
+        if name in out:  # two checkpoints of one run, or one name given twice: one would hide the other
+            raise InterlinguaError(f"two models named '{name}' ({out[name]} and {path}): name each one with "
+                                   "--model NAME=CKPT")
+        out[name] = Path(path)
     return out
 
 
@@ -228,8 +235,9 @@ EVALUATIONS.register(Evaluation(
 
 # --- options of `interlingua analyze` -----------------------------------------------------------------
 
-CHECKPOINT = Option("checkpoint", nargs="?", help="the checkpoint to analyse")
-MODELS = Option("--model", repeat=True, metavar="[NAME=]CKPT", help="repeat to compare models")
+CHECKPOINT = Option("checkpoint", nargs="?", help="the model to analyse (a .pt checkpoint or a model folder; the same "
+                                                  "as one --model)")
+MODELS = Option("--model", repeat=True, metavar="[NAME=]CKPT", help="the model to analyse; repeat to compare models")
 TRAIN_SPLIT = Option("--train-split", default="val", help="split the probes are trained on")
 MAX_SPLIT_SENTENCES = Option("--max-sentences", value="count", help="at most N sentences per split")
 LANGUAGES = Option("--languages", nargs="+", help="source languages (default: all the model's)")
@@ -247,13 +255,13 @@ ANALYSIS_OUT = Option("--out", help="output folder (default: <first model folder
 EVALUATIONS.register(Evaluation(
     "heads", "analyze", "bridge head entropy and heat maps (penalty study)",
     "interlingua.evaluation.penalty_analysis:report_heads",
-    (MODELS, LANG, SPLIT, ANALYSIS_CORPUS, INPUT, SENTENCE, ANALYSIS_OUT, DEVICE)))
+    (CHECKPOINT, MODELS, LANG, SPLIT, ANALYSIS_CORPUS, INPUT, SENTENCE, ANALYSIS_OUT, DEVICE)))
 EVALUATIONS.register(Evaluation(
     "lengths", "analyze", "BLEU by source length",
     "interlingua.evaluation.length_analysis:report_lengths",
-    (MODELS, SRC, TGT, SPLIT, ANALYSIS_CORPUS, BEAM, ANALYSIS_OUT, DEVICE)))
+    (CHECKPOINT, MODELS, SRC, TGT, SPLIT, ANALYSIS_CORPUS, BEAM, ANALYSIS_OUT, DEVICE)))
 EVALUATIONS.register(Evaluation(
     "encoder", "analyze", "per-layer encoder probes, SVCCA and CKA between languages, language ID and retrieval",
     "interlingua.evaluation.encoder_analysis:report_encoder",
-    (CHECKPOINT, TRAIN_SPLIT, MAX_SPLIT_SENTENCES, LANGUAGES, SPLIT, ANALYSIS_CORPUS, SVCCA_K, ANALYSIS_OUT,
-     DEVICE)))
+    (CHECKPOINT, MODELS, TRAIN_SPLIT, MAX_SPLIT_SENTENCES, LANGUAGES, SPLIT, ANALYSIS_CORPUS, SVCCA_K,
+     ANALYSIS_OUT, DEVICE)))
