@@ -519,7 +519,8 @@ class TrainConfig(_Strict):
 class ExperimentConfig(_Strict):
     name: str = "experiment"
     corpus: Path
-    """Corpus YAML (see `interlingua data`), relative to this config file or absolute."""
+    """Corpus YAML (see `interlingua data`), relative to this config file (to the current directory for a config
+    given as a dict) or absolute; kept absolute, so that a trained model finds its corpus from any folder."""
     work_dir: Path = Path("runs/experiment")
     """Relative paths are resolved against the current directory."""
     preprocess: PreprocessConfig = Field(default_factory=PreprocessConfig)
@@ -549,15 +550,17 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 
 
 def parse_config(data: object, source: str = "<dict>", base_dir: Path | None = None) -> ExperimentConfig:
-    """Validate a config dict; `corpus` is resolved relative to `base_dir` (the YAML's folder)."""
+    """Validate a config dict; a relative `corpus` is resolved against `base_dir` (the YAML's folder), or the current
+    directory without one (a dict built in Python, the demo's): the checkpoint keeps the config, and `evaluate`,
+    `shortlist`, `synthesize` and `check-int8` read the corpus from it, from whatever folder they are run."""
     if not isinstance(data, dict):
         raise ConfigError(f"invalid config {source}: expected a mapping at the top level, got {type(data).__name__}")
     try:
         cfg = ExperimentConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, source)) from None
-    if base_dir is not None and not cfg.corpus.is_absolute():
-        cfg.corpus = (base_dir / cfg.corpus).resolve()
+    if not cfg.corpus.is_absolute():
+        cfg.corpus = ((base_dir or Path.cwd()) / cfg.corpus).resolve()
     return cfg
 
 

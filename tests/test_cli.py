@@ -3,6 +3,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,9 +132,12 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypat
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("INTERLINGUA_DATA", raising=False)
     monkeypatch.setattr(demo, "SYNTHETIC_START", 0.0)  # made pairs from the first step, not the second half
-    out = run_demo(tmp_path / "demo", minutes=5, max_steps=3, test_sentences=12, precision="fp32")
+    out = run_demo(Path("demo"), minutes=5, max_steps=3, test_sentences=12, precision="fp32")  # as the CLI's default
     text = capsys.readouterr().out
-    assert json.loads((tmp_path / "demo" / "model" / "config.json").read_text())["train"]["precision"] == "fp32"
+    config = json.loads((tmp_path / "demo" / "model" / "config.json").read_text())
+    assert config["train"]["precision"] == "fp32"
+    # the model names its corpus by an absolute path: `evaluate`, `shortlist` and the rest find it from any folder
+    assert Path(config["corpus"]) == tmp_path.resolve() / "demo" / "multi30k" / "corpus.yaml"
     assert "(copied from data/multi30k)" in text
     assert "de->fr*" in text and "fr->de*" in text  # the zero-shot directions are shown and marked
     assert "== 5/5 sentence vectors" in text and "de->en:" in text and "ratio margin" in text

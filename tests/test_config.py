@@ -55,6 +55,14 @@ def test_overrides_and_relative_corpus(tmp_path):
         load_config(f, ["nonsense"])
 
 
+def test_a_dict_configs_relative_corpus_is_made_absolute_from_the_current_folder(tmp_path, monkeypatch):
+    """A config built in Python (the demo's) keeps its corpus absolute, as a YAML file's does: a trained model's
+    stored config finds the corpus from whatever folder a later command runs in."""
+    monkeypatch.chdir(tmp_path)
+    assert parse_config({"corpus": "data/corpus.yaml"}).corpus == tmp_path.resolve() / "data" / "corpus.yaml"
+    assert parse_config({"corpus": str(tmp_path / "c.yaml")}).corpus == tmp_path / "c.yaml"  # absolute: as given
+
+
 def test_shipped_recipes_are_valid():
     from pathlib import Path
     recipes = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
