@@ -13,6 +13,8 @@ English (`train.synthetic`, `SYNTHETIC_PAIRS`), never on a real de-fr pair.
 from __future__ import annotations
 
 import logging
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +104,8 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
           f"{minutes:g} min budget{' (resuming)' if resume else ''}; "
           f"log {cfg.work_dir / 'metrics.jsonl'}, curves {cfg.work_dir / 'curves.png'}")
     result = train(cfg, resume=resume)
-    model = load(result.best_checkpoint or result.last_checkpoint)
+    checkpoint = result.best_checkpoint or result.last_checkpoint
+    model = load(checkpoint)
 
     corpus = load_corpus(corpus_yaml)
     test = read_group(corpus.groups("test_2016_flickr")[0], limit=test_sentences)
@@ -164,8 +167,27 @@ def run_demo(work: Path, minutes: float = 8.0, data_from: str | None = None, max
           "by the cosine nearest neighbour / by LASER's ratio margin (k=4, what bitext mining uses):")
     for s, t in sorted(pairs):
         print(f"    {s}->{t}: {acc[s, t]:.1f}% / {margin[s, t]:.1f}%")
+    print(next_steps(checkpoint))
     return {"bleu": matrix.bleu_cased if cased else matrix.bleu, "cased": cased, "steps": result.steps,
             "zero_shot_vs_pivot": comparison.to_json() if comparison is not None else {},
             "retrieval": {f"{s}-{t}": a for (s, t), a in acc.items()},
             "retrieval_margin": {f"{s}-{t}": a for (s, t), a in margin.items()},
             "similarity": {"translations_min": nearest, "unrelated": unrelated}}
+
+
+def next_steps(checkpoint: Path) -> str:
+    """What to do with the demo's model next, as commands to paste (the program as it was called: scripts/demo.sh
+    calls `.venv/bin/interlingua`, which a fresh shell has not on its PATH)."""
+    called = Path(sys.argv[0])
+    program, python = (sys.argv[0], str(called.with_name("python"))) if called.name == "interlingua" else \
+        ("interlingua", "python")
+    model = shlex.quote(str(checkpoint))
+    return "\n".join([
+        f"== done: the model is {checkpoint}; to go on with it:",
+        f"  echo 'Ein Hund rennt durch den Schnee.' | {program} translate --model {model} --src de --tgt fr",
+        f"  echo 'Ein Hund rennt durch den Schnee.' | {program} translate --model {model} --src de --tgt fr "
+        "--pivot en   # through English",
+        f"  {program} serve --model {model}   # a page and an HTTP API at http://127.0.0.1:8080/",
+        f"  {python} -c \"import interlingua; m = interlingua.load('{checkpoint}'); "
+        "print(m.translate(['Ein Hund rennt durch den Schnee.'], src='de', tgt='fr'))\"",
+        "  (the guide: docs/guide/getting-started.md)"])

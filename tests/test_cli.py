@@ -160,6 +160,11 @@ def test_demo_runs_end_to_end_small(multi30k_corpus, tmp_path, capsys, monkeypat
     assert made and set().union(*made) <= {"de->fr", "fr->de"} and sum(v for m in made for v in m.values()) > 0
     assert "de<->fr pairs made through English from minute 0" in text
     assert "trained on synthetic pairs made through English, never on a real de-fr pair" in text
+    # it ends with what to do with the model, as commands to paste
+    best = Path("demo") / "model" / "best.pt"
+    assert f"== done: the model is {best}; to go on with it:" in text and best.is_file()
+    assert f"interlingua translate --model {best} --src de --tgt fr" in text and f"serve --model {best}" in text
+    assert f"interlingua.load('{best}')" in text
 
 
 def test_demo_command_passes_its_options_on(tmp_path, monkeypatch):
