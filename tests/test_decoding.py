@@ -19,7 +19,7 @@ from interlingua.config import ModelConfig, parse_config
 from interlingua.data.vocab import BOS, EOS, PAD, Vocab
 from interlingua.model_files.checkpoint import build_payload, save_atomic
 from interlingua.modules.model import TranslationNetwork
-from interlingua.modules.search import greedy_search
+from interlingua.modules.search import beam_search_nbest, greedy_search
 
 _WORDS = {
     "en": "a the dog cat man woman child runs sits eats red blue small big on in near park street ball".split(),
@@ -146,3 +146,22 @@ def test_batched_greedy_search_follows_the_argmax_path_of_each_sentence(bridge, 
         assert batched == alone, (bridge, input_feed, seed)
         mixed += len({len(h) for h in batched}) > 1
     assert mixed >= 2  # batches whose sentences finished at different steps
+
+
+@pytest.mark.parametrize("bridge, input_feed", CASES)
+@torch.inference_mode()
+def test_beam_search_keeps_each_sentences_memory_once_and_finds_what_it_finds_alone(bridge, input_feed):
+    """The LSTM decoder's hypotheses attend together over their sentence's one memory (as the Transformer's do):
+    expanding to beams copies no memory, and batched beam search gives each sentence what it gives alone."""
+    model = tiny_model(bridge, input_feed, seed=4, vocab=9, init=0.8)
+    src, lengths, *_ = _batch(9, 4)
+    dec = model.decoder_for("de")
+    bridged = model.run_encoder(src, lengths, "en")
+    state = dec.start_state(bridged.memory, bridged.memory_mask)
+    beams = state.expand_beams(torch.arange(len(SRC_LENGTHS)).repeat_interleave(3))
+    assert beams.batch_size == 3 * len(SRC_LENGTHS) and beams.memory is state.memory and beams.keys is state.keys
+    batched = beam_search_nbest(dec, state, 12, beam_size=3)
+    for i in range(len(SRC_LENGTHS)):
+        alone = beam_search_nbest(dec, state.select(torch.tensor([i])), 12, beam_size=3)[0]
+        assert [h for _, h in alone] == [h for _, h in batched[i]]
+        assert [s for s, _ in alone] == pytest.approx([s for s, _ in batched[i]], abs=1e-5)

@@ -131,6 +131,16 @@ def decoder_device(decoder: Any) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
+def sentence_rows(index: torch.Tensor, rows: int, sentences: int) -> torch.Tensor:
+    """Row indices `index` of a state with `rows` rows, `rows / sentences` consecutive ones per sentence (beam
+    search's hypotheses, whose sentence's memory is kept once), as sentence indices: each sentence's rows are
+    picked together, as beam search leaves them."""
+    if rows == sentences:
+        return index
+    width = rows // sentences
+    return index[::width] // width
+
+
 class DecoderStateLike(Protocol):
     """What the search needs of a decoder state: its rows (one per sentence, or per hypothesis in beam
     search) and how to select them. The search reorders a state through these methods, never through the

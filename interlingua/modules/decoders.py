@@ -18,7 +18,7 @@ from torch import nn
 
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
-from interlingua.modules.base import Decoder, DecoderStateLike, masked_mean
+from interlingua.modules.base import Decoder, DecoderStateLike, masked_mean, sentence_rows
 from interlingua.modules.dropout import Dropout
 from interlingua.modules.linear import Linear
 from interlingua.modules.registry import DECODERS
@@ -27,32 +27,46 @@ from interlingua.modules.registry import DECODERS
 @dataclass
 class DecoderState(DecoderStateLike):
     hidden: torch.Tensor
-    """(layers, batch, hidden)"""
+    """(layers, rows, hidden): one row per sentence, or per hypothesis once beam search expanded them."""
     cell: torch.Tensor
-    """(layers, batch, hidden)"""
+    """(layers, rows, hidden)"""
     feed: torch.Tensor | None
-    """(batch, hidden) previous attentional state (input feeding only)."""
+    """(rows, hidden) previous attentional state (input feeding only)."""
     keys: torch.Tensor
-    """(batch, mem_len, hidden) W_a applied to the memory, computed once per sentence."""
+    """(sentences, mem_len, hidden) W_a applied to the memory, computed once per sentence and kept once for its
+    beams (see `expand_beams`)."""
     memory: torch.Tensor
+    """(sentences, mem_len, memory_dim)"""
     memory_mask: torch.Tensor
+    """(sentences, mem_len) True where the decoder may attend."""
 
     @property
     def batch_size(self) -> int:
         return self.hidden.size(1)
 
     def select(self, index: torch.Tensor) -> DecoderState:
-        """Reorder / repeat along the batch (beam search)."""
+        """Rows `index`; where beams share their sentence's memory, whole sentences' rows (as beam search picks
+        them), with the memory of their sentences."""
+        memory_index = sentence_rows(index, self.batch_size, self.memory.size(0))
         return DecoderState(
             self.hidden.index_select(1, index), self.cell.index_select(1, index),
             None if self.feed is None else self.feed.index_select(0, index),
-            self.keys.index_select(0, index), self.memory.index_select(0, index),
-            self.memory_mask.index_select(0, index),
+            self.keys.index_select(0, memory_index), self.memory.index_select(0, memory_index),
+            self.memory_mask.index_select(0, memory_index),
         )
+
+    def expand_beams(self, index: torch.Tensor) -> DecoderState:
+        """The memory, its keys and its mask stay once per sentence; its hypotheses attend to them together
+        (`LSTMDecoder._attend`), as the Transformer's do."""
+        return self.reorder_beams(index)
 
     def join(self, other: DecoderState) -> DecoderState:
         """The rows of `self` then those of `other` (the search adds sentences to a batch being decoded): an
-        LSTM's state has no position, so only the memories are padded to the longer one (zeros, masked)."""
+        LSTM's state has no position, so only the memories are padded to the longer one (zeros, masked). Both
+        have as many rows a sentence."""
+        if self.batch_size * other.memory.size(0) != other.batch_size * self.memory.size(0):
+            raise ValueError("join takes states of as many rows a sentence (both before beams, or both with as "
+                             "many beams)")
         length = max(self.memory.size(1), other.memory.size(1))
 
         def padded(x: torch.Tensor, value: float | bool = 0.0) -> torch.Tensor:  # (rows, mem_len, ...) to length
@@ -66,8 +80,8 @@ class DecoderState(DecoderStateLike):
                             torch.cat([padded(self.memory_mask, False), padded(other.memory_mask, False)]))
 
     def reorder_beams(self, index: torch.Tensor) -> DecoderState:
-        """Hidden, cell and input feed follow the beams; keys, memory and mask are per sentence (the same
-        in all of a sentence's rows), so they stay in place. (`expand_beams` repeats them: `select`.)"""
+        """Hidden, cell and input feed follow the beams; keys, memory and mask are per sentence, so they stay
+        in place."""
         return DecoderState(self.hidden.index_select(1, index), self.cell.index_select(1, index),
                             None if self.feed is None else self.feed.index_select(0, index),
                             self.keys, self.memory, self.memory_mask)
@@ -112,11 +126,17 @@ class LSTMDecoder(Decoder):
         return DecoderState(init[0], init[1], feed, self.key_proj(memory), memory, memory_mask)
 
     def _attend(self, query: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, torch.Tensor]:
-        """query (batch, T, H) -> attentional states (batch, T, H), weights (batch, T, mem_len)."""
-        scores = query @ state.keys.transpose(1, 2)
+        """query (rows, T, H) -> attentional states (rows, T, H), weights (rows, T, mem_len). Beam search's rows
+        (more than the memory's sentences) attend as their sentence's queries over its one memory: two products
+        of a few rows per sentence instead of one row each over a copy of the memory per hypothesis."""
+        rows, steps, _ = query.shape
+        sentences = state.memory.size(0)
+        grouped = query.reshape(sentences, rows // sentences * steps, -1)
+        scores = grouped @ state.keys.transpose(1, 2)
         scores = scores.masked_fill(~state.memory_mask.unsqueeze(1), float("-inf"))
         weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-        context = weights @ state.memory
+        context = (weights @ state.memory).reshape(rows, steps, -1)
+        weights = weights.reshape(rows, steps, -1)
         return torch.tanh(self.out_proj(torch.cat([context, query], dim=-1))), weights
 
     def forward(self, tgt_in: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,7 +41,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.errors import ConfigError, LanguageError
-from interlingua.modules.base import Decoder, DecoderStateLike, Encoder
+from interlingua.modules.base import Decoder, DecoderStateLike, Encoder, sentence_rows
 from interlingua.modules.dropout import Dropout, scaled_keep_mask
 from interlingua.modules.encoders import lengths_to_mask
 from interlingua.modules.linear import Linear
@@ -330,15 +330,6 @@ class EncoderLayer(_Layer):
         what position p attends to (rows of padded positions are meaningless)."""
         q, k, _ = self._queries_keys_values(self._sub_input(x, 0))
         return attention_weights(q, k, mask)
-
-
-def _sentence_rows(index: torch.Tensor, rows: int, sentences: int) -> torch.Tensor:
-    """Row indices `index` of a state with `rows` rows, `rows / sentences` consecutive ones per sentence,
-    as sentence indices (each sentence's rows are picked together, as beam search leaves them)."""
-    if rows == sentences:
-        return index
-    width = rows // sentences
-    return index[::width] // width
 
 
 @dataclass
@@ -690,7 +681,7 @@ class TransformerDecoderState(DecoderStateLike):
         """Rows `index`; where beams share their sentence's memory, whole sentences' rows (as beam search
         picks them), with the memory of their sentences. Cache positions that are padding in every row
         selected are left behind."""
-        memory_index = _sentence_rows(index, self.batch_size, self.memory_mask.size(0))
+        memory_index = sentence_rows(index, self.batch_size, self.memory_mask.size(0))
         pad = None if self.pad is None else self.pad.index_select(0, index)
         skip = int(pad.min()) if pad is not None and pad.numel() else 0
         if pad is not None:
