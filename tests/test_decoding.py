@@ -160,6 +160,8 @@ def test_beam_search_keeps_each_sentences_memory_once_and_finds_what_it_finds_al
     state = dec.start_state(bridged.memory, bridged.memory_mask)
     beams = state.expand_beams(torch.arange(len(SRC_LENGTHS)).repeat_interleave(3))
     assert beams.batch_size == 3 * len(SRC_LENGTHS) and beams.memory is state.memory and beams.keys is state.keys
+    with pytest.raises(ValueError, match="as many rows a sentence"):
+        state.join(beams)  # rows before beams and rows with them do not join: their sentences could not be told
     batched = beam_search_nbest(dec, state, 12, beam_size=3)
     for i in range(len(SRC_LENGTHS)):
         alone = beam_search_nbest(dec, state.select(torch.tensor([i])), 12, beam_size=3)[0]

@@ -141,6 +141,14 @@ def sentence_rows(index: torch.Tensor, rows: int, sentences: int) -> torch.Tenso
     return index[::width] // width
 
 
+def check_rows_per_sentence(rows: int, sentences: int, other_rows: int, other_sentences: int) -> None:
+    """What `join` needs of two states that keep a sentence's memory once for its beams: as many rows a sentence in
+    both (both before beams, or both with as many beams), else `sentence_rows` would read the joined rows wrong."""
+    if rows * other_sentences != other_rows * sentences:
+        raise ValueError("join takes states of as many rows a sentence (both before beams, or both with as "
+                         "many beams)")
+
+
 class DecoderStateLike(Protocol):
     """What the search needs of a decoder state: its rows (one per sentence, or per hypothesis in beam
     search) and how to select them. The search reorders a state through these methods, never through the

@@ -18,7 +18,7 @@ from torch import nn
 
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
-from interlingua.modules.base import Decoder, DecoderStateLike, masked_mean, sentence_rows
+from interlingua.modules.base import Decoder, DecoderStateLike, check_rows_per_sentence, masked_mean, sentence_rows
 from interlingua.modules.dropout import Dropout
 from interlingua.modules.linear import Linear
 from interlingua.modules.registry import DECODERS
@@ -64,9 +64,7 @@ class DecoderState(DecoderStateLike):
         """The rows of `self` then those of `other` (the search adds sentences to a batch being decoded): an
         LSTM's state has no position, so only the memories are padded to the longer one (zeros, masked). Both
         have as many rows a sentence."""
-        if self.batch_size * other.memory.size(0) != other.batch_size * self.memory.size(0):
-            raise ValueError("join takes states of as many rows a sentence (both before beams, or both with as "
-                             "many beams)")
+        check_rows_per_sentence(self.batch_size, self.memory.size(0), other.batch_size, other.memory.size(0))
         length = max(self.memory.size(1), other.memory.size(1))
 
         def padded(x: torch.Tensor, value: float | bool = 0.0) -> torch.Tensor:  # (rows, mem_len, ...) to length

@@ -41,7 +41,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.errors import ConfigError, LanguageError
-from interlingua.modules.base import Decoder, DecoderStateLike, Encoder, sentence_rows
+from interlingua.modules.base import Decoder, DecoderStateLike, Encoder, check_rows_per_sentence, sentence_rows
 from interlingua.modules.dropout import Dropout, scaled_keep_mask
 from interlingua.modules.encoders import lengths_to_mask
 from interlingua.modules.linear import Linear
@@ -424,12 +424,6 @@ def _padded(x: torch.Tensor, size: int) -> torch.Tensor:
     return x if x.size(2) == size else F.pad(x, (0, 0, 0, size - x.size(2)))
 
 
-def _is_beam_step(h: torch.Tensor, cache: LayerCache) -> bool:
-    """Whether the rows of `h` are beam search's hypotheses, more than the memory's sentences (see
-    `TransformerDecoderState.expand_beams`)."""
-    return h.size(0) != cache.memory_keys.size(0)
-
-
 class DecoderLayer(_Layer):
     """Causal self-attention, cross-attention over the memory, feed-forward."""
 
@@ -471,7 +465,7 @@ class DecoderLayer(_Layer):
 
     def _cross_attention(self, h: torch.Tensor, cache: LayerCache, memory_mask: torch.Tensor) -> torch.Tensor:
         sentences = cache.memory_keys.size(0)
-        if not _is_beam_step(h, cache):
+        if h.size(0) == sentences:
             return self.cross_attn.attend(self.cross_attn.queries(h), cache.memory_keys, cache.memory_values,
                                           memory_mask)
         # beams: a sentence's hypotheses are its queries over its one memory (no copy per beam)
@@ -700,9 +694,7 @@ class TransformerDecoderState(DecoderStateLike):
         """The rows of `self` then those of `other`, each at its own position (as many rows a sentence in both):
         the shorter caches are padded at the front and `pad` says by how much, the
         memories padded to the longer one with their masks. Both decode the same target language."""
-        if self.batch_size * other.memory_mask.size(0) != other.batch_size * self.memory_mask.size(0):
-            raise ValueError("join takes states of as many rows a sentence (both before beams, or both with as "
-                             "many beams)")
+        check_rows_per_sentence(self.batch_size, self.memory_mask.size(0), other.batch_size, other.memory_mask.size(0))
         position = max(self.position, other.position)
         memory = max(self.memory_mask.size(-1), other.memory_mask.size(-1))
         pads = [(position - s.position) + (torch.zeros(s.batch_size, dtype=torch.long, device=s.memory_mask.device)
