@@ -233,12 +233,10 @@ def test_stalled_connections_do_not_pile_up(guarded):
     try:
         for i, conn in enumerate(conns):
             conn.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\n" if i % 2 else b"")
-        accepted = time.monotonic() + 5  # the server counts them as its loop accepts them (a busy machine: slower)
-        while guarded.open_connections < 30 and time.monotonic() < accepted:
-            time.sleep(0.05)
-        assert guarded.open_connections >= 30
-        for conn in conns:
-            read_until_closed(conn, 5)
+        # Each one is answered 408 and closed by the server. (How many are open at one moment depends on how
+        # fast a busy machine's loop accepts them against the 0.5 s deadline, so that is not what is checked.)
+        statuses = [parse_response(read_until_closed(conn, 5)[0])[0] for conn in conns]
+        assert statuses == [408] * 30
     finally:
         for conn in conns:
             conn.close()
