@@ -176,15 +176,46 @@ def test_a_shortlist_reads_the_int8_output_layer_as_dequantized_weights():
     assert bias is not None and torch.equal(bias, linear.bias.detach())
 
 
-def test_every_kernel_that_works_here_gives_the_same_products():
+def test_every_kernel_that_works_here_gives_the_same_products_for_the_same_input_levels():
     assert "int_mm" in WORKING_KERNELS  # torch._int_mm at least works anywhere
     torch.manual_seed(0)
     linear = torch.nn.Linear(40, 70)
     x = torch.randn(6, 40)
+    for levels in sorted(set(int8.LEVELS.values())):
+        kernels = [k for k in WORKING_KERNELS if int8.LEVELS[k] == levels]
+        with torch.inference_mode():
+            outs = [Int8Linear.from_linear(linear, k)(x) for k in kernels]
+        for out in outs[1:]:
+            torch.testing.assert_close(out, outs[0], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.skipif("fbgemm" not in WORKING_KERNELS, reason="fbgemm's int8 linear is not in this torch build")
+def test_fbgemms_kernel_sums_7_bit_rows_exactly_whatever_the_batch_holds():
+    """fbgemm quantizes a call's whole input with one scale; the pinning row makes that scale 1, so the integer rows
+    pass through unchanged: exact sums at the extremes of the range, and a row's output the same in any batch."""
+    torch.manual_seed(0)
+    qweight = torch.randint(-127, 128, (50, 16), dtype=torch.int8)
+    layer = Int8Linear(qweight, torch.ones(50) * 63, None, "fbgemm")  # weight scale 1 per input level
+    x = torch.randint(-63, 64, (7, 16)).float()
+    x[:, 0] = 63  # each row's largest input is 63: it quantizes to itself
+    x[1] = 63
+    x[2, 1:] = -63  # rows at the ends of the range: the largest sums
+    want = 63 * (x.double() @ qweight.double().t())  # the sums, times the row scale max|x| / 63 = 1, times 63
     with torch.inference_mode():
-        outs = [Int8Linear.from_linear(linear, k)(x) for k in WORKING_KERNELS]
-    for out in outs[1:]:
-        torch.testing.assert_close(out, outs[0], atol=1e-6, rtol=1e-6)
+        assert torch.equal(layer(x).double(), want)
+        assert torch.equal(layer(x[2:3]).double(), want[2:3])
+        assert torch.equal(layer(torch.zeros(3, 16)), torch.zeros(3, 50))  # all zeros: the pin still holds
+
+
+def test_fbgemms_7_bit_kernel_runs_only_where_no_8_bit_kernel_pays():
+    times = kernel_timing.KernelTimes({"512x2048": {"fp32": 1e-3, "int_mm": 8e-4, "fbgemm": 4e-4},
+                                       "256x512": {"fp32": 1e-3, "int_mm": 2e-3, "fbgemm": 5e-4}})
+    plan = int8.Int8Plan.from_times(times)  # int_mm pays at one shape: the model stays on 8-bit inputs
+    assert plan.kernels == {"512x2048": "int_mm", "256x512": None}
+    slow = kernel_timing.KernelTimes({"512x2048": {"fp32": 1e-3, "int_mm": 9e-3, "fbgemm": 4e-4},
+                                      "256x512": {"fp32": 1e-3, "int_mm": None, "fbgemm": 9.5e-4}})
+    plan = int8.Int8Plan.from_times(slow)  # no 8-bit kernel pays anywhere (a CPU without VNNI): fbgemm where it pays
+    assert plan.kernels == {"512x2048": "fbgemm", "256x512": None} and plan.refusal() is None
 
 
 def test_tied_output_layer_is_quantized_and_the_embedding_keeps_its_fp32_table(transformer_model):

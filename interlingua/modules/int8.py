@@ -8,10 +8,16 @@
 - its input is quantized at every call, symmetric, **one scale per row** (per token / per sentence
   state): a row's int8 values and scale depend on that row alone, the int32 sums of the product
   are exact, so a sentence's output never depends on what it is batched with;
-- the product runs in one of two kernels computing the same int32 sums: oneDNN's int8 linear
+- the product runs in one of three kernels computing exact int32 sums: oneDNN's int8 linear
   (`torch.ops.onednn.qlinear_pointwise`, AMX / VNNI kernels: input scale 1, fp32 output already
-  multiplied by the weight scales) or `torch._int_mm`; then the row scales and the bias are applied
-  in one `addcmul`.
+  multiplied by the weight scales), `torch._int_mm`, or fbgemm's (`torch.ops.quantized.linear_dynamic`,
+  the one CPUs without VNNI run fast: AVX2's `vpmaddubsw`); then the row scales and the bias are applied
+  in one `addcmul`. fbgemm's kernel quantizes a call's whole input with one scale and zero point, and its
+  AVX2 products saturate beyond 7-bit inputs, so it is given rows already quantized to integers in
+  -63..63 (`LEVELS`) and one more row holding -64 and 63, which pins its scale to 1 and its zero point to
+  64: the integers pass through unchanged, the sums are exact, and a row's output is again its own. It
+  is chosen only for a model where no 8-bit kernel pays at any layer shape (`Int8Plan.from_times`), so
+  that its coarser inputs never replace an 8-bit kernel that works.
 
 Which kernel, if any, a layer uses is measured on the machine, never assumed (`int8_plan`): their
 speeds differ by hundreds of times from one CPU to another (on an Intel Xeon with AMX oneDNN's was
@@ -78,11 +84,21 @@ from interlingua.precision import cpu_model, int8_features, machine_key
 
 log = logging.getLogger(__name__)
 
-KERNELS = ("onednn", "int_mm")
-"""The int8 matrix products: oneDNN's qlinear (prepacked weights), torch._int_mm. Which one a layer uses is
-measured here (`int8_plan`)."""
+KERNELS = ("onednn", "int_mm", "fbgemm")
+"""The int8 matrix products: oneDNN's qlinear (prepacked weights), torch._int_mm, fbgemm's (prepacked weights,
+7-bit inputs). Which one a layer uses is measured here (`int8_plan`)."""
 
-KERNEL_NAMES = {"onednn": "oneDNN qlinear", "int_mm": "torch._int_mm"}
+KERNEL_NAMES = {"onednn": "oneDNN qlinear", "int_mm": "torch._int_mm", "fbgemm": "fbgemm (7-bit inputs)"}
+
+LEVELS = {"onednn": 127, "int_mm": 127, "fbgemm": 63}
+"""The largest integer an input row is quantized to (round(x * levels / max|x|)) for each kernel: 8-bit inputs,
+except fbgemm's 7-bit ones, whose AVX2 products (pairs of u8 x s8 summed in 16 bits) would saturate beyond
+them. On an AMD EPYC with AVX2 only (no VNNI; 2026-12-02, 2 threads), where torch._int_mm took 14-35x fp32's
+time, fbgemm's product so fed ran 2.0-2.7x as fast as fp32 at 512x8000 and 1024x2048 (64 and 320 rows), with a
+relative error of 1.2% against fp32's product (8-bit inputs: about half that)."""
+
+EIGHT_BIT = tuple(k for k in KERNELS if LEVELS[k] == 127)
+"""The kernels with 8-bit inputs, preferred wherever one of them pays (`Int8Plan.from_times`)."""
 
 MEASURE_ROWS = (64, 320)
 """Rows at which each layer shape is timed (the times added up): one decoding step of a batch of 64, greedy
@@ -181,12 +197,14 @@ def _reference_product(q: torch.Tensor, qweight: torch.Tensor) -> torch.Tensor:
 
 @functools.cache
 def kernel_works(kernel: str) -> bool:
-    """Whether `kernel` exists in this torch build and gives the exact int8 products here."""
+    """Whether `kernel` exists in this torch build and gives the exact int8 products here (of inputs in its range,
+    `LEVELS`)."""
     gen = torch.Generator().manual_seed(0)
+    levels = LEVELS[kernel]
     qweight = torch.randint(-127, 128, (24, 40), generator=gen, dtype=torch.int8)
-    q = torch.randint(-127, 128, (5, 40), generator=gen, dtype=torch.int8)
+    q = torch.randint(-levels, levels + 1, (5, 40), generator=gen, dtype=torch.int8)
     try:
-        layer = Int8Linear(qweight, torch.ones(24) * 127, None, kernel)
+        layer = Int8Linear(qweight, torch.ones(24) * levels, None, kernel)
         got, one = layer._products(q).double(), layer._products(q[:1]).double()
     except Exception as err:  # noqa: BLE001 - a missing op or an unsupported CPU: use the next kernel
         log.debug("int8 kernel %s unavailable: %s", kernel, err)
@@ -208,8 +226,8 @@ def working_kernels() -> list[str]:
     """The `KERNELS` that work here; `ConfigError` where none does."""
     found = [k for k in KERNELS if kernel_works(k)]
     if not found:
-        raise ConfigError("precision int8: neither oneDNN's int8 linear nor torch._int_mm works in this torch build "
-                          f"(torch {torch.__version__}); use fp32")
+        raise ConfigError("precision int8: none of oneDNN's int8 linear, torch._int_mm and fbgemm's works in this "
+                          f"torch build (torch {torch.__version__}); use fp32")
     return found
 
 
@@ -267,14 +285,22 @@ class Int8Plan:
 
     @classmethod
     def from_times(cls, times: KernelTimes, cached: bool = False) -> Int8Plan:
-        """Each shape's fastest kernel where it is at least `MIN_KERNEL_SPEEDUP` times as fast as fp32."""
+        """Each shape's fastest kernel where it is at least `MIN_KERNEL_SPEEDUP` times as fast as fp32: among the
+        8-bit kernels (`EIGHT_BIT`) where one of them pays at some shape, else among the others (fbgemm's 7-bit
+        inputs, for CPUs where no 8-bit kernel pays)."""
+        eight_bit = cls._fastest(times, EIGHT_BIT)
+        kernels = eight_bit if any(eight_bit.values()) else cls._fastest(times, tuple(set(KERNELS) - set(EIGHT_BIT)))
+        return cls(times, kernels, cached)
+
+    @staticmethod
+    def _fastest(times: KernelTimes, among: Sequence[str]) -> dict[str, str | None]:
         kernels: dict[str, str | None] = {}
         for label, row in times.seconds.items():
-            timed = {k: v for k, v in row.items() if k != "fp32" and v is not None and v > 0}
+            timed = {k: v for k, v in row.items() if k in among and v is not None and v > 0}
             best = min(timed, key=lambda k: timed[k]) if timed else None
             fp32 = row["fp32"] or 0.0
             kernels[label] = best if best is not None and fp32 / timed[best] >= MIN_KERNEL_SPEEDUP else None
-        return cls(times, kernels, cached)
+        return kernels
 
     def kernel_for(self, n_in: int, n_out: int) -> str | None:
         return self.kernels.get(shape_label(n_in, n_out))
@@ -353,16 +379,26 @@ class Int8Linear(nn.Module):
         if kernel not in KERNELS:
             raise ValueError(f"unknown int8 kernel '{kernel}'")
         self.out_features, self.in_features = qweight.shape
-        self.kernel = kernel
-        # an input row is quantized as round(x * 127 / max|x|): the 1/127 joins the weight scales once
-        self.register_buffer("scale", scale.detach().float().reshape(-1) / 127)
+        self.kernel, self.levels = kernel, LEVELS[kernel]
+        # an input row is quantized as round(x * levels / max|x|): the 1/levels joins the weight scales once
+        self.register_buffer("scale", scale.detach().float().reshape(-1) / self.levels)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self._packed: torch.Tensor | None = None
+        self._fbgemm: Any = None
         self._qweight_t: torch.Tensor | None = None
         self._unpacked: torch.Tensor | None = None  # the int8 weights as (out, in), kept for `rows` (a shortlist)
         if kernel == "onednn":  # prepacked for the CPU's int8 instructions (the only copy kept)
             self._packed = torch.ops.onednn.qlinear_prepack(qweight.contiguous(), None)
             self._zero_points = torch.zeros(self.out_features, dtype=torch.long)
+        elif kernel == "fbgemm":  # prepacked, with the scales: its products come out scaled
+            if self.in_features < 2:
+                raise ValueError("the fbgemm int8 kernel needs at least 2 inputs (its pinning row holds two values)")
+            with _quiet():  # torch 2.13 warns that its quantized tensors are deprecated: `kernel_works` checks it works
+                weight = torch._make_per_channel_quantized_tensor(
+                    qweight.contiguous(), self.scale.double(), torch.zeros(self.out_features, dtype=torch.long), 0)
+                self._fbgemm = torch.ops.quantized.linear_prepack(weight, None)
+            self._pin = torch.zeros(1, self.in_features)
+            self._pin[0, :2] = torch.tensor([-self.levels - 1.0, float(self.levels)])
         else:
             self._qweight_t = qweight.t()
 
@@ -376,6 +412,8 @@ class Int8Linear(nn.Module):
         """The int8 weights (out, in)."""
         if self._packed is not None:
             return self._packed.to_dense().t()  # oneDNN's packed layout unpacks to (in, out)
+        if self._fbgemm is not None:
+            return torch.ops.quantized.linear_unpack(self._fbgemm)[0].int_repr()
         assert self._qweight_t is not None
         return self._qweight_t.t()
 
@@ -389,15 +427,21 @@ class Int8Linear(nn.Module):
         if self._unpacked is None:  # torch._int_mm's layer: a view of its weights; oneDNN's: unpacked once
             self._unpacked = self.int8_weight()
         bias = None if self.bias is None else self.bias.index_select(0, ids)
-        return Int8Linear(self._unpacked.index_select(0, ids), self.scale.index_select(0, ids) * 127, bias,
-                          "int_mm" if kernel_works("int_mm") else self.kernel)
+        kernel = "int_mm" if self.kernel == "onednn" and kernel_works("int_mm") else self.kernel
+        return Int8Linear(self._unpacked.index_select(0, ids), self.scale.index_select(0, ids) * self.levels, bias,
+                          kernel)
 
     def dequantized_weight(self) -> torch.Tensor:
         """The weights the int8 ones stand for, fp32 (out, in) (for code that reads rows of an output layer)."""
-        return self.int8_weight().float() * (self.scale * 127).unsqueeze(1)
+        return self.int8_weight().float() * (self.scale * self.levels).unsqueeze(1)
 
     def _products(self, q: torch.Tensor) -> torch.Tensor:
-        """int8 rows (n, in) -> (n, out) fp32: their exact int32 products with W, times the weight scales."""
+        """Integer rows (n, in) in -levels..levels (int8, or float holding integers) -> (n, out) fp32: their exact
+        int32 products with W, times the weight scales."""
+        if self._fbgemm is not None:  # the pinning row fixes the input's scale at 1 and its zero point at levels + 1
+            y = torch.ops.quantized.linear_dynamic(torch.cat([q.float(), self._pin]), self._fbgemm, True)
+            return y[:-1]
+        q = q.to(torch.int8)
         if self._packed is not None:
             n = q.size(0)
             if n < _ONEDNN_MIN_ROWS:  # padded with zero rows: the real rows' sums are the same
@@ -412,8 +456,7 @@ class Int8Linear(nn.Module):
         lead = x.shape[:-1]
         rows = x.reshape(-1, self.in_features).float()
         amax = rows.abs().amax(1, keepdim=True).clamp_min_(_EPS)
-        q = (rows * (127.0 / amax)).round_().to(torch.int8)
-        y = self._products(q)
+        y = self._products((rows * (self.levels / amax)).round_())
         y = y.mul_(amax) if self.bias is None else torch.addcmul(self.bias, y, amax)
         return y.view(*lead, self.out_features)
 
