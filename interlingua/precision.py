@@ -112,6 +112,24 @@ def cpu_has_native_bf16() -> bool:
     return bool(native_bf16_features())
 
 
+def lstm_needs_fp32(device: torch.device) -> bool:
+    """Whether an LSTM on `device` has to leave bf16 autocast: the CPU's bf16 autocast is on and this machine's
+    oneDNN has no bf16 LSTM (CPUs without native bf16; `modules.lstm.LSTM`)."""
+    return (device.type == "cpu" and torch.is_autocast_enabled("cpu")
+            and torch.get_autocast_dtype("cpu") == torch.bfloat16 and not _cpu_bf16_lstm_works())
+
+
+@functools.cache
+def _cpu_bf16_lstm_works() -> bool:
+    """One tiny LSTM call under bf16 autocast, tried once: the machine answers, not its flags."""
+    try:
+        with torch.inference_mode(False), torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.nn.LSTM(4, 4, batch_first=True)(torch.zeros(1, 2, 4))
+        return True
+    except RuntimeError:
+        return False
+
+
 def measure_bf16_speedup(steps: int = 4, batch: int = 32, length: int = 16, hidden: int = 256,
                          vocab: int = 4000) -> float:
     """fp32 step time / bf16 step time of a small LSTM + output layer, forward and backward: the
@@ -124,7 +142,11 @@ def measure_bf16_speedup(steps: int = 4, batch: int = 32, length: int = 16, hidd
 
     def step(precision: str) -> None:
         with autocast(precision):
-            h, _ = lstm(x)
+            if lstm_needs_fp32(x.device):  # no bf16 LSTM kernel on this CPU (`modules.lstm.LSTM`)
+                with torch.autocast("cpu", enabled=False):
+                    h, _ = lstm(x)
+            else:
+                h, _ = lstm(x)
             loss = torch.nn.functional.cross_entropy(out(h).reshape(-1, vocab).float(), y)
         loss.backward()
         lstm.zero_grad(set_to_none=True)

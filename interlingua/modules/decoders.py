@@ -21,6 +21,7 @@ from interlingua.data.vocab import PAD
 from interlingua.modules.base import Decoder, DecoderStateLike, check_rows_per_sentence, masked_mean, sentence_rows
 from interlingua.modules.dropout import Dropout
 from interlingua.modules.linear import Linear
+from interlingua.modules.lstm import LSTM
 from interlingua.modules.registry import DECODERS
 
 
@@ -100,7 +101,7 @@ class LSTMDecoder(Decoder):
         super().__init__()
         self.layers, self.hidden_size, self.input_feed = layers, hidden, input_feed
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
-        self.lstm = nn.LSTM(embed_dim + (hidden if input_feed else 0), hidden, num_layers=layers,
+        self.lstm = LSTM(embed_dim + (hidden if input_feed else 0), hidden, num_layers=layers,
                             batch_first=True, dropout=dropout if layers > 1 else 0.0)
         self.init_proj = Linear(memory_dim, 2 * layers * hidden)
         self.key_proj = Linear(memory_dim, hidden, bias=False)

@@ -11,6 +11,7 @@ from interlingua.config import KindConfig
 from interlingua.data.vocab import PAD
 from interlingua.modules.base import Encoder
 from interlingua.modules.dropout import Dropout
+from interlingua.modules.lstm import LSTM
 from interlingua.modules.registry import ENCODERS
 
 
@@ -57,9 +58,9 @@ class BiLSTMEncoder(Encoder):
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
         half = hidden // 2
         self.forward_layers = nn.ModuleList(
-            nn.LSTM(embed_dim if i == 0 else hidden, half, batch_first=True) for i in range(layers))
+            LSTM(embed_dim if i == 0 else hidden, half, batch_first=True) for i in range(layers))
         self.backward_layers = nn.ModuleList(
-            nn.LSTM(embed_dim if i == 0 else hidden, half, batch_first=True) for i in range(layers))
+            LSTM(embed_dim if i == 0 else hidden, half, batch_first=True) for i in range(layers))
         self.dropout = Dropout(dropout)
         self.output_dim = hidden
 
