@@ -142,10 +142,8 @@ def measure_bf16_speedup(steps: int = 4, batch: int = 32, length: int = 16, hidd
 
     def step(precision: str) -> None:
         with autocast(precision):
-            if lstm_needs_fp32(x.device):  # no bf16 LSTM kernel on this CPU (`modules.lstm.LSTM`)
-                with torch.autocast("cpu", enabled=False):
-                    h, _ = lstm(x)
-            else:
+            # no bf16 LSTM kernel on this CPU: the LSTM in fp32, as `modules.lstm.LSTM` runs it
+            with torch.autocast("cpu", enabled=False) if lstm_needs_fp32(x.device) else contextlib.nullcontext():
                 h, _ = lstm(x)
             loss = torch.nn.functional.cross_entropy(out(h).reshape(-1, vocab).float(), y)
         loss.backward()

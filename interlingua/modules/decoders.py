@@ -102,7 +102,7 @@ class LSTMDecoder(Decoder):
         self.layers, self.hidden_size, self.input_feed = layers, hidden, input_feed
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
         self.lstm = LSTM(embed_dim + (hidden if input_feed else 0), hidden, num_layers=layers,
-                            batch_first=True, dropout=dropout if layers > 1 else 0.0)
+                         batch_first=True, dropout=dropout if layers > 1 else 0.0)
         self.init_proj = Linear(memory_dim, 2 * layers * hidden)
         self.key_proj = Linear(memory_dim, hidden, bias=False)
         self.out_proj = Linear(memory_dim + hidden, hidden, bias=False)

@@ -289,7 +289,8 @@ class Int8Plan:
         8-bit kernels (`EIGHT_BIT`) where one of them pays at some shape, else among the others (fbgemm's 7-bit
         inputs, for CPUs where no 8-bit kernel pays)."""
         eight_bit = cls._fastest(times, EIGHT_BIT)
-        kernels = eight_bit if any(eight_bit.values()) else cls._fastest(times, tuple(set(KERNELS) - set(EIGHT_BIT)))
+        others = tuple(k for k in KERNELS if k not in EIGHT_BIT)
+        kernels = eight_bit if any(eight_bit.values()) else cls._fastest(times, others)
         return cls(times, kernels, cached)
 
     @staticmethod
@@ -424,7 +425,7 @@ class Int8Linear(nn.Module):
         at 64 rows, and its first product at the new shape 1.5-2.3 ms more, where torch._int_mm's products took
         as long as oneDNN's (Intel Xeon with AMX, 2 threads, 2026-11-29). oneDNN's packed weights are unpacked
         once and kept (2.5-3.5 ms a batch for a 512 x 8,000 layer otherwise)."""
-        if self._unpacked is None:  # torch._int_mm's layer: a view of its weights; oneDNN's: unpacked once
+        if self._unpacked is None:  # torch._int_mm's layer: a view of its weights; oneDNN's and fbgemm's: unpacked once
             self._unpacked = self.int8_weight()
         bias = None if self.bias is None else self.bias.index_select(0, ids)
         kernel = "int_mm" if self.kernel == "onednn" and kernel_works("int_mm") else self.kernel
