@@ -192,9 +192,11 @@ def test_a_pipe_or_a_device_reads_as_a_file(checkpoint, tmp_path, capsys):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     import threading
-    writer = threading.Thread(target=lambda: fifo.write_text("a dog .\ntwo men .\n", encoding="utf-8"))
+    # a daemon: were the command to fail before opening the pipe, the writer would wait in open() for ever
+    writer = threading.Thread(target=lambda: fifo.write_text("a dog .\ntwo men .\n", encoding="utf-8"), daemon=True)
     writer.start()
     assert main(argv + [str(fifo)]) == 0
-    writer.join()
+    writer.join(30)
+    assert not writer.is_alive()
     assert capsys.readouterr().out == from_file and from_file.count("\n") == 2
     assert main(argv + [os.devnull]) == 0 and capsys.readouterr().out == ""
