@@ -93,10 +93,12 @@ def test_a_fifo_is_streamed_into_not_replaced(checkpoint, source, tmp_path):
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     code = main(_translate(checkpoint, source, fifo))
-    if reader.is_alive():  # nothing opened the FIFO: open it here so that the reader ends
-        with open(fifo, "wb"):
-            pass
-    reader.join(30)
+    reader.join(30)  # it has had all the command wrote once the command closed the FIFO
+    if reader.is_alive():  # still waiting in open(): nothing opened the FIFO to write. A writer that does not wait
+        # for a reader ends its wait (a blocking open() here would wait for ever had the reader just ended: the
+        # reader still alive after a busy machine's command had returned once held a CI run to its time limit)
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(30)
     assert code == 0
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert len(received[0].decode("utf-8").splitlines()) == 2
