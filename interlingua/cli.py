@@ -19,7 +19,7 @@ from types import FrameType
 from interlingua import arguments
 from interlingua.allocator import tune_allocator
 from interlingua.errors import InterlinguaError
-from interlingua.textio import check_input_path, read_input_lines
+from interlingua.textio import check_input_path, check_standard_output, read_input_lines
 
 log = logging.getLogger("interlingua")
 
@@ -225,6 +225,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from interlingua.model_files.checkpoint import check_output
     if args.output:
         check_output(args.output, [args.model, args.input, args.shortlist], force=args.force, flag="-o")
+    else:
+        check_standard_output()
     _use_threads(args.threads)
     check_input_path(args.input)  # a wrong path fails before the model loads; stdin is read after it
     model = load(args.model, args.device, args.precision, args.engine)
@@ -301,6 +303,8 @@ def cmd_embed(args: argparse.Namespace) -> None:
     if args.output:
         from interlingua.model_files.checkpoint import check_output
         check_output(args.output, [args.model, args.input], force=args.force, flag="-o")
+    else:
+        check_standard_output()
     check_input_path(args.input)  # a wrong path fails before the model loads; stdin is read after it
     model = load(args.model, args.device, args.precision)
     lines = read_input_lines(args.input)

@@ -28,12 +28,21 @@ def check_input_path(path: str | Path | None) -> None:
     None or "-" (stdin) is read when the command gets to it. Pipes and devices (`<(zcat f.gz)`, /dev/null) are
     inputs like files."""
     if path is None or str(path) == "-":
+        if sys.stdin is None:  # started with standard input closed (`0<&-`, some service managers)
+            raise InterlinguaError("no input: standard input is closed; give the input file with -i FILE")
         return
     file = Path(path)
     if file.is_dir():
         raise InterlinguaError(f"{file} is a folder: give the input file (one sentence per line)")
     if not file.exists():
         raise InterlinguaError(f"input file not found: {file}")
+
+
+def check_standard_output() -> None:
+    """Refuse to write to standard output where the process was started with it closed (`1>&-`), before a command
+    does slower work: Python then has no `sys.stdout` and the results would be lost."""
+    if sys.stdout is None:
+        raise InterlinguaError("no output: standard output is closed; give an output file with -o FILE")
 
 
 def read_input_lines(path: str | Path | None) -> list[str]:

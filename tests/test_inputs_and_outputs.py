@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 
 import numpy as np
 import pytest
@@ -181,6 +182,26 @@ def test_a_missing_input_or_a_folder_given_as_input_is_one_line_before_the_model
                         (tmp_path / "absent.txt", f"input file not found: {tmp_path / 'absent.txt'}")):
         assert main([command[0], "--model", str(never_loaded), *command[1:], "-i", str(given)]) != 0
         assert capsys.readouterr().err.strip() == f"error: {says}"
+
+
+@pytest.mark.parametrize("command", [["translate", "--src", "en", "--tgt", "de"], ["embed", "--lang", "en"]])
+def test_a_closed_standard_input_or_output_is_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch,
+                                                                               command):
+    """Started with stdin or stdout closed (`0<&-`, `1>&-`: Python then has no `sys.stdin` / `sys.stdout`), a
+    command that would read or write it says so in one line instead of a traceback, before loading the model."""
+    never_loaded = tmp_path / "no-model.pt"  # were the model loaded first, its absence would be the error
+    (tmp_path / "in.txt").write_text("a dog .\n", encoding="utf-8")
+    argv = [command[0], "--model", str(never_loaded), *command[1:]]
+    with monkeypatch.context() as closed:
+        closed.setattr(sys, "stdin", None)
+        assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == \
+        "error: no input: standard input is closed; give the input file with -i FILE"
+    with monkeypatch.context() as closed:
+        closed.setattr(sys, "stdout", None)
+        assert main(argv + ["-i", str(tmp_path / "in.txt")]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "error: no output: standard output is closed; give an output file with -o FILE"
 
 
 def test_a_pipe_or_a_device_reads_as_a_file(checkpoint, tmp_path, capsys):
