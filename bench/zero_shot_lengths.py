@@ -37,33 +37,8 @@ DIRECTIONS = (("en", "de", None), ("en", "fr", None), ("de", "fr", None), ("de",
               ("fr", "de", "en"))
 
 
-class EndPenalty:
-    """A step decoder whose end-of-sentence score is lowered by `penalty` at every step (greedy search ranks
-    the step's scores, so the model stops only where the end leads the best other token by more than it)."""
-
-    def __init__(self, inner: Any, penalty: float):
-        self.inner, self.penalty = inner, penalty
-
-    def parameters(self) -> Any:
-        return self.inner.parameters()
-
-    def _lowered(self, scores: torch.Tensor) -> torch.Tensor:
-        scores = scores.clone()
-        scores[:, search.EOS] -= self.penalty
-        return scores
-
-    def step(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
-        scores, state = self.inner.step(prev, state)
-        return self._lowered(scores), state
-
-    def step_scores(self, prev: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
-        ranked = getattr(self.inner, "step_scores", None)
-        scores, state = (ranked if callable(ranked) else self.inner.step)(prev, state)
-        return self._lowered(scores), state
-
-
 @dataclass
-class MinLengthState:
+class EndState:
     """A decoder state and, per row, the steps left before the end of the sentence may be chosen."""
 
     inner: Any
@@ -73,50 +48,52 @@ class MinLengthState:
     def batch_size(self) -> int:
         return self.inner.batch_size
 
-    def select(self, index: torch.Tensor) -> MinLengthState:
-        return MinLengthState(self.inner.select(index), self.left.index_select(0, index))
+    def select(self, index: torch.Tensor) -> EndState:
+        return EndState(self.inner.select(index), self.left.index_select(0, index))
 
-    def join(self, other: MinLengthState) -> MinLengthState:
-        return MinLengthState(self.inner.join(other.inner), torch.cat([self.left, other.left]))
+    def join(self, other: EndState) -> EndState:
+        return EndState(self.inner.join(other.inner), torch.cat([self.left, other.left]))
 
 
-class MinLength(EndPenalty):
-    """A step decoder that gives the end of a sentence no score while a row's `MinLengthState.left` is above 0."""
+class EndRules:
+    """A step decoder whose end-of-sentence score is lowered by `penalty` at every step (greedy search ranks the
+    step's scores, so the model stops only where the end leads the best other token by more than it), and given
+    no score at all while a row's `EndState.left` is above 0 (a minimum length)."""
 
-    def __init__(self, inner: Any):
-        super().__init__(inner, 0.0)
+    def __init__(self, inner: Any, penalty: float):
+        self.inner, self.penalty = inner, penalty
 
-    def step(self, prev: torch.Tensor, state: MinLengthState) -> tuple[torch.Tensor, Any]:
-        scores, inner = self.inner.step(prev, state.inner)
-        return self._forbidden(scores, state), MinLengthState(inner, state.left - 1)
+    def parameters(self) -> Any:
+        return self.inner.parameters()
 
-    def step_scores(self, prev: torch.Tensor, state: MinLengthState) -> tuple[torch.Tensor, Any]:
-        ranked = getattr(self.inner, "step_scores", None)
-        scores, inner = (ranked if callable(ranked) else self.inner.step)(prev, state.inner)
-        return self._forbidden(scores, state), MinLengthState(inner, state.left - 1)
+    def step(self, prev: torch.Tensor, state: EndState) -> tuple[torch.Tensor, EndState]:
+        return self._ruled(self.inner.step, prev, state)
 
-    @staticmethod
-    def _forbidden(scores: torch.Tensor, state: MinLengthState) -> torch.Tensor:
+    def step_scores(self, prev: torch.Tensor, state: EndState) -> tuple[torch.Tensor, EndState]:
+        return self._ruled(search._best_token_scores(self.inner), prev, state)  # noqa: SLF001 - the search's own
+
+    def _ruled(self, step: Any, prev: torch.Tensor, state: EndState) -> tuple[torch.Tensor, EndState]:
+        scores, inner = step(prev, state.inner)
         scores = scores.clone()
+        scores[:, search.EOS] -= self.penalty
         scores[state.left > 0, search.EOS] = float("-inf")
-        return scores
+        return scores, EndState(inner, state.left - 1)
 
 
 @contextmanager
 def end_rules(penalty: float, min_ratio: float) -> Iterator[None]:
-    """Greedy search (the tails of batches decoded together, as `Model.translate` runs it) with `EndPenalty`, or
-    with `MinLength` at `min_ratio` times each source's subwords (read back from its output limit, twice the
-    source's subwords + 10 unless capped: `search.output_limits`)."""
+    """Greedy search (the tails of batches decoded together, as `Model.translate` runs it) through `EndRules`, the
+    minimum length `min_ratio` times each source's subwords (read back from its output limit, twice the source's
+    subwords + 10 unless capped: `search.output_limits`). Both 0: the search as it is."""
     greedy = search.greedy_search_merging_tails
 
     def with_rules(decoder: Any, groups: Any, *args: Any, **kwargs: Any) -> Any:
-        if min_ratio:
-            groups = ((keys, MinLengthState(state, ((limits - 10) / 2 * min_ratio).floor().long()), limits)
-                      for keys, state, limits in groups)
-            return greedy(MinLength(decoder), groups, *args, **kwargs)
-        return greedy(EndPenalty(decoder, penalty) if penalty else decoder, groups, *args, **kwargs)
+        groups = ((keys, EndState(state, ((limits - 10) / 2 * min_ratio).floor().long()), limits)
+                  for keys, state, limits in groups)
+        return greedy(EndRules(decoder, penalty), groups, *args, **kwargs)
 
-    search.greedy_search_merging_tails = with_rules
+    if penalty or min_ratio:
+        search.greedy_search_merging_tails = with_rules
     try:
         yield
     finally:
